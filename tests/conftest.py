@@ -1,0 +1,33 @@
+"""Fixtures shared by the whole suite: simulated Neuron nodes in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neuron_dra.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
+from tests.sysfs_tree import FakeNode
+
+
+@pytest.fixture
+def fake_node(tmp_path: Path) -> FakeNode:
+    """`fake_node("trn2.48xlarge")` -> the sysfs root of a simulated node."""
+
+    def build(
+        instance_type: str,
+        *,
+        name: str = "node",
+        driver_version: str = DEFAULT_DRIVER_VERSION,
+        lnc: int | None = None,
+        ultraserver: FakeUltraServer | None = None,
+    ) -> Path:
+        return build_fake_node(
+            tmp_path / name,
+            instance_type,
+            driver_version=driver_version,
+            lnc=lnc,
+            ultraserver=ultraserver,
+        )
+
+    return build

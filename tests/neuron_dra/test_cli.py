@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from neuron_dra.cli import main
+from tests.sysfs_tree import write
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_fake_node_then_slices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "us"
+    code, out, _ = run(
+        capsys, "fake-node", "--instance-type", "trn2u.48xlarge", "--out", str(root),
+        "--ultraserver-server-id", "us-9", "--ultraserver-node-id", "1", "--lnc", "1",
+    )  # fmt: skip
+    assert (code, out.strip()) == (0, str(root))
+    code, out, _ = run(capsys, "slices", "--sysfs-root", str(root), "--node-name", "n1")
+    assert code == 0
+    [published] = list(yaml.safe_load_all(out))
+    names = [d["name"] for d in published["spec"]["devices"]]
+    assert names[-1] == "neuronnode" and len(names) == 17
+    node = published["spec"]["devices"][-1]["attributes"]
+    assert node["ultraserverServerId4"] == {"string": "us-9"}
+    assert node["logicalNeuronCore"] == {"int": 1}
+
+
+def test_discover_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "inf2"
+    run(capsys, "fake-node", "--instance-type", "inf2.48xlarge", "--out", str(root))
+    code, out, _ = run(capsys, "discover", "--sysfs-root", str(root), "-o", "json")
+    inventory = json.loads(out)
+    assert code == 0 and inventory["shape"] == "ring" and len(inventory["devices"]) == 12
+    assert inventory["devices"][0]["neighbours"] == [11, 1]
+    assert inventory["connectedSets"]["6"] == [list(range(6)), list(range(6, 12))]
+    code, out, _ = run(capsys, "discover", "--sysfs-root", str(root))
+    assert "neurondevice11" in out and "{6-11}" in out
+
+
+def test_findings_are_logged_and_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "trn1"
+    run(capsys, "fake-node", "--instance-type", "trn1.32xlarge", "--out", str(root))
+    write(root, "sys/module/neuron/version", "")
+    code, out, err = run(capsys, "--log-format", "json", "discover", "--sysfs-root", str(root))
+    assert code == 0
+    assert "! /sys/module/neuron/version: invalid value '': empty" in out
+    logged = json.loads(err.strip().splitlines()[0])
+    assert logged["path"] == "/sys/module/neuron/version" and logged["level"] == "warning"
+
+
+def test_bad_fake_node_arguments_are_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(
+        capsys, "fake-node", "--instance-type", "inf2.xlarge", "--out", str(tmp_path), "--lnc", "1"
+    )
+    assert code == 2 and "inf2.xlarge has no logical NeuronCores" in err
