@@ -16,6 +16,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python scripts/generate_protos.py --check
 
 # Fake sysfs trees are thousands of small files; on tmpfs creating and deleting
 # them is ~40x faster than on a disk mounted with `discard`.

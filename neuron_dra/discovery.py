@@ -27,6 +27,7 @@ DRIVER_VERSION_FILE = "sys/module/neuron/version"
 PRODUCT_NAME_FILE = "sys/devices/virtual/dmi/id/product_name"
 LNC_CONFIG_FILE = "opt/aws/neuron/logical_nc_config"
 DEV_DIR = "dev"
+BOOT_ID_FILE = "proc/sys/kernel/random/boot_id"
 
 MAX_CORES_PER_DEVICE = 64
 MAX_VALUE_LENGTH = 64  # a ResourceSlice string attribute's limit
@@ -57,6 +58,14 @@ class Discovery:
 def discover(root: Path) -> Discovery:
     """Read the sysfs tree under `root` (`/` on a real node)."""
     return _Reader(root).read_node()
+
+
+def boot_id(root: Path) -> str | None:
+    """This boot's id: prepared state from another boot must not be trusted."""
+    try:
+        return (root / BOOT_ID_FILE).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def log_findings(findings: Iterable[Finding], logger: logging.Logger) -> None:
@@ -233,6 +242,7 @@ class _Reader:
             neighbours=self.neighbours(base, index, spec if in_topology else None),
             serial_number=self.parse(f"{base}/info/serial_number", _printable),
             device_name=self.parse(f"{base}/info/architecture/device_name", _printable),
+            major_minor=self.parse(f"{base}/dev", _major_minor),
         )
 
     def neighbours(self, base: str, index: int, spec: InstanceType | None) -> tuple[int, ...]:
@@ -303,6 +313,13 @@ def _device_list(text: str) -> tuple[int, ...]:
         return ()
     parse = _int_in(0, 9999)
     return tuple(parse(part.strip()) for part in text.split(","))
+
+
+def _major_minor(text: str) -> tuple[int, int]:
+    major, sep, minor = text.partition(":")
+    if not sep or not major.isdigit() or not minor.isdigit():
+        raise ValueError("expected MAJOR:MINOR such as 238:0")
+    return int(major), int(minor)
 
 
 def _modes(text: str) -> tuple[int, ...]:

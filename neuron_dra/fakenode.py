@@ -9,6 +9,7 @@ trailing newline) so discovery meets the same quirks it meets on hardware.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from neuron_dra import discovery, topology
 from neuron_dra.instance_types import INSTANCE_TYPES
 
 DEFAULT_DRIVER_VERSION = "2.24.7.0"
+FAKE_MAJOR = 238  # the real major number is assigned dynamically when the driver loads
 
 # PCI device id -> (arch_type, device_name) as the Neuron driver reports them.
 _SILICON = {
@@ -61,6 +63,8 @@ def build_fake_node(
 
     _write(root / discovery.PRODUCT_NAME_FILE, instance_type + "\n")
     _write(root / discovery.DRIVER_VERSION_FILE, driver_version + "\n")
+    if not (root / discovery.BOOT_ID_FILE).exists():
+        _write(root / discovery.BOOT_ID_FILE, f"{uuid.uuid4()}\n")
     if lnc is not None:
         _write(root / discovery.LNC_CONFIG_FILE, f"{ENV_NEURON_LOGICAL_NC_CONFIG}={lnc}\n")
     arch, silicon = _SILICON[spec.pci_device_id]
@@ -71,6 +75,7 @@ def build_fake_node(
     for index in range(spec.devices):
         device = root / discovery.DEVICES_DIR / f"neuron{index}"
         _write(device / "core_count", str(spec.cores_per_device), mode=0o400)
+        _write(device / "dev", f"{FAKE_MAJOR}:{index}\n")
         neighbours = topology.neighbours(spec.shape, spec.devices, index)
         _write(device / "connected_devices", ", ".join(str(n) for n in neighbours) + "\n")
         _write(device / "info/serial_number", f"{serial_seed}{index:08d}\n")

@@ -28,6 +28,8 @@ class NeuronDevice:
     neighbours: tuple[int, ...]
     serial_number: str | None = None
     device_name: str | None = None
+    # Character device numbers from sysfs `dev`; lets runtimes create the node without a stat.
+    major_minor: tuple[int, int] | None = None
 
     @property
     def name(self) -> str:
