@@ -7,19 +7,30 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from consts import ENV_SYSFS_ROOT
+from consts import (
+    ENV_CDI_ROOT,
+    ENV_HEALTHCHECK_PORT,
+    ENV_KUBELET_PLUGINS_DIRECTORY_PATH,
+    ENV_KUBELET_REGISTRAR_DIRECTORY_PATH,
+    ENV_NODE_NAME,
+    ENV_POD_UID,
+    ENV_SYSFS_ROOT,
+)
 from neuron_dra import limits, logs
 from neuron_dra.devicegroups import group_ids
 from neuron_dra.discovery import Discovery, discover, log_findings
 from neuron_dra.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
 from neuron_dra.instance_types import INSTANCE_TYPES
 from neuron_dra.slices import SliceOptions, UltraServerDevices, build_slices
+
+_STARTED = time.monotonic()  # start-up time is measured from the first import
 
 log = logging.getLogger("neuron_dra")
 
@@ -70,6 +81,42 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
     cmd.set_defaults(command=_slices)
 
+    cmd = commands.add_parser("run", help="run the kubelet plugin on this node")
+    sysfs_root(cmd)
+    env = os.environ.get
+    cmd.add_argument("--node-name", default=env(ENV_NODE_NAME), help=f"(${ENV_NODE_NAME})")
+    cmd.add_argument("--pod-uid", default=env(ENV_POD_UID), help=f"socket names (${ENV_POD_UID})")
+    cmd.add_argument("--cdi-root", type=Path, default=Path(env(ENV_CDI_ROOT, "/var/run/cdi")))
+    cmd.add_argument(
+        "--kubelet-registrar-directory-path",
+        type=Path,
+        default=Path(
+            env(ENV_KUBELET_REGISTRAR_DIRECTORY_PATH, "/var/lib/kubelet/plugins_registry")
+        ),
+    )
+    cmd.add_argument(
+        "--kubelet-plugins-directory-path",
+        type=Path,
+        default=Path(env(ENV_KUBELET_PLUGINS_DIRECTORY_PATH, "/var/lib/kubelet/plugins")),
+    )
+    cmd.add_argument(
+        "--healthcheck-port",
+        type=int,
+        default=int(env(ENV_HEALTHCHECK_PORT, "-1")),
+        help=f"gRPC health service port on 127.0.0.1 for the liveness probe; -1 disables "
+        f"(${ENV_HEALTHCHECK_PORT})",
+    )
+    cmd.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
+    cmd.add_argument(
+        "--ultraserver-devices",
+        default="auto",
+        choices=["auto", *UltraServerDevices],
+        help="auto: both kinds with shared counters where the API server serves them, "
+        "else only the whole-node device",
+    )
+    cmd.add_argument("--rediscover-interval", type=float, default=60.0, metavar="SECONDS")
+    cmd.set_defaults(command=_run)
+
     cmd = commands.add_parser("fake-node", help="write a simulated node's sysfs tree")
     cmd.add_argument("--instance-type", required=True, choices=sorted(INSTANCE_TYPES))
     cmd.add_argument("--out", required=True, type=Path)
@@ -79,6 +126,27 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("--ultraserver-node-id", type=int, choices=range(4))
     cmd.set_defaults(command=_fake_node)
     return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.node_name:
+        raise ValueError(f"--node-name or ${ENV_NODE_NAME} is required")
+    # Deferred: the Kubernetes client takes ~0.3 s to import, which only `run` needs.
+    from neuron_dra.run import RunOptions, run  # noqa: PLC0415
+
+    options = RunOptions(
+        node_name=args.node_name,
+        sysfs_root=args.sysfs_root,
+        cdi_root=args.cdi_root,
+        registrar_dir=args.kubelet_registrar_directory_path,
+        plugins_dir=args.kubelet_plugins_directory_path,
+        kubeconfig=args.kubeconfig,
+        pod_uid=args.pod_uid or None,
+        health_port=args.healthcheck_port if args.healthcheck_port >= 0 else None,
+        ultraserver_devices=args.ultraserver_devices,
+        rediscover_interval_s=args.rediscover_interval,
+    )
+    return run(options, _STARTED)
 
 
 def _discover(args: argparse.Namespace) -> int:

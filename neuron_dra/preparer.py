@@ -98,7 +98,7 @@ class Preparer:
         return {r.uid: o for r, o in zip(refs, outcomes, strict=True)}
 
     async def _prepare_one(self, ref: ClaimRef) -> Outcome:
-        extra = {"claim": ref.uid, "namespace": ref.namespace, "name": ref.name}
+        extra = {"claim": ref.uid, "claim_namespace": ref.namespace, "claim_name": ref.name}
         try:
             cdi.check_uid(ref.uid)
         except ValueError as err:
