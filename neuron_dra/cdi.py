@@ -103,11 +103,13 @@ def spec_uids(cdi_root: Path) -> set[str]:
         names = [p.name for p in cdi_root.iterdir()]
     except FileNotFoundError:
         return set()
-    return {
+    uids = (
         n[len(_SPEC_PREFIX) : -len(".json")]
         for n in names
         if n.startswith(_SPEC_PREFIX) and n.endswith(".json")
-    }
+    )
+    # A name that is not a UID is no spec of ours, whoever put it there.
+    return {uid for uid in uids if _UID_RE.fullmatch(uid)}
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int) -> None:

@@ -137,8 +137,9 @@ class Preparer:
             try:
                 removed = await asyncio.to_thread(cdi.remove_spec, self._cdi_root, ref.uid)
                 self._fault("after-cdi-remove")
-                if ref.uid in self._claims:
-                    await self._commit({ref.uid: None})
+                # Unconditionally: during a rolling update the other instance may have
+                # prepared it, and only the file on disk knows.
+                await self._commit({ref.uid: None})
             except Exception as err:
                 log.exception("claim not unprepared", extra={"claim": ref.uid})
                 return Outcome(error=f"claim {ref}: {type(err).__name__}: {err}")
