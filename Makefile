@@ -26,7 +26,7 @@ test: lint
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/pytest
 
 demo: $(STAMP)
-	$(BIN)/python scripts/demo.py
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/python scripts/demo.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

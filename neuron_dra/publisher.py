@@ -38,6 +38,9 @@ class SlicePublisher:
         self._wake = asyncio.Event()
         self.published = asyncio.Event()  # set once the API server holds the desired slices
         self.writes = 0
+        # Remembered, so slices re-created after a deletion still move the pool forward:
+        # a scheduler that has not yet seen the deletion must not take both as current.
+        self._generation = 0
         self.last_publish: float | None = None
 
     def refresh(self, build: BuildSlices) -> None:
@@ -74,7 +77,8 @@ class SlicePublisher:
         if _same(existing, desired):
             self.published.set()
             return current.resource_version
-        generation = 1 + max((s["spec"]["pool"]["generation"] for s in existing), default=0)
+        seen = max((s["spec"]["pool"]["generation"] for s in existing), default=0)
+        generation = self._generation = max(seen, self._generation) + 1
         desired = self._build(generation, node_uid)
         for old, new in zip(existing, desired, strict=False):
             body = copy.deepcopy(new)

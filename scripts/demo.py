@@ -1,28 +1,134 @@
-"""Local demo: simulate a trn2.48xlarge node and show what the driver publishes for it."""
+"""Local demo: a real control plane, simulated Neuron nodes running `neuron-dra run`,
+and the examples scheduled onto them.
+
+Builds (or reuses) Kubernetes from the Go module proxy, starts etcd, the API
+server, scheduler and controller manager, adds two trn2.48xlarge, one
+inf2.48xlarge and four trn2u.48xlarge nodes of one UltraServer, each with the
+kubelet's own DRA code and the plugin, applies the examples and prints what
+every pod got. With a terminal attached it keeps the cluster up for kubectl
+until Ctrl-C.
+"""
 
 from __future__ import annotations
 
+import argparse
+import copy
+import signal
 import sys
-import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-from neuron_dra.cli import main
+import yaml
+
+# The demo runs on the test harness, which lives with the tests.
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from neuron_dra.fakenode import FakeUltraServer  # noqa: E402
+from tests.e2e.build import build  # noqa: E402
+from tests.e2e.cluster import Cluster  # noqa: E402
+from tests.e2e.nodes import add_simulated_node, env_of  # noqa: E402
+
+SPECS = REPO / "examples" / "specs"
+Obj = dict[str, Any]
+
+# (template file, pod name, node pin): what the demo runs.
+# A row, a half and another row fill trn2-a exactly, with connected sets only.
+WORKLOADS = [
+    ("1x4-connected-devices.yaml", "row", "trn2-a"),
+    ("l-trn2.yaml", "half", "trn2-a"),
+    ("v1beta1/1x4-connected-devices.yaml", "row-v1beta1", "trn2-a"),
+    ("lnc-setting-trn2.yaml", "all-lnc1", "trn2-b"),
+    *[("us-4-node-config.yaml", f"us-worker-{i}", f"trn2u-{i}") for i in range(4)],
+]
 
 
-def demo() -> int:
-    with tempfile.TemporaryDirectory(prefix="neuron-dra-demo-") as tmp:
-        root = str(Path(tmp) / "trn2-node")
-        steps = [
-            ["fake-node", "--instance-type", "trn2.48xlarge", "--out", root],
-            ["discover", "--sysfs-root", root],
-            ["slices", "--sysfs-root", root, "--node-name", "trn2-node"],
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--keep",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep the cluster running (default: when a terminal is attached)",
+    )
+    args = parser.parse_args()
+    keep = sys.stdin.isatty() if args.keep is None else args.keep
+
+    binaries = build()
+    print("\nstarting etcd, kube-apiserver, kube-scheduler, kube-controller-manager ...")
+    with Cluster(binaries, keep_workdir=keep) as cluster:
+        cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
+        nodes = [
+            ("trn2-a", "trn2.48xlarge", None),
+            ("trn2-b", "trn2.48xlarge", None),
+            ("inf2-a", "inf2.48xlarge", None),
+            *[(f"trn2u-{i}", "trn2u.48xlarge", FakeUltraServer("us-demo", i)) for i in range(4)],
         ]
-        for argv in steps:
-            print(f"\n$ neuron-dra {' '.join(argv)}", flush=True)
-            if (code := main(argv)) != 0:
-                return code
+        for name, instance_type, ultraserver in nodes:
+            add_simulated_node(cluster, name, instance_type, ultraserver=ultraserver)
+            print(f"  node {name:<9} {instance_type:<15} plugin registered, slices published")
+
+        for spec_file, pod_name, pin in WORKLOADS:
+            docs = [d for d in yaml.safe_load_all((SPECS / spec_file).read_text()) if d]
+            template = next(d for d in docs if d["kind"] == "ResourceClaimTemplate")
+            namespace = "v1beta1" if spec_file.startswith("v1beta1/") else "default"
+            if namespace != "default" and cluster.get_or_none("v1", "Namespace", namespace) is None:
+                cluster.create_namespace(namespace)
+            template = copy.deepcopy(template)
+            template["metadata"]["namespace"] = namespace
+            cluster.apply(template)
+            cluster.create(_pod(pod_name, namespace, template["metadata"]["name"], pin))
+
+        print(f"\n{'POD':<22}{'NODE':<10}{'DEVICES':<28}CONTAINER ENVIRONMENT")
+        for spec_file, pod_name, _ in WORKLOADS:
+            namespace = "v1beta1" if spec_file.startswith("v1beta1/") else "default"
+            pod = cluster.wait_for_pod_running(pod_name, namespace, timeout=120)
+            claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+            claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", claim_name, namespace)
+            results = claim["status"]["allocation"]["devices"]["results"]
+            devices = _compact([r["device"] for r in results])
+            env = " ".join(f"{k}={v}" for k, v in sorted(env_of(pod, "ctr0").items()))
+            print(f"{namespace + '/' + pod_name:<22}{pod['spec']['nodeName']:<10}"
+                  f"{devices:<28}{env}")  # fmt: skip
+
+        if keep:
+            print(f"\n{binaries.kubectl} --kubeconfig={cluster.kubeconfig} get resourceslices")
+            print("cluster running for kubectl as above; Ctrl-C stops it and every process")
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        else:
+            print("\n(run `make demo` in a terminal to keep the cluster up for kubectl)")
     return 0
 
 
+def _pod(name: str, namespace: str, template: str, node: str | None) -> Obj:
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "ctr0", "image": "public.ecr.aws/ubuntu/ubuntu:22.04",
+                            "resources": {"claims": [{"name": "neurons"}]}}],
+            "resourceClaims": [{"name": "neurons", "resourceClaimTemplateName": template}],
+        },
+    }  # fmt: skip
+    if node:
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return pod
+
+
+def _compact(devices: list[str]) -> str:
+    if devices == ["neuronnode"]:
+        return "neuronnode (whole node)"
+    indices = sorted(int(d.removeprefix("neurondevice")) for d in devices)
+    if indices == list(range(indices[0], indices[-1] + 1)):
+        return f"neurondevice{indices[0]}-{indices[-1]}"
+    return ",".join(map(str, indices))
+
+
 if __name__ == "__main__":
-    sys.exit(demo())
+    started = time.monotonic()
+    code = main()
+    print(f"demo finished in {time.monotonic() - started:.1f}s")
+    sys.exit(code)
