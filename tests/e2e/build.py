@@ -1,0 +1,309 @@
+"""Build the real Kubernetes binaries the end-to-end tests run against.
+
+The Go modules under ``tests/e2e/go`` pin the versions; the binaries go to a
+cache outside the checkout, keyed by Kubernetes and Go version, so that only
+the first run pays for compilation. ``python -m tests.e2e.build`` builds (or
+reuses) them and prints the bin dir as the last line of stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+K8S_VERSION = "v1.34.4"
+"""Default Kubernetes version; ``NEURON_DRA_K8S_VERSION`` overrides it."""
+
+GO_DIR = Path(__file__).resolve().parent / "go"
+K8S_MODULE_DIR = GO_DIR / "k8s"
+ETCD_MODULE_DIR = GO_DIR / "etcd"
+
+# Bump when the way binaries are built changes, so stale caches are rebuilt.
+_BUILD_FORMAT = "1"
+
+STAGING_MODULES = (
+    "api",
+    "apiextensions-apiserver",
+    "apimachinery",
+    "apiserver",
+    "cli-runtime",
+    "client-go",
+    "cloud-provider",
+    "cluster-bootstrap",
+    "code-generator",
+    "component-base",
+    "component-helpers",
+    "controller-manager",
+    "cri-api",
+    "cri-client",
+    "csi-translation-lib",
+    "dynamic-resource-allocation",
+    "endpointslice",
+    "externaljwt",
+    "kms",
+    "kube-aggregator",
+    "kube-controller-manager",
+    "kube-proxy",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "metrics",
+    "mount-utils",
+    "pod-security-admission",
+    "sample-apiserver",
+    "sample-cli-plugin",
+    "sample-controller",
+)
+
+_K8S_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+# Programs of the k8s wrapper module itself: the kubelet stand-in and a
+# minimal upstream-helper DRA plugin used to test it.
+_LOCAL_COMMANDS = ("kubeletside", "drastub")
+BINARIES = ("etcd", *_K8S_COMMANDS, *_LOCAL_COMMANDS)
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Paths of the built executables."""
+
+    bin_dir: Path
+
+    def path(self, name: str) -> Path:
+        if name not in BINARIES:
+            raise KeyError(name)
+        return self.bin_dir / name
+
+    @property
+    def etcd(self) -> Path:
+        return self.path("etcd")
+
+    @property
+    def kube_apiserver(self) -> Path:
+        return self.path("kube-apiserver")
+
+    @property
+    def kube_scheduler(self) -> Path:
+        return self.path("kube-scheduler")
+
+    @property
+    def kube_controller_manager(self) -> Path:
+        return self.path("kube-controller-manager")
+
+    @property
+    def kubectl(self) -> Path:
+        return self.path("kubectl")
+
+    @property
+    def kubeletside(self) -> Path:
+        return self.path("kubeletside")
+
+    @property
+    def drastub(self) -> Path:
+        return self.path("drastub")
+
+
+def k8s_version() -> str:
+    version = os.environ.get("NEURON_DRA_K8S_VERSION", K8S_VERSION)
+    if not re.fullmatch(r"v1\.\d+\.\d+", version):
+        raise ValueError(f"Kubernetes version must look like v1.Y.Z, got {version!r}")
+    return version
+
+
+def staging_version(version: str) -> str:
+    """v1.Y.Z of k8s.io/kubernetes is published as v0.Y.Z for staging modules."""
+    return "v0." + version.split(".", 1)[1]
+
+
+def go_version() -> str:
+    out = subprocess.run(
+        ["go", "env", "GOVERSION"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    if not out.startswith("go"):
+        raise RuntimeError(f"unexpected `go env GOVERSION` output: {out!r}")
+    return out
+
+
+def cache_root() -> Path:
+    base = os.environ.get("NEURON_DRA_CACHE") or os.environ.get("XDG_CACHE_HOME")
+    root = Path(base) if base else Path.home() / ".cache"
+    return root / "neuron-dra"
+
+
+def bin_dir(version: str | None = None, go: str | None = None) -> Path:
+    version = version or k8s_version()
+    go = go or go_version()
+    return cache_root() / f"k8s-{version}-{go}" / "bin"
+
+
+def committed_k8s_version() -> str:
+    out = subprocess.run(
+        ["go", "mod", "edit", "-json"],
+        cwd=K8S_MODULE_DIR, env=_go_env(), check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    for req in json.loads(out).get("Require") or []:
+        if req["Path"] == "k8s.io/kubernetes":
+            return str(req["Version"])
+    raise RuntimeError(f"{K8S_MODULE_DIR}/go.mod does not require k8s.io/kubernetes")
+
+
+def ldflags(version: str) -> str:
+    major, minor = version.removeprefix("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    # Both packages carry a version: component-base for the servers'
+    # /version, client-go for the user agent and kubectl version.
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return " ".join(flags)
+
+
+def _source_files() -> list[Path]:
+    files: list[Path] = []
+    for module in (K8S_MODULE_DIR, ETCD_MODULE_DIR):
+        files += [module / "go.mod", module / "go.sum"]
+        files += sorted(p for p in module.rglob("*.go") if p.is_file())
+    return files
+
+
+def stamp(version: str, go: str) -> str:
+    """Hash of everything that determines the binaries' content."""
+    digest = hashlib.sha256()
+    for part in (_BUILD_FORMAT, version, go, ldflags(version)):
+        digest.update(part.encode() + b"\0")
+    for path in _source_files():
+        digest.update(str(path.relative_to(GO_DIR)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _log(message: str) -> None:
+    print(f"[e2e-build] {message}", file=sys.stderr, flush=True)
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The pinned go directive must never trigger a toolchain download.
+    env["GOTOOLCHAIN"] = "local"
+    env.setdefault("CGO_ENABLED", "0")
+    return env
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    proc = subprocess.run(cmd, check=False, cwd=cwd, env=_go_env(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)} failed in {cwd} (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
+        )
+
+
+@contextmanager
+def _k8s_module(version: str) -> Iterator[Path]:
+    """The k8s wrapper module at ``version``: the committed one, or a
+    generated copy in a temp dir when another version is requested."""
+    if version == committed_k8s_version():
+        yield K8S_MODULE_DIR
+        return
+    with tempfile.TemporaryDirectory(prefix="neuron-dra-k8s-") as tmp:
+        module = Path(tmp)
+        shutil.copytree(K8S_MODULE_DIR, module, dirs_exist_ok=True)
+        staging = staging_version(version)
+        edits = [f"-require=k8s.io/kubernetes@{version}"]
+        edits += [f"-replace=k8s.io/{m}=k8s.io/{m}@{staging}" for m in STAGING_MODULES]
+        _log(f"generating go.mod for Kubernetes {version} in {module}")
+        _run(["go", "mod", "edit", *edits], module)
+        _run(["go", "mod", "tidy"], module)
+        yield module
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    # Parallel test sessions share the cache; one builds, the others wait.
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def is_fresh(target: Path, expected_stamp: str) -> bool:
+    stamp_file = target.parent / "stamp"
+    if not stamp_file.is_file() or stamp_file.read_text().strip() != expected_stamp:
+        return False
+    return all(os.access(target / name, os.X_OK) for name in BINARIES)
+
+
+def build(force: bool = False) -> Binaries:
+    """Build all binaries unless an up-to-date set is cached; return them."""
+    version = k8s_version()
+    go = go_version()
+    target = bin_dir(version, go)
+    expected = stamp(version, go)
+    with _locked(target.parent):
+        if not force and is_fresh(target, expected):
+            _log(f"up to date: {target}")
+            return Binaries(target)
+        target.mkdir(parents=True, exist_ok=True)
+        (target.parent / "stamp").unlink(missing_ok=True)
+        started = time.monotonic()
+        flags = ["-trimpath", f"-ldflags={ldflags(version)}"]
+        with _k8s_module(version) as k8s_dir:
+            jobs: list[tuple[str, Path, str]] = [
+                (name, k8s_dir, f"k8s.io/kubernetes/cmd/{name}") for name in _K8S_COMMANDS
+            ]
+            jobs += [(name, k8s_dir, f"./cmd/{name}") for name in _LOCAL_COMMANDS]
+            jobs.append(("etcd", ETCD_MODULE_DIR, "go.etcd.io/etcd/server/v3"))
+            for name, module, package in jobs:
+                t0 = time.monotonic()
+                _log(f"building {name} (Kubernetes {version}, {go}) ...")
+                # Build next to the target and rename, so a binary is
+                # either complete or absent.
+                tmp_out = target / f".{name}.tmp"
+                _run(["go", "build", *flags, "-o", str(tmp_out), package], module)
+                tmp_out.replace(target / name)
+                _log(f"built {name} in {time.monotonic() - t0:.1f}s")
+        if stamp(version, go) != expected:
+            # Sources changed while building: leave the set marked stale.
+            _log("sources changed during the build; the next run rebuilds")
+        else:
+            (target.parent / "stamp").write_text(expected + "\n")
+        _log(f"all binaries built in {time.monotonic() - started:.1f}s: {target}")
+        return Binaries(target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument(
+        "--print-dir", action="store_true", help="only print the bin dir, do not build"
+    )
+    args = parser.parse_args(argv)
+    if args.print_dir:
+        print(bin_dir())
+        return 0
+    binaries = build(force=args.force)
+    print(binaries.bin_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""Fixtures for tests that need a real control plane.
+
+The binaries are built once per cache key (see ``tests.e2e.build``); a warm
+cache costs a hash of a few files. Every component logs to a file in the
+cluster's temp dir, and a failing test gets the tails of those logs attached
+to its report.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Generator, Iterator
+
+import pytest
+
+from tests.e2e.build import Binaries, build
+from tests.e2e.cluster import Cluster
+
+
+@pytest.fixture(scope="session")
+def e2e_binaries() -> Binaries:
+    """The binaries, built on first use (minutes) and cached afterwards."""
+    if shutil.which("go") is None:
+        pytest.skip("the end-to-end tests build Kubernetes from source and need a Go toolchain")
+    return build()
+
+
+@pytest.fixture(scope="session")
+def cluster(e2e_binaries: Binaries) -> Iterator[Cluster]:
+    """A control plane shared by the session; tests use their own names."""
+    with Cluster(e2e_binaries) as running:
+        yield running
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and Cluster.active:
+        for running in Cluster.active:
+            report.sections.append((f"cluster logs ({running.workdir})", running.log_tails()))
+    return report

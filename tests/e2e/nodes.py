@@ -1,0 +1,114 @@
+"""Simulated Neuron nodes on a real control plane: Node object, kubelet side, fake
+sysfs and the real `neuron-dra run`, one call each."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from consts import DRIVER_NAME, LABEL_INSTANCE_TYPE
+from neuron_dra.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
+from tests.e2e.cluster import Cluster, Component, KubeletSide
+
+Obj = dict[str, Any]
+PLUGIN = [sys.executable, "-m", "neuron_dra.cli"]
+CDI_ANNOTATION = "kubeletside.neuron.test/cdi-devices"
+ERROR_ANNOTATION = "kubeletside.neuron.test/prepare-error"
+
+
+@dataclass
+class SimulatedNode:
+    cluster: Cluster
+    name: str
+    instance_type: str
+    sysfs: Path
+    side: KubeletSide
+    plugin: Component | None = None
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.side.cdi_dir
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.side.plugins_dir / DRIVER_NAME / "checkpoint.json"
+
+    def start_plugin(self, *, env: dict[str, str] | None = None, wait: bool = True) -> Component:
+        argv = [
+            *PLUGIN, "run",
+            f"--node-name={self.name}",
+            f"--sysfs-root={self.sysfs}",
+            f"--cdi-root={self.cdi_dir}",
+            f"--kubelet-registrar-directory-path={self.side.registry_dir}",
+            f"--kubelet-plugins-directory-path={self.side.plugins_dir}",
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            *self.extra_args,
+        ]  # fmt: skip
+        prefix = [f"{k}={v}" for k, v in (env or {}).items()]
+        command = ["env", *prefix, *argv] if prefix else argv
+        self.plugin = self.cluster.start_process(f"plugin-{self.name}", command)
+        if wait:
+            self.side.wait_for_plugin(DRIVER_NAME)
+            self.cluster.wait_for(f"slices of {self.name}", lambda: self.slices() or None)
+        return self.plugin
+
+    def stop_plugin(self) -> None:
+        if self.plugin is not None:
+            self.cluster.stop_process(self.plugin)
+            self.plugin = None
+
+    def slices(self) -> list[Obj]:
+        return self.cluster.list_objects(
+            "resource.k8s.io/v1",
+            "ResourceSlice",
+            field_selector=f"spec.nodeName={self.name},spec.driver={DRIVER_NAME}",
+        )
+
+    def cdi_files(self) -> list[str]:
+        return sorted(p.name for p in self.cdi_dir.iterdir() if p.name.startswith(DRIVER_NAME))
+
+    def checkpointed(self) -> set[str]:
+        if not self.checkpoint.exists():
+            return set()
+        return set(json.loads(self.checkpoint.read_text())["claims"])
+
+
+def add_simulated_node(
+    cluster: Cluster,
+    name: str,
+    instance_type: str,
+    *,
+    driver_version: str = DEFAULT_DRIVER_VERSION,
+    ultraserver: FakeUltraServer | None = None,
+    lnc: int | None = None,
+    extra_args: list[str] | None = None,
+    start: bool = True,
+) -> SimulatedNode:
+    cluster.add_node(name, {LABEL_INSTANCE_TYPE: instance_type})
+    side = cluster.start_kubelet_side(name)
+    sysfs = build_fake_node(
+        cluster.workdir / "sysfs" / name,
+        instance_type,
+        driver_version=driver_version,
+        ultraserver=ultraserver,
+        lnc=lnc,
+    )
+    node = SimulatedNode(cluster, name, instance_type, sysfs, side, extra_args=extra_args or [])
+    if start:
+        node.start_plugin()
+    return node
+
+
+def container_view(pod: Obj, container: str) -> Obj:
+    """What the kubelet side resolved through CDI for one container: env and device nodes."""
+    views = json.loads(pod["metadata"]["annotations"][CDI_ANNOTATION])
+    view: Obj = views[container]
+    return view
+
+
+def env_of(pod: Obj, container: str) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in container_view(pod, container)["env"])

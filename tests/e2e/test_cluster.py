@@ -1,0 +1,158 @@
+"""The control plane and the kubelet stand-in, without any DRA plugin."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.build import BINARIES, Binaries
+from tests.e2e.cluster import KUBELETSIDE_ERROR_ANNOTATION, Cluster, processes_running
+from tests.e2e.manifests import (
+    DRIVER,
+    allocated_devices,
+    claim_spec,
+    device_class,
+    pod,
+    resource_slice,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_scheduler_allocates_and_binds(cluster: Cluster) -> None:
+    node, ns = "alloc-node", "alloc"
+    cluster.create_namespace(ns)
+    cluster.add_node(node, labels={"neuron.aws.com/test": "alloc"})
+    cluster.create(resource_slice(node))
+    cluster.create(device_class("neuron-alloc"))
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "two-neurons", "namespace": ns},
+            "spec": claim_spec("neuron-alloc"),
+        }
+    )
+    cluster.create(pod("consumer", ns, node, {"resourceClaimName": "two-neurons"}))
+
+    bound = cluster.wait_for_pod_scheduled("consumer", ns)
+    assert bound["spec"]["nodeName"] == node
+
+    claim = cluster.wait_for_claim_allocated("two-neurons", ns)
+    results = allocated_devices(claim)
+    assert len(results) == 2
+    assert {r["driver"] for r in results} == {DRIVER}
+    assert {r["pool"] for r in results} == {node}
+    assert {r["device"] for r in results} <= {"neuron-1", "neuron-2", "neuron-3"}
+    reserved = [r["name"] for r in claim["status"].get("reservedFor", [])]
+    assert reserved == ["consumer"]
+
+
+def test_claim_template_and_beta_api(cluster: Cluster) -> None:
+    """The resourceclaim controller creates claims from templates, and the
+    beta resource.k8s.io versions are served."""
+    node, ns = "template-node", "template"
+    cluster.create_namespace(ns)
+    cluster.add_node(node)
+    cluster.create(resource_slice(node))
+    cluster.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1beta1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "neuron-template"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        }
+    )
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one-neuron", "namespace": ns},
+            "spec": {"spec": claim_spec("neuron-template", count=1)},
+        }
+    )
+    cluster.create(pod("templated", ns, node, {"resourceClaimTemplateName": "one-neuron"}))
+
+    def generated_claim() -> str | None:
+        p = cluster.get("v1", "Pod", "templated", ns)
+        statuses = p.get("status", {}).get("resourceClaimStatuses") or []
+        return next((s.get("resourceClaimName") for s in statuses), None)
+
+    claim_name = cluster.wait_for("claim generated from template", generated_claim)
+    claim = cluster.wait_for_claim_allocated(claim_name, ns)
+    assert len(allocated_devices(claim)) == 1
+    assert cluster.wait_for_pod_scheduled("templated", ns)["spec"]["nodeName"] == node
+
+
+def test_kubeletside_without_plugin(cluster: Cluster) -> None:
+    """Without a registered plugin, prepare fails visibly and the pod stays
+    Pending; deletion still completes."""
+    node, ns = "lonely-node", "lonely"
+    cluster.create_namespace(ns)
+    cluster.add_node(node)
+    stale = resource_slice(node)
+    stale["metadata"]["name"] = "stale-slice"
+    cluster.create(stale)
+
+    side = cluster.start_kubelet_side(node)
+    # Like the kubelet, it wipes the node's slices at start-up, before ready.
+    assert cluster.get_or_none("resource.k8s.io/v1", "ResourceSlice", "stale-slice") is None
+    assert side.report_events("ready")
+    assert side.registry_dir.is_dir()
+
+    cluster.create(resource_slice(node))
+    cluster.create(device_class("neuron-lonely"))
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "wanted", "namespace": ns},
+            "spec": claim_spec("neuron-lonely", count=1),
+        }
+    )
+    cluster.create(pod("waiting", ns, node, {"resourceClaimName": "wanted"}))
+
+    failed = cluster.wait_for_pod(
+        "waiting",
+        ns,
+        lambda p: KUBELETSIDE_ERROR_ANNOTATION in p["metadata"].get("annotations", {}),
+        "prepare error recorded",
+    )
+    message = failed["metadata"]["annotations"][KUBELETSIDE_ERROR_ANNOTATION]
+    assert DRIVER in message
+    assert "not registered" in message
+    assert failed["status"]["phase"] == "Pending"
+    events = cluster.wait_for(
+        "FailedPrepareDynamicResources event",
+        lambda: [
+            e for e in cluster.events_for("waiting", ns)
+            if e["reason"] == "FailedPrepareDynamicResources"
+        ],
+    )  # fmt: skip
+    assert events[0]["source"]["host"] == node
+    assert side.report_events("prepare-error")
+    # The slice published after start-up survives.
+    assert cluster.get_or_none("resource.k8s.io/v1", "ResourceSlice", f"{node}-{DRIVER}")
+
+    cluster.delete("v1", "Pod", "waiting", ns)
+    cluster.wait_for_pod_gone("waiting", ns)
+    assert side.report_events("deleted")
+
+
+def test_stop_leaves_no_process(e2e_binaries: Binaries) -> None:
+    cluster = Cluster(e2e_binaries)
+    cluster.start()
+    try:
+        cluster.add_node("n1")
+        cluster.start_kubelet_side("n1")
+        pids = cluster.all_pids()
+        assert len(pids) == 5
+        paths = [e2e_binaries.path(b) for b in BINARIES]
+        ours = [(pid, cmd) for pid, cmd in processes_running(paths) if str(cluster.workdir) in cmd]
+        # The scan itself must see the running components.
+        assert {pid for pid, _ in ours} == set(pids)
+    finally:
+        cluster.stop()
+
+    assert cluster.stray_processes() == []
+    leftovers = [(pid, cmd) for pid, cmd in processes_running(paths) if str(cluster.workdir) in cmd]
+    assert leftovers == []

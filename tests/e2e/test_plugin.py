@@ -1,0 +1,315 @@
+"""`neuron-dra run` on simulated nodes, driven by the kubelet's own DRA code.
+
+Each example is applied, allocated by the real scheduler, prepared through the
+kubelet's DRA manager, resolved by the CDI package, checked for the exact
+container environment, deleted, and checked to leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from consts import LABEL_ULTRASERVER_NODE_ID_4, LABEL_ULTRASERVER_SERVER_ID_4
+from neuron_dra.fakenode import FakeUltraServer
+from neuron_dra.instance_types import INSTANCE_TYPES
+from tests.e2e.build import Binaries
+from tests.e2e.cluster import Cluster
+from tests.e2e.nodes import (
+    ERROR_ANNOTATION,
+    SimulatedNode,
+    add_simulated_node,
+    container_view,
+    env_of,
+)
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = REPO / "examples" / "specs"
+Obj = dict[str, Any]
+FAULTS = ("after-plan", "after-cdi-write", "after-checkpoint")
+
+
+@pytest.fixture(scope="module")
+def nodes(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
+    """A cluster as Kubernetes 1.34 ships it (no shared counters) with running plugins."""
+    with Cluster(e2e_binaries) as cluster:
+        cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
+        found = {
+            name: add_simulated_node(cluster, name, "trn2.48xlarge")
+            for name in ("trn2-a", "trn2-b", "trn2-c")
+        }
+        found["inf2-a"] = add_simulated_node(cluster, "inf2-a", "inf2.48xlarge")
+        for i in range(4):
+            found[f"us-{i}"] = add_simulated_node(
+                cluster, f"us-{i}", "trn2u.48xlarge", ultraserver=FakeUltraServer("us-a", i)
+            )
+        yield found
+
+
+def cluster_of(nodes: dict[str, SimulatedNode]) -> Cluster:
+    return next(iter(nodes.values())).cluster
+
+
+_namespaces = (f"t{i}" for i in itertools.count())
+
+
+def namespace(cluster: Cluster) -> str:
+    name = next(_namespaces)
+    cluster.create_namespace(name)
+    return name
+
+
+def pod_using(name: str, template: str, node: str | None = None, *, claim: bool = False) -> Obj:
+    source = {"resourceClaimName": template} if claim else {"resourceClaimTemplateName": template}
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "ctr0", "image": "none",
+                            "resources": {"claims": [{"name": "neurons"}]}}],
+            "resourceClaims": [{"name": "neurons", **source}],
+        },
+    }  # fmt: skip
+    if node:
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return pod
+
+
+def create_in(cluster: Cluster, ns: str, docs: list[Obj]) -> None:
+    for original in docs:
+        doc = copy.deepcopy(original)
+        doc["metadata"]["namespace"] = ns
+        if doc["kind"] == "Pod":
+            doc["spec"]["automountServiceAccountToken"] = False
+        cluster.create(doc)
+
+
+def claim_of(cluster: Cluster, ns: str, pod: Obj) -> Obj:
+    name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    return cluster.get("resource.k8s.io/v1", "ResourceClaim", name, ns)
+
+
+def expected_env(node: SimulatedNode, devices: list[int], lnc: int | None) -> dict[str, str]:
+    spec = INSTANCE_TYPES[node.instance_type]
+    default = 2 if spec.has_lnc else 1
+    per_device = spec.cores_per_device // (lnc or default)
+    cores = sorted(c for d in devices for c in range(d * per_device, (d + 1) * per_device))
+    contiguous = cores == list(range(cores[0], cores[-1] + 1))
+    visible = f"{cores[0]}-{cores[-1]}" if contiguous else ",".join(map(str, cores))
+    env = {"NEURON_RT_VISIBLE_CORES": visible}
+    if lnc:
+        env["NEURON_LOGICAL_NC_CONFIG"] = str(lnc)
+    return env
+
+
+def run_and_check(
+    nodes: dict[str, SimulatedNode], ns: str, pod_name: str, lnc: int | None, count: int | None
+) -> None:
+    """Wait for the pod, check what its container got, delete it, check nothing is left."""
+    cluster = cluster_of(nodes)
+    pod = cluster.wait_for_pod_running(pod_name, ns, timeout=60)
+    node = nodes[pod["spec"]["nodeName"]]
+    claim = claim_of(cluster, ns, pod)
+    uid = claim["metadata"]["uid"]
+    results = claim["status"]["allocation"]["devices"]["results"]
+    devices = sorted(int(r["device"].removeprefix("neurondevice")) for r in results)
+    assert len(devices) == (count or INSTANCE_TYPES[node.instance_type].devices)
+    assert env_of(pod, "ctr0") == expected_env(node, devices, lnc)
+    assert container_view(pod, "ctr0")["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
+    assert node.cdi_files() == [f"neuron.aws.com-{uid}.json"]
+    assert uid in node.checkpointed()
+
+    cluster.delete("v1", "Pod", pod_name, ns)
+    cluster.wait_for_pod_gone(pod_name, ns, timeout=60)
+    cluster.wait_for(f"CDI spec of {uid} removed", lambda: not node.cdi_files())
+    assert uid not in node.checkpointed()
+
+
+@pytest.mark.parametrize(
+    ("spec_file", "lnc", "count"),
+    [
+        ("1x4-connected-devices.yaml", None, 4),
+        ("v1beta1/1x4-connected-devices.yaml", None, 4),
+        ("lnc-setting-trn2.yaml", 1, None),
+        ("v1beta1/lnc-setting-trn2.yaml", 1, None),
+    ],
+)
+def test_example_with_a_pod(
+    nodes: dict[str, SimulatedNode], spec_file: str, lnc: int | None, count: int | None
+) -> None:
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    create_in(cluster, ns, list(yaml.safe_load_all((SPECS / spec_file).read_text())))
+    run_and_check(nodes, ns, "pod0", lnc, count)
+
+
+@pytest.mark.parametrize(
+    ("spec_file", "lnc", "count"),
+    [
+        ("xl-trn2.yaml", None, 16),
+        ("v1beta1/xl-trn2.yaml", None, 16),
+        ("l-trn2.yaml", None, 8),
+        ("v1beta1/l-trn2.yaml", None, 8),
+        ("2.26-driver-trn2.yaml", None, 8),
+        ("v1beta1/2.26-driver-trn2.yaml", None, 8),
+        ("v1beta1/lnc-neurons.yaml", 1, None),
+    ],
+)
+def test_template_example(
+    nodes: dict[str, SimulatedNode], spec_file: str, lnc: int | None, count: int | None
+) -> None:
+    cluster = cluster_of(nodes)
+    [template] = list(yaml.safe_load_all((SPECS / spec_file).read_text()))
+    ns = template["metadata"].get("namespace")
+    if ns is None:
+        ns = namespace(cluster)
+    elif cluster.get_or_none("v1", "Namespace", ns) is None:
+        cluster.create_namespace(ns)
+    create_in(cluster, ns, [template, pod_using("user", template["metadata"]["name"])])
+    run_and_check(nodes, ns, "user", lnc, count)
+
+
+def test_ultraserver_four_node_unit(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    [template, _] = list(yaml.safe_load_all((SPECS / "us-4-node-config.yaml").read_text()))
+    create_in(cluster, ns, [template])
+    for i in range(4):
+        node = cluster.get("v1", "Node", f"us-{i}")
+        assert node["metadata"]["labels"][LABEL_ULTRASERVER_SERVER_ID_4] == "us-a"
+        assert node["metadata"]["labels"][LABEL_ULTRASERVER_NODE_ID_4] == str(i)
+        # What LeaderWorkerSet's exclusive placement does: one pod per node of the unit.
+        create_in(cluster, ns, [pod_using(f"w{i}", "us-4-node-config", f"us-{i}")])
+    for i in range(4):
+        pod = cluster.wait_for_pod_running(f"w{i}", ns, timeout=60)
+        claim = claim_of(cluster, ns, pod)
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["pool"], result["device"]) == (f"us-{i}", "neuronnode")
+        assert env_of(pod, "ctr0") == {
+            "NEURON_RT_VISIBLE_CORES": "0-63",
+            "NEURON_RT_ULTRASERVER_MODE": "1",
+            "NEURON_RT_ULTRASERVER_SERVER_ID": "us-a",
+            "NEURON_RT_ULTRASERVER_NODE_ID": str(i),
+        }
+        assert container_view(pod, "ctr0")["deviceNodes"] == [f"/dev/neuron{d}" for d in range(16)]
+    for i in range(4):
+        cluster.delete("v1", "Pod", f"w{i}", ns)
+    for i in range(4):
+        cluster.wait_for_pod_gone(f"w{i}", ns, timeout=60)
+        assert not nodes[f"us-{i}"].cdi_files()
+
+
+V1 = "neuron.aws.com/v1"
+
+
+@pytest.mark.parametrize(
+    ("node", "parameters", "message"),
+    [
+        ("trn2-b", {"apiVersion": V1, "kind": "NeuronConfig", "lnc": 1},
+         "unknown field 'lnc' (known fields: apiVersion, kind, logicalNeuronCore)"),
+        ("trn2-b", {"apiVersion": V1, "kind": "GpuConfig"},
+         "kind 'GpuConfig' is not one of NeuronConfig, UltraServerConfig"),
+        ("trn2-b", {"apiVersion": V1, "kind": "NeuronConfig", "logicalNeuronCore": 3},
+         "field 'logicalNeuronCore': 3 is not allowed; allowed values: 1, 2"),
+        ("inf2-a", {"apiVersion": V1, "kind": "NeuronConfig", "logicalNeuronCore": 1},
+         "but inf2.48xlarge has no logical NeuronCores"),
+        ("trn2-b", {"apiVersion": V1, "kind": "UltraServerConfig", "ultraserverMode": 4},
+         "it is only valid for the neuronnode device"),
+    ],
+)  # fmt: skip
+def test_bad_config_keeps_the_pod_pending_and_says_why(
+    nodes: dict[str, SimulatedNode], node: str, parameters: Obj, message: str
+) -> None:
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    claim: Obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "bad", "namespace": ns},
+        "spec": {"devices": {
+            "requests": [{"name": "neurons", "exactly": {"deviceClassName": "neuron.aws.com"}}],
+            "config": [{"opaque": {"driver": "neuron.aws.com", "parameters": parameters}}],
+        }},
+    }  # fmt: skip
+    cluster.create(claim)
+    create_in(cluster, ns, [pod_using("p", "bad", node, claim=True)])
+    pod = cluster.wait_for_pod(
+        "p", ns, lambda p: ERROR_ANNOTATION in p["metadata"].get("annotations", {}), "an error"
+    )
+    error = pod["metadata"]["annotations"][ERROR_ANNOTATION]
+    assert message in error and f"claim {ns}/bad (" in error
+    assert pod["status"].get("phase") == "Pending"
+    assert not nodes[node].cdi_files()
+    cluster.delete("v1", "Pod", "p", ns)
+    cluster.wait_for_pod_gone("p", ns, timeout=60)
+
+
+def test_parameters_that_are_not_an_object_are_refused(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    claim: Obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "not-an-object", "namespace": "default"},
+        "spec": {"devices": {
+            "requests": [{"name": "neurons", "exactly": {"deviceClassName": "neuron.aws.com"}}],
+            "config": [{"opaque": {"driver": "neuron.aws.com", "parameters": [1, 2]}}],
+        }},
+    }  # fmt: skip
+    with pytest.raises(Exception, match="parameters"):
+        cluster.create(claim)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_killed_mid_prepare_the_retry_succeeds(nodes: dict[str, SimulatedNode], fault: str) -> None:
+    cluster = cluster_of(nodes)
+    node = nodes["trn2-c"]
+    node.stop_plugin()
+    crashing = node.start_plugin(env={"NEURON_DRA_TEST_FAULT": fault})
+    ns = namespace(cluster)
+    docs = list(yaml.safe_load_all((SPECS / "1x4-connected-devices.yaml").read_text()))
+    docs[1]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node.name}
+    create_in(cluster, ns, docs)
+    cluster.wait_for("the plugin to be killed at " + fault, lambda: not crashing.alive(), 60)
+    assert crashing.process.returncode == -9
+    cluster.stop_process(crashing)
+    node.start_plugin()
+    run_and_check(nodes, ns, "pod0", None, 4)
+    assert not node.checkpointed()
+
+
+def test_slices_deleted_by_hand_come_back(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    node = nodes["inf2-a"]
+    [before] = node.slices()
+    cluster.delete("resource.k8s.io/v1", "ResourceSlice", before["metadata"]["name"])
+    started = time.monotonic()
+    [after] = cluster.wait_for("slice re-created", lambda: node.slices() or None, timeout=5)
+    assert time.monotonic() - started < 2.0
+    assert after["metadata"]["name"] != before["metadata"]["name"]
+    assert after["spec"]["devices"] == before["spec"]["devices"]
+    assert after["spec"]["pool"]["generation"] > before["spec"]["pool"]["generation"]
+
+
+def test_kubelet_restart_wipes_slices_and_the_plugin_restores_them(
+    nodes: dict[str, SimulatedNode],
+) -> None:
+    cluster = cluster_of(nodes)
+    node = nodes["inf2-a"]
+    [before] = node.slices()
+    cluster.stop_kubelet_side(node.name)
+    node.side = cluster.start_kubelet_side(node.name)  # wipes the node's slices at start
+    node.side.wait_for_plugin("neuron.aws.com")
+    [after] = cluster.wait_for("slices restored", lambda: node.slices() or None, timeout=10)
+    assert after["spec"]["devices"] == before["spec"]["devices"]
+    assert any(e["event"] == "slices-wiped" for e in node.side.report())
