@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint demo clean
+.PHONY: test lint demo bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ test: lint
 
 demo: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python scripts/demo.py
+
+bench: $(STAMP)
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/run.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -135,7 +135,9 @@ def test_kubeletside_without_plugin(cluster: Cluster) -> None:
 
     cluster.delete("v1", "Pod", "waiting", ns)
     cluster.wait_for_pod_gone("waiting", ns)
-    assert side.report_events("deleted")
+    # Written right after the delete call returns, so possibly after the
+    # pod is already gone.
+    cluster.wait_for("deletion reported", lambda: side.report_events("deleted"))
 
 
 def test_stop_leaves_no_process(e2e_binaries: Binaries) -> None:

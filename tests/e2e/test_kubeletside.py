@@ -97,8 +97,10 @@ def test_prepare_cdi_running_and_unprepare(
     assert sorted(app["deviceNodes"]) == sorted(f"/dev/drastub{i}" for i in indexes)
     spec_file = side.cdi_dir / f"drastub-{uid}.json"
     assert spec_file.exists()
-    prepared = side.report_events("prepared")
+    # Reported right after the status update that made the pod Running.
+    prepared = cluster.wait_for("prepare reported", lambda: side.report_events("prepared"))
     assert [e["pod"] for e in prepared] == ["runner"]
+    assert prepared[0]["containers"] == devices
 
     cluster.delete("v1", "Pod", "runner", NS)
     cluster.wait_for_pod_gone("runner", NS)

@@ -165,24 +165,27 @@ func (t *registrationTracker) RegisterPlugin(name, endpoint string, versions []s
 	if err != nil {
 		entry.Event = "plugin-rejected"
 		entry.Error = err.Error()
-	} else {
+	}
+	// Report before /plugins changes, so that readers of /plugins also
+	// find the entry.
+	t.report.write(entry)
+	if err == nil {
 		t.mu.Lock()
 		t.endpoint[name] = endpoint
 		t.mu.Unlock()
 	}
-	t.report.write(entry)
 	return err
 }
 
 func (t *registrationTracker) DeRegisterPlugin(name, endpoint string) {
 	t.inner.DeRegisterPlugin(name, endpoint)
 	klog.InfoS("Deregister DRA plugin", "driver", name, "endpoint", endpoint)
+	t.report.write(ReportEntry{Event: "plugin-deregistered", Driver: name, Endpoint: endpoint})
 	t.mu.Lock()
 	if t.endpoint[name] == endpoint {
 		delete(t.endpoint, name)
 	}
 	t.mu.Unlock()
-	t.report.write(ReportEntry{Event: "plugin-deregistered", Driver: name, Endpoint: endpoint})
 }
 
 func (t *registrationTracker) snapshot() map[string]string {
@@ -370,9 +373,10 @@ func run(opts options) error {
 	case <-ctx.Done():
 		return nil
 	}
-	ready.Done()
+	// Report first: whoever sees /readyz succeed also finds the entry.
 	klog.InfoS("kubeletside ready", "node", opts.nodeName, "registrationDir", regDir, "cdiDirs", []string(opts.cdiDirs))
 	rep.write(ReportEntry{Event: "ready"})
+	ready.Done()
 
 	go func() {
 		<-ctx.Done()
