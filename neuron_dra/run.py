@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from consts import COUNTER_DEVICES, COUNTER_SET_NODE, DRIVER_NAME
-from neuron_dra import limits
+from neuron_dra import leader, limits
 from neuron_dra.checkpoint import CheckpointStore
 from neuron_dra.discovery import boot_id, discover, log_findings
 from neuron_dra.inventory import NodeInventory
@@ -74,7 +74,7 @@ class Agent:
         self._mode = await self._ultraserver_mode()
         await self.plugin.start()
         tasks = [
-            asyncio.create_task(self.publisher.run(), name="publisher"),
+            asyncio.create_task(self._publish(), name="publisher"),
             asyncio.create_task(self.plugin.supervise(), name="registration"),
             asyncio.create_task(self._label_node(), name="labels"),
             asyncio.create_task(self._rediscover(), name="rediscovery"),
@@ -88,6 +88,12 @@ class Agent:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _publish(self) -> None:
+        lock = self.options.plugins_dir / DRIVER_NAME / "publisher.lock"
+        async with leader.held(lock):
+            log.info("publishing ResourceSlices for this node")
+            await self.publisher.run()
 
     def _discover(self) -> NodeInventory:
         result = discover(self.options.sysfs_root)

@@ -413,9 +413,18 @@ class Cluster:
         )
         self.wait_for("etcd healthy", lambda: _http_ok(self.etcd_url + "/health"), 30.0)
 
-    def _start_apiserver(self, timeout: float) -> None:
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver: every client sees an outage until start_apiserver()."""
+        [component] = [c for c in self.components if c.name == "kube-apiserver"]
+        self.stop_process(component)
+
+    def start_apiserver(self, timeout: float = 60.0) -> None:
+        """Start kube-apiserver again, on the same address, after stop_apiserver()."""
+        self._start_apiserver(timeout, port=self.apiserver_port)
+
+    def _start_apiserver(self, timeout: float, port: int | None = None) -> None:
         pki = self.workdir / "pki"
-        self.apiserver_port = free_port()
+        self.apiserver_port = port or free_port()
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
         args = [
             str(self.binaries.kube_apiserver),

@@ -313,3 +313,36 @@ def test_kubelet_restart_wipes_slices_and_the_plugin_restores_them(
     [after] = cluster.wait_for("slices restored", lambda: node.slices() or None, timeout=10)
     assert after["spec"]["devices"] == before["spec"]["devices"]
     assert any(e["event"] == "slices-wiped" for e in node.side.report())
+
+
+def test_api_server_outage_is_survived(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    node = nodes["inf2-a"]
+    plugin = node.plugin
+    assert plugin is not None
+    logged = len(plugin.log_path.read_text())
+    cluster.stop_apiserver()
+    cluster.wait_for(
+        "the plugin to notice the outage",
+        lambda: "retrying" in plugin.log_path.read_text()[logged:],
+        timeout=60,
+    )
+    cluster.start_apiserver()
+    assert plugin.alive()
+    # The watch is back: a deleted slice is re-created.
+    [before] = cluster.wait_for("slices listed", lambda: node.slices() or None, timeout=30)
+    cluster.delete("resource.k8s.io/v1", "ResourceSlice", before["metadata"]["name"])
+    [after] = cluster.wait_for("slice re-created", lambda: node.slices() or None, timeout=30)
+    assert after["spec"]["devices"] == before["spec"]["devices"]
+
+
+def test_sigterm_stops_cleanly(nodes: dict[str, SimulatedNode]) -> None:
+    node = nodes["trn2-a"]
+    plugin = node.plugin
+    assert plugin is not None
+    node.stop_plugin()  # SIGTERM, then waits
+    assert plugin.process.returncode == 0
+    assert not list(node.side.registry_dir.glob("*.sock"))
+    assert not list((node.side.plugins_dir / "neuron.aws.com").glob("*.sock"))
+    assert "stopping" in plugin.tail()
+    node.start_plugin()
