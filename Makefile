@@ -30,6 +30,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/run.py
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/cel.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -189,7 +189,10 @@ def main() -> int:
         **{k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
+    latest = RESULTS / "latest.json"
+    # Merged, so figures of the other benchmarks (bench/cel.py) stay.
+    merged = json.loads(latest.read_text()) if latest.exists() else {}
+    latest.write_text(json.dumps(merged | result, indent=2) + "\n")
     width = max(map(len, result))
     for key, value in result.items():
         print(f"{key:<{width}}  {value}")

@@ -117,6 +117,11 @@ COUNTER_SET_NODE: Final = "neuron-node"
 COUNTER_DEVICES: Final = "devices"
 """Counter of Neuron devices: each device takes 1, the whole-node device all."""
 
+# --- Device taints ------------------------------------------------------------
+
+TAINT_UNHEALTHY: Final = "neuron.aws.com/unhealthy"
+"""Taint key on an unhealthy device; the value is the error kind."""
+
 # --- Node labels ------------------------------------------------------------
 
 LABEL_INSTANCE_TYPE: Final = "node.kubernetes.io/instance-type"

@@ -115,6 +115,25 @@ def _parser() -> argparse.ArgumentParser:
         "else only the whole-node device",
     )
     cmd.add_argument("--rediscover-interval", type=float, default=60.0, metavar="SECONDS")
+    cmd.add_argument("--health-interval", type=float, default=5.0, metavar="SECONDS")
+    cmd.add_argument(
+        "--health-recovery",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="return a device to service this long after an error that leaves no state to "
+        "re-check (ECC increase, kernel error line); 0 keeps it out until restart",
+    )
+    cmd.add_argument("--kmsg-path", type=Path, help="kernel log to scan (default: <root>/dev/kmsg)")
+    cmd.add_argument(
+        "--unhealthy-effect",
+        default="NoSchedule",
+        choices=["NoSchedule", "NoExecute"],
+        help="taint effect for uncorrectable errors; NoExecute evicts pods using the device",
+    )
+    cmd.add_argument(
+        "--metrics-port", type=int, default=-1, help="Prometheus /metrics port; -1 disables"
+    )
     cmd.set_defaults(command=_run)
 
     cmd = commands.add_parser("fake-node", help="write a simulated node's sysfs tree")
@@ -145,6 +164,11 @@ def _run(args: argparse.Namespace) -> int:
         health_port=args.healthcheck_port if args.healthcheck_port >= 0 else None,
         ultraserver_devices=args.ultraserver_devices,
         rediscover_interval_s=args.rediscover_interval,
+        health_interval_s=args.health_interval,
+        health_recovery_s=args.health_recovery,
+        kmsg=args.kmsg_path,
+        unhealthy_effect=args.unhealthy_effect,
+        metrics_port=args.metrics_port if args.metrics_port >= 0 else None,
     )
     return run(options, _STARTED)
 

@@ -63,6 +63,8 @@ def build_fake_node(
 
     _write(root / discovery.PRODUCT_NAME_FILE, instance_type + "\n")
     _write(root / discovery.DRIVER_VERSION_FILE, driver_version + "\n")
+    if not (root / "dev/kmsg").exists():
+        _write(root / "dev/kmsg", "")  # the kernel log the health monitor follows
     if not (root / discovery.BOOT_ID_FILE).exists():
         _write(root / discovery.BOOT_ID_FILE, f"{uuid.uuid4()}\n")
     if lnc is not None:

@@ -22,19 +22,15 @@ from urllib.parse import quote
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from neuron_dra.apierror import ApiError
+
+__all__ = ["ApiError", "Json", "Kube", "SliceList"]
+
 Json = dict[str, Any]
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 REQUEST_TIMEOUT_S = 30.0
 WATCH_TIMEOUT_S = 300
-
-
-class ApiError(Exception):
-    """The API server answered with an error status, or could not be reached (status 0)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}" if status else message)
-        self.status = status
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from api.kubelet.dra.v1 import api_pb2 as dra_v1
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from api.kubelet.dra.v1beta1 import api_pb2 as dra_v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
+from api.kubelet.drahealth.v1alpha1 import api_pb2 as drahealth
+from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_grpc
 from api.kubelet.grpchealth.v1 import api_pb2 as health_pb
 from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg_pb
@@ -35,9 +38,13 @@ log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 
 PLUGIN_TYPE = "DRAPlugin"
-# The kubelet picks the first version it speaks, so the newest comes first.
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+# The kubelet picks the first DRA version it speaks, so the newest comes first; the
+# health service is listed too (kubelets that do not know it ignore the entry).
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
 SOCKET_CHECK_INTERVAL_S = 1.0
+# The kubelet marks health stale after ~30 s without a message; resend well before.
+HEALTH_RESEND_S = 10.0
+HEALTH_CHECK_TIMEOUT_S = 30
 
 
 def socket_paths(registrar_dir: Path, plugins_dir: Path, pod_uid: str | None) -> tuple[Path, Path]:
@@ -129,6 +136,50 @@ class Registration(reg_grpc.RegistrationServicer):
         return reg_pb.RegistrationStatusResponse()
 
 
+class ResourceHealth(drahealth_grpc.DRAResourceHealthServicer):
+    """Streams every device's health to the kubelet: on connect, on change, and periodically."""
+
+    def __init__(self, pool: str) -> None:
+        self._pool = pool
+        self._devices: dict[str, tuple[bool, str]] = {}  # name -> (healthy, message)
+        self._updated = 0
+        self._updates = 0  # counts changes, so a stream knows whether it missed one
+        self._changed = asyncio.Condition()
+
+    async def update(self, devices: dict[str, tuple[bool, str]]) -> None:
+        async with self._changed:
+            if devices != self._devices:
+                self._devices = dict(devices)
+                self._updated = int(time.time())
+                self._updates += 1
+                self._changed.notify_all()
+
+    def _snapshot(self) -> drahealth.NodeWatchResourcesResponse:
+        response = drahealth.NodeWatchResourcesResponse()
+        for name, (healthy, message) in sorted(self._devices.items()):
+            response.devices.add(
+                device=drahealth.DeviceIdentifier(pool_name=self._pool, device_name=name),
+                health=drahealth.HEALTHY if healthy else drahealth.UNHEALTHY,
+                last_updated_time=self._updated,
+                health_check_timeout_seconds=HEALTH_CHECK_TIMEOUT_S,
+                message=message,
+            )
+        return response
+
+    async def NodeWatchResources(  # noqa: N802
+        self, request: drahealth.NodeWatchResourcesRequest, context: Context
+    ) -> AsyncIterator[drahealth.NodeWatchResourcesResponse]:
+        while True:
+            async with self._changed:
+                snapshot, seen = self._snapshot(), self._updates
+            # Never yield holding the lock: a slow reader would block every update().
+            yield snapshot
+            async with self._changed:
+                if self._updates == seen:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), HEALTH_RESEND_S)
+
+
 class Health(health_grpc.HealthServicer):
     """Liveness for the kubelet's gRPC probe: serving while the DRA socket is up."""
 
@@ -156,8 +207,11 @@ class Health(health_grpc.HealthServicer):
     ) -> AsyncIterator[health_pb.HealthCheckResponse]:
         while True:
             async with self._changed:
-                yield self._status()
-                await self._changed.wait()
+                status, seen = self._status(), self._serving
+            yield status  # outside the lock, as in ResourceHealth
+            async with self._changed:
+                if self._serving == seen:
+                    await self._changed.wait()
 
 
 class KubeletPlugin:
@@ -167,6 +221,7 @@ class KubeletPlugin:
         self,
         preparer: Preparer,
         *,
+        pool: str,
         registrar_dir: Path,
         plugins_dir: Path,
         pod_uid: str | None = None,
@@ -176,6 +231,7 @@ class KubeletPlugin:
             registrar_dir, plugins_dir, pod_uid
         )
         self._dra = DraV1(preparer)
+        self.resource_health = ResourceHealth(pool)
         self.registration = Registration(self.dra_socket)
         self.health = Health()
         self.health_port = health_port
@@ -195,6 +251,9 @@ class KubeletPlugin:
         self._dra_server = grpc.aio.server()
         dra_v1_grpc.add_DRAPluginServicer_to_server(self._dra, self._dra_server)
         dra_v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1(self._dra), self._dra_server)
+        drahealth_grpc.add_DRAResourceHealthServicer_to_server(
+            self.resource_health, self._dra_server
+        )
         await _serve_unix(self._dra_server, self.dra_socket)
         await self.health.set_serving(True)
         await self._start_registration()

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from neuron_dra import cdi
+from neuron_dra.apierror import ApiError
 from neuron_dra.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
 from neuron_dra.claims import ClaimError, ClaimRef, PreparedClaim, plan
 from neuron_dra.inventory import NodeInventory
+from neuron_dra.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,16 @@ class Outcome:
 
     devices: tuple[RecordedDevice, ...] = ()
     error: str = ""
+    # Error class for metrics (claim, api, io, internal); not part of the kubelet's answer.
+    reason: str = field(default="", compare=False)
+
+
+def _failed(ref: ClaimRef, err: Exception) -> Outcome:
+    """An outcome for an unexpected error, classified for the error metrics."""
+    reason = (
+        "api" if isinstance(err, ApiError) else "io" if isinstance(err, OSError) else "internal"
+    )
+    return Outcome(error=f"claim {ref}: {type(err).__name__}: {err}", reason=reason)
 
 
 class Preparer:
@@ -52,7 +65,9 @@ class Preparer:
         boot_id: str,
         get_claim: GetClaim,
         fault: FaultHook = lambda point: None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or Metrics()
         self._inventory = inventory
         self._pool = pool
         self._cdi_root = cdi_root
@@ -89,20 +104,34 @@ class Preparer:
 
     async def prepare(self, refs: Iterable[ClaimRef]) -> dict[str, Outcome]:
         refs = list(refs)
-        outcomes = await asyncio.gather(*(self._prepare_one(r) for r in refs))
+        outcomes = await asyncio.gather(
+            *(self._timed("prepare", self._prepare_one, r) for r in refs)
+        )
         return {r.uid: o for r, o in zip(refs, outcomes, strict=True)}
 
     async def unprepare(self, refs: Iterable[ClaimRef]) -> dict[str, Outcome]:
         refs = list(refs)
-        outcomes = await asyncio.gather(*(self._unprepare_one(r) for r in refs))
+        outcomes = await asyncio.gather(
+            *(self._timed("unprepare", self._unprepare_one, r) for r in refs)
+        )
         return {r.uid: o for r, o in zip(refs, outcomes, strict=True)}
+
+    async def _timed(
+        self, what: str, step: Callable[[ClaimRef], Awaitable[Outcome]], ref: ClaimRef
+    ) -> Outcome:
+        started = time.perf_counter()
+        outcome = await step(ref)
+        self._metrics.observe(f"neuron_dra_{what}_duration_seconds", time.perf_counter() - started)
+        if outcome.reason:
+            self._metrics.inc(f"neuron_dra_{what}_errors_total", reason=outcome.reason)
+        return outcome
 
     async def _prepare_one(self, ref: ClaimRef) -> Outcome:
         extra = {"claim": ref.uid, "claim_namespace": ref.namespace, "claim_name": ref.name}
         try:
             cdi.check_uid(ref.uid)
         except ValueError as err:
-            return Outcome(error=str(err))
+            return Outcome(error=str(err), reason="claim")
         async with self._lock(ref.uid):
             done = self._claims.get(ref.uid)
             if done is not None:
@@ -118,10 +147,10 @@ class Preparer:
                 self._fault("after-checkpoint")
             except ClaimError as err:
                 log.warning("claim not prepared: %s", err, extra=extra)
-                return Outcome(error=str(err))
+                return Outcome(error=str(err), reason="claim")
             except Exception as err:
                 log.exception("claim not prepared", extra=extra)
-                return Outcome(error=f"claim {ref}: {type(err).__name__}: {err}")
+                return _failed(ref, err)
             log.info(
                 "claim prepared",
                 extra=extra | {"devices": ",".join(d.device for d in record.devices)},
@@ -132,7 +161,7 @@ class Preparer:
         try:
             cdi.check_uid(ref.uid)
         except ValueError as err:
-            return Outcome(error=str(err))
+            return Outcome(error=str(err), reason="claim")
         async with self._lock(ref.uid):
             try:
                 removed = await asyncio.to_thread(cdi.remove_spec, self._cdi_root, ref.uid)
@@ -142,7 +171,7 @@ class Preparer:
                 await self._commit({ref.uid: None})
             except Exception as err:
                 log.exception("claim not unprepared", extra={"claim": ref.uid})
-                return Outcome(error=f"claim {ref}: {type(err).__name__}: {err}")
+                return _failed(ref, err)
             if removed:
                 log.info("claim unprepared", extra={"claim": ref.uid})
             return Outcome()

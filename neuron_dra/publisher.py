@@ -60,13 +60,18 @@ class SlicePublisher:
                 await self._watch(version, node_uid)
             except asyncio.CancelledError:
                 raise
-            except (ApiError, KeyError, TypeError) as err:
+            except ApiError as err:
                 log.warning(
                     "ResourceSlices not in sync, retrying in %.1fs: %s", delay, err,
                     extra={"node": self._node},
                 )  # fmt: skip
-                await self._sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S) * random.uniform(0.8, 1.0)
+            except Exception:
+                # Never give up on the node's slices: log it loudly and try again.
+                log.exception("ResourceSlice reconcile failed, retrying in %.1fs", delay)
+            else:
+                continue
+            await self._sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX_S) * random.uniform(0.8, 1.0)
 
     async def reconcile(self, node_uid: str | None) -> str:
         """One pass: make the server's slices equal the desired ones; return a resourceVersion."""
@@ -122,6 +127,9 @@ class SlicePublisher:
         finally:
             for task in (next_event, woken):
                 task.cancel()
+            # The generator may still be inside the cancelled anext(): closing it before
+            # that task has finished raises "asynchronous generator is already running".
+            await asyncio.gather(next_event, woken, return_exceptions=True)
             await events.aclose()
 
     async def _sleep(self, delay: float) -> None:

@@ -11,17 +11,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from consts import COUNTER_DEVICES, COUNTER_SET_NODE, DRIVER_NAME
+from consts import COUNTER_DEVICES, COUNTER_SET_NODE, DRIVER_NAME, TAINT_UNHEALTHY
 from neuron_dra import leader, limits
 from neuron_dra.checkpoint import CheckpointStore
-from neuron_dra.discovery import boot_id, discover, log_findings
+from neuron_dra.discovery import DEVICES_DIR, boot_id, discover, log_findings
+from neuron_dra.health import Change, HealthMonitor
 from neuron_dra.inventory import NodeInventory
 from neuron_dra.kube import ApiError, Json, Kube
 from neuron_dra.kubelet import KubeletPlugin
 from neuron_dra.labels import ultraserver_labels
+from neuron_dra.metrics import Metrics, Sample
 from neuron_dra.preparer import FAULT_POINTS, FaultHook, Preparer
 from neuron_dra.publisher import SlicePublisher
-from neuron_dra.slices import SliceOptions, UltraServerDevices, build_slices
+from neuron_dra.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
 
 log = logging.getLogger("neuron_dra")
 
@@ -41,6 +43,11 @@ class RunOptions:
     health_port: int | None = None
     ultraserver_devices: str = "auto"  # or a UltraServerDevices value
     rediscover_interval_s: float = 60.0
+    health_interval_s: float = 5.0
+    health_recovery_s: float = 0.0  # 0: a device marked unhealthy stays so until restart
+    kmsg: Path | None = None  # default: <sysfs root>/dev/kmsg
+    unhealthy_effect: str = "NoSchedule"  # or NoExecute, for uncorrectable errors
+    metrics_port: int | None = None
 
 
 class Agent:
@@ -50,6 +57,15 @@ class Agent:
         self._started = started
         self.inventory = self._discover()
         self._mode = UltraServerDevices.BOTH
+        self._taints = True
+        self.metrics = Metrics()
+        self.metrics.gauges = self._gauges
+        self.health = HealthMonitor(
+            options.sysfs_root,
+            [d.index for d in self.inventory.devices],
+            kmsg=options.kmsg or options.sysfs_root / "dev" / "kmsg",
+            recovery_s=options.health_recovery_s,
+        )
         plugin_dir = options.plugins_dir / DRIVER_NAME
         self.preparer = Preparer(
             inventory=lambda: self.inventory,
@@ -59,10 +75,12 @@ class Agent:
             boot_id=self._boot_id(),
             get_claim=kube.get_resource_claim,
             fault=_fault_hook(os.environ.get(FAULT_ENV)),
+            metrics=self.metrics,
         )
         self.publisher = SlicePublisher(kube, options.node_name, self._build)
         self.plugin = KubeletPlugin(
             self.preparer,
+            pool=options.node_name,
             registrar_dir=options.registrar_dir,
             plugins_dir=options.plugins_dir,
             pod_uid=options.pod_uid,
@@ -72,8 +90,15 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         self.preparer.start()
         self._mode = await self._ultraserver_mode()
+        self._taints = await _serves(self._kube, self.options.node_name, _TAINT_PROBE, "taints")
+        if not self._taints:
+            log.warning("the API server drops device taints: unhealthy devices are withdrawn")
+        await self._publish_health()
         await self.plugin.start()
+        if self.options.metrics_port is not None:
+            await self.metrics.serve(self.options.metrics_port)
         tasks = [
+            asyncio.create_task(self._watch_health(), name="health"),
             asyncio.create_task(self._publish(), name="publisher"),
             asyncio.create_task(self.plugin.supervise(), name="registration"),
             asyncio.create_task(self._label_node(), name="labels"),
@@ -107,7 +132,15 @@ class Agent:
         return found or "unknown"
 
     def _build(self, generation: int, node_uid: str | None) -> list[Json]:
-        options = SliceOptions(self.options.node_name, node_uid, generation, self._mode)
+        unhealthy = tuple(
+            Unhealthy(
+                device, p.kind, self.options.unhealthy_effect if p.uncorrectable else "NoSchedule"
+            )
+            for device, p in sorted(self.health.problems.items())
+        )
+        options = SliceOptions(
+            self.options.node_name, node_uid, generation, self._mode, unhealthy, self._taints
+        )
         slices = build_slices(self.inventory, options)
         for problem in (p for s in slices for p in limits.validate_slice(s)):
             log.error("slice breaks a resource.k8s.io/v1 limit: %s", problem)
@@ -119,7 +152,7 @@ class Agent:
             return UltraServerDevices(wanted)
         if self.inventory.ultraserver is None:
             return UltraServerDevices.BOTH  # no node device: nothing to choose
-        if await _serves_shared_counters(self._kube, self.options.node_name):
+        if await _serves(self._kube, self.options.node_name, _COUNTER_PROBE, "sharedCounters"):
             return UltraServerDevices.BOTH
         log.warning(
             "the API server drops shared counters (DRAPartitionableDevices off): publishing "
@@ -148,6 +181,99 @@ class Agent:
                 self.inventory = inventory
                 self.publisher.refresh(self._build)
 
+    async def _watch_health(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.health_interval_s)
+            try:
+                changes = await asyncio.to_thread(self.health.poll)
+                if not changes:
+                    continue
+                self.publisher.refresh(self._build)
+                await self._publish_health()
+                for change in changes:
+                    await self._report_health(change)
+            except Exception:
+                # A health source must never take the agent down; it is retried next poll.
+                log.exception("health check failed")
+
+    async def _report_health(self, change: Change) -> None:
+        device = f"neuron{change.device}"
+        problem = change.problem
+        if problem is None:
+            log.info("device healthy again", extra={"device": device})
+            reason, message, kind = "NeuronDeviceHealthy", f"{device} is healthy again", "Normal"
+        else:
+            log.error(
+                "device unhealthy: %s",
+                problem.detail,
+                extra={"device": device, "kind": problem.kind},
+            )
+            self.metrics.inc("neuron_dra_health_events_total", kind=problem.kind)
+            reason, kind = "NeuronDeviceUnhealthy", "Warning"
+            message = f"{device}: {problem.kind} ({problem.detail}); taken out of service"
+        event: Json = {
+            "metadata": {
+                "generateName": f"{self.options.node_name}.neuron-",
+                "namespace": "default",
+            },
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": self.options.node_name},
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": DRIVER_NAME, "host": self.options.node_name},
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "count": 1,
+        }
+        try:
+            await self._kube.create_event("default", event)
+        except ApiError as err:
+            log.warning("event not recorded: %s", err)
+
+    async def _publish_health(self) -> None:
+        problems = self.health.problems
+        await self.plugin.resource_health.update({
+            d.name: (d.index not in problems, problems[d.index].kind if d.index in problems else "")
+            for d in self.inventory.devices
+        })  # fmt: skip
+
+    def _gauges(self) -> list[Sample]:
+        allocated = {d.device for c in self.preparer.prepared.values() for d in c.devices}
+        counts: dict[tuple[str, str], int] = {}
+        for device in self.inventory.devices:
+            health = "unhealthy" if device.index in self.health.problems else "healthy"
+            state = "allocated" if device.name in allocated else "free"
+            counts[(health, state)] = counts.get((health, state), 0) + 1
+        samples = [
+            Sample("neuron_dra_devices", (("health", h), ("state", s)), n)
+            for (h, s), n in sorted(counts.items())
+        ]
+        samples.append(Sample("neuron_dra_prepared_claims", (), len(self.preparer.prepared)))
+        if self.publisher.last_publish is not None:
+            samples.append(
+                Sample(
+                    "neuron_dra_slice_last_publish_timestamp_seconds",
+                    (),
+                    self.publisher.last_publish,
+                )
+            )
+        for device in self.inventory.devices:
+            percent = _read_number(
+                self.options.sysfs_root
+                / DEVICES_DIR
+                / f"neuron{device.index}"
+                / "stats/power/utilization"
+            )
+            if percent is not None:
+                samples.append(
+                    Sample(
+                        "neuron_dra_device_utilization_ratio",
+                        (("device", device.name),),
+                        percent / 100,
+                    )
+                )
+        return samples
+
     async def _report_ready(self) -> None:
         await self.plugin.registration.registered.wait()
         await self.publisher.published.wait()
@@ -157,8 +283,22 @@ class Agent:
         )
 
 
-async def _serves_shared_counters(kube: Kube, node: str) -> bool:
-    """Dry-run a slice with counters: a server with the feature gate off drops the field."""
+_COUNTER_PROBE: Json = {
+    "sharedCounters": [{"name": COUNTER_SET_NODE, "counters": {COUNTER_DEVICES: {"value": "1"}}}],
+    "devices": [],
+}
+_TAINT_PROBE: Json = {
+    "devices": [
+        {
+            "name": "probe",
+            "taints": [{"key": TAINT_UNHEALTHY, "value": "probe", "effect": "NoSchedule"}],
+        }
+    ]
+}
+
+
+async def _serves(kube: Kube, node: str, spec: Json, field: str) -> bool:
+    """Dry-run a slice using `field`: a server with its feature gate off drops it silently."""
     probe: Json = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -167,18 +307,16 @@ async def _serves_shared_counters(kube: Kube, node: str) -> bool:
             "driver": DRIVER_NAME,
             "nodeName": node,
             "pool": {"name": f"{node}-probe", "generation": 1, "resourceSliceCount": 1},
-            "sharedCounters": [
-                {"name": COUNTER_SET_NODE, "counters": {COUNTER_DEVICES: {"value": "1"}}}
-            ],
-            "devices": [],
+            **spec,
         },
     }
     try:
         created = await kube.create_resource_slice(probe, dry_run=True)
     except ApiError as err:
-        log.warning("shared counters probe failed, assuming none: %s", err)
+        log.warning("probe for ResourceSlice %s failed, assuming not served: %s", field, err)
         return False
-    return bool(created.get("spec", {}).get("sharedCounters"))
+    found = created.get("spec", {})
+    return bool(found.get(field) or any(d.get(field) for d in found.get("devices") or []))
 
 
 def _fault_hook(point: str | None) -> FaultHook:
@@ -193,6 +331,17 @@ def _fault_hook(point: str | None) -> FaultHook:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return fault
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _read_number(path: Path) -> float | None:
+    try:
+        return float(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def run(options: RunOptions, started: float) -> int:

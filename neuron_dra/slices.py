@@ -43,6 +43,7 @@ from consts import (
     NODE_DEVICE_NAME,
     RESOURCE_TYPE_DEVICE,
     RESOURCE_TYPE_NODE,
+    TAINT_UNHEALTHY,
 )
 from neuron_dra import devicegroups
 from neuron_dra.instance_types import Shape
@@ -53,7 +54,7 @@ Json = dict[str, Any]
 
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES = 128
-MAX_DEVICES_WITH_COUNTERS = 64
+MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
 
 
 class UltraServerDevices(StrEnum):
@@ -65,11 +66,21 @@ class UltraServerDevices(StrEnum):
 
 
 @dataclass(frozen=True)
+class Unhealthy:
+    device: int
+    kind: str  # the taint's value
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
 class SliceOptions:
     node_name: str
     node_uid: str | None = None  # owner reference to the Node, when known
     generation: int = 1
     ultraserver_devices: UltraServerDevices = UltraServerDevices.BOTH
+    unhealthy: tuple[Unhealthy, ...] = ()
+    # Where the API server drops device taints, unhealthy devices are withdrawn instead.
+    device_taints: bool = True
 
 
 def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
@@ -82,17 +93,25 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     counters = publish_node and publish_devices and bool(inventory.devices)
 
     ids = devicegroups.group_ids(inventory)
+    sick = {u.device: u for u in options.unhealthy}
     devices = []
     if publish_devices:
-        devices = [_device(inventory, d, ids.get(d.index, {})) for d in inventory.devices]
-    if publish_node and ultraserver is not None:
-        devices.append(_node_device(inventory, ultraserver))
+        devices = [
+            _tainted(_device(inventory, d, ids.get(d.index, {})), sick.get(d.index))
+            for d in inventory.devices
+            if options.device_taints or d.index not in sick
+        ]
+    if publish_node and ultraserver is not None and (options.device_taints or not sick):
+        # The whole node is only as healthy as its devices.
+        first = sick[min(sick)] if sick else None
+        devices.append(_tainted(_node_device(inventory, ultraserver), first))
     if counters:
         for device in devices:
             taken = len(inventory.devices) if device["name"] == NODE_DEVICE_NAME else 1
             device["consumesCounters"] = [_consumption(taken)]
 
-    per_slice = MAX_DEVICES_WITH_COUNTERS if counters else MAX_DEVICES
+    limited = counters or any("taints" in d for d in devices)
+    per_slice = MAX_DEVICES_WITH_TAINTS_OR_COUNTERS if limited else MAX_DEVICES
     chunks = [devices[i : i + per_slice] for i in range(0, len(devices), per_slice)] or [[]]
     slices = [_slice(options, chunk, len(chunks)) for chunk in chunks]
     if counters:
@@ -103,6 +122,14 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
             }
         ]
     return slices
+
+
+def _tainted(device: Json, unhealthy: Unhealthy | None) -> Json:
+    if unhealthy is not None:
+        device["taints"] = [
+            {"key": TAINT_UNHEALTHY, "value": unhealthy.kind, "effect": unhealthy.effect}
+        ]
+    return device
 
 
 def _slice(options: SliceOptions, devices: list[Json], count: int) -> Json:

@@ -12,6 +12,8 @@ from api.kubelet.dra.v1 import api_pb2 as v1
 from api.kubelet.dra.v1 import api_pb2_grpc as v1_grpc
 from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from api.kubelet.drahealth.v1alpha1 import api_pb2 as drahealth
+from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_grpc
 from api.kubelet.grpchealth.v1 import api_pb2 as health
 from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg
@@ -55,6 +57,7 @@ def with_plugin(
         preparer.start()
         plugin = KubeletPlugin(
             preparer,
+            pool="node-a",
             registrar_dir=tmp_path / "registry",
             plugins_dir=tmp_path / "plugins",
             pod_uid="pod-1",
@@ -82,7 +85,9 @@ def test_registration_dra_and_sockets(tmp_path: Path, fake_node: FakeNode) -> No
             assert (info.type, info.name, info.endpoint) == (
                 "DRAPlugin", "neuron.aws.com", str(plugin.dra_socket)
             )  # fmt: skip
-            assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+            assert list(info.supported_versions) == [
+                "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"
+            ]  # fmt: skip
             await stub.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True))
             assert plugin.registration.registered.is_set()
 
@@ -159,3 +164,33 @@ def test_health_service_for_the_liveness_probe(tmp_path: Path, fake_node: FakeNo
             watch.cancel()
 
     with_plugin(tmp_path, fake_node("inf2.xlarge"), body, health_port=0)
+
+
+def test_device_health_stream(tmp_path: Path, fake_node: FakeNode) -> None:
+    async def body(plugin: KubeletPlugin) -> None:
+        await plugin.resource_health.update(
+            {"neurondevice0": (True, ""), "neurondevice1": (True, "")}
+        )
+        async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
+            stream = drahealth_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+                drahealth.NodeWatchResourcesRequest()
+            )
+            updates = aiter(stream)
+            first = await anext(updates)
+            assert [
+                (d.device.pool_name, d.device.device_name, d.health) for d in first.devices
+            ] == [
+                ("node-a", "neurondevice0", drahealth.HEALTHY),
+                ("node-a", "neurondevice1", drahealth.HEALTHY),
+            ]
+            await plugin.resource_health.update(
+                {"neurondevice0": (True, ""), "neurondevice1": (False, "MemEccUncorrected")}
+            )
+            second = await anext(updates)
+            sick = [d for d in second.devices if d.health == drahealth.UNHEALTHY]
+            assert [(d.device.device_name, d.message) for d in sick] == [
+                ("neurondevice1", "MemEccUncorrected")
+            ]
+            stream.cancel()
+
+    with_plugin(tmp_path, fake_node("inf2.48xlarge"), body)

@@ -12,7 +12,7 @@ from neuron_dra.discovery import discover
 from neuron_dra.fakenode import FakeUltraServer
 from neuron_dra.instance_types import INSTANCE_TYPES
 from neuron_dra.limits import validate_slice
-from neuron_dra.slices import SliceOptions, UltraServerDevices, build_slices
+from neuron_dra.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
 from tests.sysfs_tree import FakeNode, write
 
 Json = dict[str, Any]
@@ -250,3 +250,29 @@ def test_the_limits_check_counts_devices(fake_node: FakeNode) -> None:
     [s] = slices_of(fake_node("trn2.48xlarge"))
     s["spec"]["devices"] = [dict(s["spec"]["devices"][0], name=f"d{i}") for i in range(129)]
     assert validate_slice(s) == ["spec.devices: 129 devices, at most 128 allowed"]
+
+
+def test_an_unhealthy_device_is_tainted(fake_node: FakeNode) -> None:
+    unhealthy = (Unhealthy(5, "MemEccUncorrected", "NoExecute"),)
+    [s] = slices_of(fake_node("trn2.48xlarge"), unhealthy=unhealthy)
+    devices = devices_of([s])
+    assert devices["neurondevice5"]["taints"] == [
+        {"key": "neuron.aws.com/unhealthy", "value": "MemEccUncorrected", "effect": "NoExecute"}
+    ]
+    assert [n for n, d in devices.items() if "taints" in d] == ["neurondevice5"]
+    assert validate_slice(s) == []
+
+
+def test_without_taints_an_unhealthy_device_is_withdrawn(fake_node: FakeNode) -> None:
+    unhealthy = (Unhealthy(5, "DeviceMissing"),)
+    [s] = slices_of(fake_node("trn2u.48xlarge"), unhealthy=unhealthy, device_taints=False)
+    names = [d["name"] for d in s["spec"]["devices"]]
+    assert "neurondevice5" not in names and len(names) == 15
+    assert "neuronnode" not in names  # the whole node is not whole any more
+    assert not any("taints" in d for d in s["spec"]["devices"])
+
+
+def test_the_whole_node_device_carries_its_devices_taint(fake_node: FakeNode) -> None:
+    unhealthy = (Unhealthy(9, "nc_hang"),)
+    devices = devices_of(slices_of(fake_node("trn2u.48xlarge"), unhealthy=unhealthy))
+    assert devices["neuronnode"]["taints"][0]["value"] == "nc_hang"

@@ -1,0 +1,11 @@
+"""The one error type for Kubernetes API failures, importable without the client."""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    """The API server answered with an error status, or could not be reached (status 0)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
