@@ -1,0 +1,381 @@
+"""The examples under examples/specs, as a user applies them, on a real control plane.
+
+Every manifest must be accepted by the API server exactly as written (server-side dry
+run, strict field validation). The examples that tests/e2e/test_plugin.py does not
+already run are then allocated by the real scheduler on simulated nodes with the real
+plugin, and checked for the device set they promise, the exact container environment,
+and that deleting them leaves no CDI spec or checkpoint entry behind.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from consts import (
+    LABEL_ULTRASERVER_NODE_ID_2,
+    LABEL_ULTRASERVER_NODE_ID_4,
+    LABEL_ULTRASERVER_SERVER_ID_2,
+    LABEL_ULTRASERVER_SERVER_ID_4,
+)
+from neuron_dra.fakenode import FakeUltraServer
+from neuron_dra.instance_types import INSTANCE_TYPES
+from tests.e2e.build import Binaries
+from tests.e2e.cluster import Cluster
+from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view, env_of
+from tests.e2e.test_plugin import (
+    claim_of,
+    cluster_of,
+    create_in,
+    expected_env,
+    namespace,
+    run_and_check,
+)
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = REPO / "examples" / "specs"
+EXAMPLE_FILES = sorted(p.relative_to(SPECS).as_posix() for p in SPECS.rglob("*.yaml"))
+Obj = dict[str, Any]
+
+ULTRASERVERS = ("us-a", "us-b")
+LWS_CRD: Obj = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "leaderworkersets.leaderworkerset.x-k8s.io"},
+    "spec": {
+        "group": "leaderworkerset.x-k8s.io",
+        "scope": "Namespaced",
+        "names": {
+            "kind": "LeaderWorkerSet",
+            "listKind": "LeaderWorkerSetList",
+            "plural": "leaderworkersets",
+            "singular": "leaderworkerset",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def nodes(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
+    """Kubernetes 1.34 as shipped (no shared counters, so trn2u nodes publish only
+    `neuronnode`) with two trn2.48xlarge, one inf2.48xlarge and two UltraServers of four
+    trn2u.48xlarge nodes: us-4-node-config.yaml asks for two 4-node groups."""
+    with Cluster(e2e_binaries) as cluster:
+        cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
+        # Only the LeaderWorkerSet API, so that its documents apply as written; the LWS
+        # controller is not run: the tests place the group's pods themselves.
+        cluster.create(LWS_CRD)
+        cluster.wait_for("the LeaderWorkerSet CRD to be established", _lws_established(cluster))
+        found = {
+            name: add_simulated_node(cluster, name, itype)
+            for name, itype in (
+                ("trn2-a", "trn2.48xlarge"),
+                ("trn2-b", "trn2.48xlarge"),
+                ("inf2-a", "inf2.48xlarge"),
+            )
+        }
+        for server in ULTRASERVERS:
+            for i in range(4):
+                found[f"{server}-{i}"] = add_simulated_node(
+                    cluster, f"{server}-{i}", "trn2u.48xlarge",
+                    ultraserver=FakeUltraServer(server, i),
+                )  # fmt: skip
+        yield found
+
+
+def _lws_established(cluster: Cluster) -> Callable[[], bool]:
+    def check() -> bool:
+        crd = cluster.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", LWS_CRD["metadata"]["name"]
+        )
+        # A new CRD's status.conditions is null until the controller first looks at it.
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    return check
+
+
+def load(spec_file: str) -> list[Obj]:
+    return [doc for doc in yaml.safe_load_all((SPECS / spec_file).read_text()) if doc]
+
+
+def pinned(docs: list[Obj], node: str) -> list[Obj]:
+    """The example with its pod held to one node, to show it on a given instance type."""
+    out = copy.deepcopy(docs)
+    for doc in out:
+        if doc["kind"] == "Pod":
+            doc["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return out
+
+
+def devices_of(claim: Obj) -> list[int]:
+    results = claim["status"]["allocation"]["devices"]["results"]
+    return sorted(int(r["device"].removeprefix("neurondevice")) for r in results)
+
+
+def claims_by_pod_name(cluster: Cluster, ns: str, pod: Obj) -> dict[str, Obj]:
+    """The pod's ResourceClaims keyed by the name the pod gives them."""
+    return {
+        s["name"]: cluster.get("resource.k8s.io/v1", "ResourceClaim", s["resourceClaimName"], ns)
+        for s in pod["status"]["resourceClaimStatuses"]
+    }
+
+
+def delete_and_check_clean(
+    cluster: Cluster, ns: str, pods: dict[str, SimulatedNode], uids: set[str]
+) -> None:
+    """Delete the pods; their nodes must drop every CDI spec and checkpoint entry."""
+    for name in pods:
+        cluster.delete("v1", "Pod", name, ns)
+    for name, node in pods.items():
+        cluster.wait_for_pod_gone(name, ns, timeout=60)
+        cluster.wait_for(f"CDI specs on {node.name} removed", _no_cdi_files(node))
+        assert not uids & node.checkpointed()
+
+
+def _no_cdi_files(node: SimulatedNode) -> Callable[[], bool]:
+    return lambda: not node.cdi_files()
+
+
+# --------------------------------------------------------------------- every manifest
+
+
+@pytest.mark.parametrize("spec_file", EXAMPLE_FILES)
+def test_example_is_accepted_by_the_api_server(
+    nodes: dict[str, SimulatedNode], spec_file: str
+) -> None:
+    cluster = cluster_of(nodes)
+    docs = load(spec_file)
+    # v1beta1/lnc-neurons.yaml names its namespace as published; users create it first.
+    for ns in {d["metadata"]["namespace"] for d in docs if "namespace" in d["metadata"]}:
+        if cluster.get_or_none("v1", "Namespace", ns) is None:
+            cluster.create_namespace(ns)
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", "--validate=strict",
+        f"--cache-dir={cluster.workdir / 'kubectl-cache'}",
+        "-f", str(SPECS / spec_file),
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    accepted = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
+    assert len(accepted) == len(docs), result.stdout
+
+
+def test_readme_lists_every_example() -> None:
+    readme = (SPECS / "README.md").read_text()
+    missing = [f for f in EXAMPLE_FILES if f"`{f}`" not in readme]
+    assert not missing, f"examples/specs/README.md does not describe {missing}"
+
+
+# --------------------------------------------------------------------- one claim, one container
+
+
+@pytest.mark.parametrize("node", ["trn2-a", "inf2-a"])
+def test_single_device(nodes: dict[str, SimulatedNode], node: str) -> None:
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("single-device.yaml"), node))
+    run_and_check(nodes, ns, "single-device", None, 1)
+
+
+@pytest.mark.parametrize("node", ["trn2-a", "inf2-a"])
+def test_all_devices_of_any_instance_type(nodes: dict[str, SimulatedNode], node: str) -> None:
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("all-devices.yaml"), node))
+    pod = cluster.wait_for_pod_running("all-devices", ns, timeout=60)
+    assert devices_of(claim_of(cluster, ns, pod)) == list(
+        range(INSTANCE_TYPES[nodes[node].instance_type].devices)
+    )
+    # count None: every device of the node; the env is checked at the node's default LNC.
+    run_and_check(nodes, ns, "all-devices", None, None)
+
+
+def test_inf2_connected_pair(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    create_in(cluster, ns, load("inf2-2-connected.yaml"))  # its selector picks inf2-a
+    pod = cluster.wait_for_pod_running("inf2-pair", ns, timeout=60)
+    assert pod["spec"]["nodeName"] == "inf2-a"
+    first, second = devices_of(claim_of(cluster, ns, pod))
+    assert first % 2 == 0 and second == first + 1, "not an aligned pair of the ring"
+    run_and_check(nodes, ns, "inf2-pair", None, 2)
+
+
+# --------------------------------------------------------------------- claims and containers
+
+
+@pytest.mark.parametrize("node", ["trn2-a", "inf2-a"])
+def test_shared_claim_gives_both_containers_the_same_devices(
+    nodes: dict[str, SimulatedNode], node: str
+) -> None:
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("shared-claim.yaml"), node))
+    pod = cluster.wait_for_pod_running("shared-claim", ns, timeout=60)
+    [claim] = claims_by_pod_name(cluster, ns, pod).values()
+    devices = devices_of(claim)
+    assert devices == list(range(devices[0], devices[0] + 4)) and devices[0] % 4 == 0
+    for container in ("workload", "monitor"):
+        assert env_of(pod, container) == expected_env(nodes[node], devices, None)
+        assert container_view(pod, container)["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
+    uid = claim["metadata"]["uid"]
+    assert nodes[node].cdi_files() == [f"neuron.aws.com-{uid}.json"]
+    assert uid in nodes[node].checkpointed()
+    delete_and_check_clean(cluster, ns, {"shared-claim": nodes[node]}, {uid})
+
+
+@pytest.mark.parametrize("node", ["trn2-a", "inf2-a"])
+def test_two_claims_give_each_container_its_own_devices(
+    nodes: dict[str, SimulatedNode], node: str
+) -> None:
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("two-claims-one-pod.yaml"), node))
+    pod = cluster.wait_for_pod_running("two-claims", ns, timeout=60)
+    claims = claims_by_pod_name(cluster, ns, pod)
+    assert sorted(claims) == ["neurons0", "neurons1"]
+    taken: set[int] = set()
+    for container, claim_name in (("worker0", "neurons0"), ("worker1", "neurons1")):
+        devices = devices_of(claims[claim_name])
+        # One published set of 4: an aligned block (a torus row, a quarter of the ring).
+        assert devices == list(range(devices[0], devices[0] + 4)) and devices[0] % 4 == 0
+        assert not taken & set(devices), "the two claims share a device"
+        taken |= set(devices)
+        assert env_of(pod, container) == expected_env(nodes[node], devices, None)
+        assert container_view(pod, container)["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
+    uids = {c["metadata"]["uid"] for c in claims.values()}
+    assert nodes[node].cdi_files() == sorted(f"neuron.aws.com-{u}.json" for u in uids)
+    assert uids <= nodes[node].checkpointed()
+    delete_and_check_clean(cluster, ns, {"two-claims": nodes[node]}, uids)
+
+
+# --------------------------------------------------------------------- UltraServer units
+
+
+def test_ultraserver_labels_name_the_units(nodes: dict[str, SimulatedNode]) -> None:
+    """The labels LeaderWorkerSet's exclusive placement keys on, as the plugin sets them."""
+    cluster = cluster_of(nodes)
+    for server in ULTRASERVERS:
+        for i in range(4):
+            labels = cluster.get("v1", "Node", f"{server}-{i}")["metadata"]["labels"]
+            assert labels[LABEL_ULTRASERVER_SERVER_ID_4] == server
+            assert labels[LABEL_ULTRASERVER_NODE_ID_4] == str(i)
+            assert labels[LABEL_ULTRASERVER_SERVER_ID_2] == f"{server}-{i // 2}"
+            assert labels[LABEL_ULTRASERVER_NODE_ID_2] == str(i % 2)
+
+
+def lws_group(lws: Obj, group: int, unit_label: str, unit: str) -> list[Obj]:
+    """The pods LeaderWorkerSet creates for one group, held to one UltraServer unit.
+
+    The controller names the leader `<lws>-<group>` and the workers
+    `<lws>-<group>-<index>`, builds them from the leader and worker templates, and with
+    the exclusive-topology annotation keeps the group on nodes sharing one value of the
+    label; a nodeSelector on that label has the same effect on where the pods may go.
+    The one `neuronnode` device per node then spreads them one per node.
+    """
+    template = lws["spec"]["leaderWorkerTemplate"]
+    name = lws["metadata"]["name"]
+    pods = []
+    for index in range(template["size"]):
+        source = template["leaderTemplate"] if index == 0 else template["workerTemplate"]
+        spec = copy.deepcopy(source["spec"])
+        spec["nodeSelector"] = {unit_label: unit}
+        pods.append({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-{group}" if index == 0 else f"{name}-{group}-{index}",
+                "labels": dict(source.get("metadata", {}).get("labels", {})),
+            },
+            "spec": spec,
+        })  # fmt: skip
+    return pods
+
+
+@pytest.mark.parametrize(
+    ("spec_file", "unit_label", "node_id_label", "runtime_mode"),
+    [
+        # The v1 us-4-node-config.yaml runs in test_plugin.py; its beta twin runs here.
+        ("v1beta1/us-4-node-config.yaml", LABEL_ULTRASERVER_SERVER_ID_4,
+         LABEL_ULTRASERVER_NODE_ID_4, "1"),
+        ("us-2-node-config.yaml", LABEL_ULTRASERVER_SERVER_ID_2,
+         LABEL_ULTRASERVER_NODE_ID_2, "2"),
+    ],
+)  # fmt: skip
+def test_ultraserver_units_with_leaderworkerset_placement(
+    nodes: dict[str, SimulatedNode],
+    spec_file: str,
+    unit_label: str,
+    node_id_label: str,
+    runtime_mode: str,
+) -> None:
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    template, lws = load(spec_file)
+    assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == (
+        unit_label
+    )
+    size = lws["spec"]["leaderWorkerTemplate"]["size"]
+    node_objs = {n: cluster.get("v1", "Node", n)["metadata"]["labels"] for n in nodes}
+    units = sorted({labels[unit_label] for labels in node_objs.values() if unit_label in labels})
+    assert len(units) >= lws["spec"]["replicas"], "too few UltraServer units for the example"
+    create_in(cluster, ns, [template])
+    placed: dict[str, str] = {}  # pod -> its unit
+    for group, unit in enumerate(units[: lws["spec"]["replicas"]]):
+        members = [n for n, labels in node_objs.items() if labels.get(unit_label) == unit]
+        assert len(members) == size, f"unit {unit} has nodes {members}, the group needs {size}"
+        pods = lws_group(lws, group, unit_label, unit)
+        create_in(cluster, ns, pods)
+        placed |= {p["metadata"]["name"]: unit for p in pods}
+
+    used: dict[str, SimulatedNode] = {}
+    uids: set[str] = set()
+    for name, unit in placed.items():
+        pod = cluster.wait_for_pod_running(name, ns, timeout=60)
+        node = nodes[pod["spec"]["nodeName"]]
+        assert node_objs[node.name][unit_label] == unit
+        assert node.name not in {n.name for n in used.values()}, "two pods on one node"
+        used[name] = node
+        [claim] = claims_by_pod_name(cluster, ns, pod).values()
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["pool"], result["device"]) == (node.name, "neuronnode")
+        uids.add(claim["metadata"]["uid"])
+        [container] = (c["name"] for c in pod["spec"]["containers"])
+        assert env_of(pod, container) == {
+            "NEURON_RT_VISIBLE_CORES": "0-63",
+            "NEURON_RT_ULTRASERVER_MODE": runtime_mode,
+            "NEURON_RT_ULTRASERVER_SERVER_ID": unit,
+            "NEURON_RT_ULTRASERVER_NODE_ID": node_objs[node.name][node_id_label],
+        }
+        assert container_view(pod, container)["deviceNodes"] == [
+            f"/dev/neuron{d}" for d in range(16)
+        ]
+        assert node.cdi_files() == [f"neuron.aws.com-{claim['metadata']['uid']}.json"]
+    # Each group holds every node position of its unit once.
+    for unit in set(placed.values()):
+        ids = sorted(node_objs[used[p].name][node_id_label] for p, u in placed.items() if u == unit)
+        assert ids == [str(i) for i in range(size)]
+    checkpointed = {uid for n in used.values() for uid in n.checkpointed()}
+    assert uids <= checkpointed
+    delete_and_check_clean(cluster, ns, used, uids)
