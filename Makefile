@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml constraints.txt
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@if command -v shellcheck >/dev/null; then shellcheck scripts/install-dra-driver.sh; \
+	else echo "shellcheck not installed: install-dra-driver.sh not checked (CI installs it)"; fi
 	$(BIN)/mypy
 	$(BIN)/python scripts/generate_protos.py --check
 

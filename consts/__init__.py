@@ -162,6 +162,9 @@ ENV_KUBELET_PLUGINS_DIRECTORY_PATH: Final = "KUBELET_PLUGINS_DIRECTORY_PATH"
 ENV_HEALTHCHECK_PORT: Final = "HEALTHCHECK_PORT"
 """TCP port of the gRPC health service used by the liveness probe."""
 
+ENV_HEALTHCHECK_ADDRESS: Final = "HEALTHCHECK_ADDRESS"
+"""Address of the gRPC health service: the pod IP in the DaemonSet, which the probe dials."""
+
 ENV_SYSFS_ROOT: Final = "SYSFS_ROOT"
 """Root directory the driver reads /sys, /dev and /opt/aws/neuron under."""
 

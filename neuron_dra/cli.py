@@ -16,6 +16,7 @@ import yaml
 
 from consts import (
     ENV_CDI_ROOT,
+    ENV_HEALTHCHECK_ADDRESS,
     ENV_HEALTHCHECK_PORT,
     ENV_KUBELET_PLUGINS_DIRECTORY_PATH,
     ENV_KUBELET_REGISTRAR_DIRECTORY_PATH,
@@ -103,8 +104,14 @@ def _parser() -> argparse.ArgumentParser:
         "--healthcheck-port",
         type=int,
         default=int(env(ENV_HEALTHCHECK_PORT, "-1")),
-        help=f"gRPC health service port on 127.0.0.1 for the liveness probe; -1 disables "
+        help=f"gRPC health service port for the liveness probe; -1 disables "
         f"(${ENV_HEALTHCHECK_PORT})",
+    )
+    cmd.add_argument(
+        "--healthcheck-address",
+        default=env(ENV_HEALTHCHECK_ADDRESS, "127.0.0.1"),
+        help="address of the gRPC health service; in a pod, the pod IP, which the kubelet's "
+        f"probe dials (${ENV_HEALTHCHECK_ADDRESS})",
     )
     cmd.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
     cmd.add_argument(
@@ -162,6 +169,7 @@ def _run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         pod_uid=args.pod_uid or None,
         health_port=args.healthcheck_port if args.healthcheck_port >= 0 else None,
+        health_address=args.healthcheck_address,
         ultraserver_devices=args.ultraserver_devices,
         rediscover_interval_s=args.rediscover_interval,
         health_interval_s=args.health_interval,

@@ -226,6 +226,7 @@ class KubeletPlugin:
         plugins_dir: Path,
         pod_uid: str | None = None,
         health_port: int | None = None,
+        health_address: str = "127.0.0.1",
     ) -> None:
         self.registration_socket, self.dra_socket = socket_paths(
             registrar_dir, plugins_dir, pod_uid
@@ -235,6 +236,7 @@ class KubeletPlugin:
         self.registration = Registration(self.dra_socket)
         self.health = Health()
         self.health_port = health_port
+        self.health_address = health_address
         self._dra_server: grpc.aio.Server | None = None
         self._registration_server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
@@ -244,9 +246,9 @@ class KubeletPlugin:
             self._health_server = grpc.aio.server()
             health_grpc.add_HealthServicer_to_server(self.health, self._health_server)
             # Port 0 picks a free port; the bound one is what a probe must use.
-            self.health_port = self._health_server.add_insecure_port(
-                f"127.0.0.1:{self.health_port}"
-            )
+            address = self.health_address
+            host = f"[{address}]" if ":" in address else address  # IPv6 pod IPs
+            self.health_port = self._health_server.add_insecure_port(f"{host}:{self.health_port}")
             await self._health_server.start()
         self._dra_server = grpc.aio.server()
         dra_v1_grpc.add_DRAPluginServicer_to_server(self._dra, self._dra_server)

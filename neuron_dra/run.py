@@ -41,6 +41,7 @@ class RunOptions:
     kubeconfig: Path | None = None
     pod_uid: str | None = None
     health_port: int | None = None
+    health_address: str = "127.0.0.1"
     ultraserver_devices: str = "auto"  # or a UltraServerDevices value
     rediscover_interval_s: float = 60.0
     health_interval_s: float = 5.0
@@ -85,6 +86,7 @@ class Agent:
             plugins_dir=options.plugins_dir,
             pod_uid=options.pod_uid,
             health_port=options.health_port,
+            health_address=options.health_address,
         )
 
     async def run(self, stop: asyncio.Event) -> None:
