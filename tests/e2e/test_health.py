@@ -3,7 +3,6 @@ receives, events, and metrics that count what happened."""
 
 from __future__ import annotations
 
-import itertools
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_RUNTIME_CONFIG, Cluster, free_port
 from tests.e2e.nodes import SimulatedNode, add_simulated_node
+from tests.e2e.workloads import claim_spec, submit, unschedulable_reason
 from tests.sysfs_tree import write
 
 pytestmark = pytest.mark.e2e
@@ -23,7 +23,8 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 Obj = dict[str, Any]
 POLL_S = 0.2
-_names = (f"h{i}" for i in itertools.count())
+DEVICE_4 = "device.attributes['neuron.aws.com'].deviceId == 4"
+DEVICE_9 = "device.attributes['neuron.aws.com'].deviceId == 9"
 
 
 @pytest.fixture(scope="module")
@@ -45,38 +46,6 @@ def health(e2e_binaries: Binaries) -> Iterator[tuple[Cluster, SimulatedNode, Sim
         yield cluster, ecc_node, kmsg_node, port
 
 
-def submit(cluster: Cluster, node: str, count: int, cel: str | None = None,
-           group: int | None = None) -> str:  # fmt: skip
-    name = next(_names)
-    exactly: Obj = {"deviceClassName": "neuron.aws.com", "count": count}
-    if cel:
-        exactly["selectors"] = [{"cel": {"expression": cel}}]
-    spec: Obj = {"devices": {"requests": [{"name": "n", "exactly": exactly}]}}
-    if group:
-        spec["devices"]["constraints"] = [
-            {"requests": ["n"], "matchAttribute": f"resource.aws.com/devicegroup{group}_id"}
-        ]
-    cluster.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": spec,
-        }
-    )
-    # The pod's reference is named like the claim: the 1.34 kubelet looks device health
-    # up by comparing the container's claim reference with the ResourceClaim's name.
-    pod_spec: Obj = {
-        "automountServiceAccountToken": False,
-        "nodeSelector": {"kubernetes.io/hostname": node},
-        "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": name}]}}],
-        "resourceClaims": [{"name": name, "resourceClaimName": name}],
-    }
-    metadata = {"name": name, "namespace": "default"}
-    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec})
-    return name
-
-
 def devices_of(cluster: Cluster, claim: str) -> set[int]:
     status = cluster.wait_for_claim_allocated(claim)["status"]
     results = status["allocation"]["devices"]["results"]
@@ -89,13 +58,6 @@ def taint_of(node: SimulatedNode, device: str) -> list[Obj] | None:
             if found["name"] == device:
                 return list(found.get("taints") or [])
     return None
-
-
-def unschedulable(cluster: Cluster, pod: str) -> bool:
-    found = cluster.wait_for_pod(pod, predicate=lambda p: any(
-        c["type"] == "PodScheduled" and c["status"] == "False"
-        for c in p.get("status", {}).get("conditions") or []), what="unschedulable")  # fmt: skip
-    return not found["spec"].get("nodeName")
 
 
 def metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -112,7 +74,7 @@ def test_ecc_error_taints_one_device_and_the_rest_keep_working(
     health: tuple[Cluster, SimulatedNode, SimulatedNode, int],
 ) -> None:
     cluster, node, _, port = health
-    holder = submit(cluster, node.name, 1, "device.attributes['neuron.aws.com'].deviceId == 4")
+    holder = submit(cluster, claim_spec(1, cel=DEVICE_4), node.name)
     cluster.wait_for_pod_running(holder, timeout=60)
 
     write(node.sysfs, "sys/devices/virtual/neuron_device/neuron4/stats/hardware/"
@@ -148,14 +110,16 @@ def test_ecc_error_taints_one_device_and_the_rest_keep_working(
     cluster.delete("v1", "Pod", holder, "default")
     cluster.wait_for_pod_gone(holder, timeout=60)
     # Device 4 is free now but tainted: nobody gets it, while whole rows still go out.
-    assert unschedulable(
-        cluster, submit(cluster, node.name, 1, "device.attributes['neuron.aws.com'].deviceId == 4")
+    assert "cannot allocate all claims" in unschedulable_reason(
+        cluster, submit(cluster, claim_spec(1, cel=DEVICE_4), node.name)
     )
-    row_claims = [submit(cluster, node.name, 4, group=4) for _ in range(3)]
+    row_claims = [submit(cluster, claim_spec(4, group=4), node.name) for _ in range(3)]
     assert sorted(min(devices_of(cluster, c)) for c in row_claims) == [0, 8, 12]
     for claim in row_claims:
         cluster.wait_for_pod_running(claim, timeout=60)
-    assert unschedulable(cluster, submit(cluster, node.name, 4, group=4))
+    assert "cannot allocate all claims" in unschedulable_reason(
+        cluster, submit(cluster, claim_spec(4, group=4), node.name)
+    )
 
     found = metrics(port)
     assert found[("neuron_dra_health_events_total", (("kind", "MemEccUncorrected"),))] == 1
@@ -178,8 +142,8 @@ def test_kernel_error_line_and_recovery(
         kmsg.write("3,812,9912,-;neuron: neuron9: NEURON_HW_ERR=HBM_UE sq 3\n")
     taints = cluster.wait_for("taint on neurondevice9", lambda: taint_of(node, "neurondevice9"), 10)
     assert [t["value"] for t in taints] == ["HBM_UE"]
-    assert unschedulable(
-        cluster, submit(cluster, node.name, 1, "device.attributes['neuron.aws.com'].deviceId == 9")
+    assert "cannot allocate all claims" in unschedulable_reason(
+        cluster, submit(cluster, claim_spec(1, cel=DEVICE_9), node.name)
     )
     cluster.wait_for("taint removed after recovery",
                      lambda: taint_of(node, "neurondevice9") == [], 20)  # fmt: skip

@@ -7,7 +7,6 @@ test; every assertion is on the ResourceClaim status the scheduler wrote.
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from neuron_dra.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.slices import SliceOptions, UltraServerDevices, build_slices
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
+from tests.e2e.workloads import claim_spec, submit, unschedulable_reason
 
 pytestmark = pytest.mark.e2e
 
@@ -64,45 +64,6 @@ def topo(e2e_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> It
         yield cluster
 
 
-_names = (f"c{i}" for i in itertools.count())
-
-
-def claim_spec(count: int | None, *, group: int | None = None, cel: str | None = None) -> Obj:
-    exactly: Obj = {"deviceClassName": "neuron.aws.com"}
-    exactly |= {"allocationMode": "All"} if count is None else {"count": count}
-    if cel:
-        exactly["selectors"] = [{"cel": {"expression": cel}}]
-    spec: Obj = {"devices": {"requests": [{"name": "neurons", "exactly": exactly}]}}
-    if group:
-        spec["devices"]["constraints"] = [
-            {"requests": ["neurons"], "matchAttribute": f"resource.aws.com/devicegroup{group}_id"}
-        ]
-    return spec
-
-
-def submit(cluster: Cluster, spec: Obj, node: str | None = None) -> str:
-    """A claim with `spec` and a pod using it (pinned to `node`); returns the name of both."""
-    name = next(_names)
-    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                    "metadata": {"name": name, "namespace": "default"}, "spec": spec})  # fmt: skip
-    pod: Obj = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "containers": [
-                {"name": "c", "image": "none", "resources": {"claims": [{"name": "n"}]}}
-            ],
-            "resourceClaims": [{"name": "n", "resourceClaimName": name}],
-        },
-    }
-    if node:
-        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-    cluster.create(pod)
-    return name
-
-
 def allocated(cluster: Cluster, claim: str) -> tuple[str, set[str]]:
     """(pool, device names) the scheduler allocated to `claim`."""
     status = cluster.wait_for_claim_allocated(claim)["status"]
@@ -114,20 +75,6 @@ def allocated(cluster: Cluster, claim: str) -> tuple[str, set[str]]:
 
 def indices(devices: set[str]) -> set[int]:
     return {int(d.removeprefix("neurondevice")) for d in devices}
-
-
-def unschedulable(cluster: Cluster, pod: str) -> str:
-    """The scheduler's reason for not placing `pod`."""
-
-    def reason(p: Obj) -> bool:
-        conditions = p.get("status", {}).get("conditions") or []
-        return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
-
-    found = cluster.wait_for_pod(pod, predicate=reason, what="unschedulable")
-    [condition] = [c for c in found["status"]["conditions"] if c["type"] == "PodScheduled"]
-    assert condition["reason"] == "Unschedulable"
-    assert not found["spec"].get("nodeName")
-    return str(condition["message"])
 
 
 def test_connected_sets_on_trn2(topo: Cluster) -> None:
@@ -160,7 +107,7 @@ def test_taken_devices_leave_free_rows_and_impossible_claims_wait(topo: Cluster)
     # Rows 0 and 1 each lost a device, rows 2 and 3 are taken: no row of 4 is left,
     # although 6 devices are free.
     impossible = submit(topo, claim_spec(4, group=4), node)
-    assert "cannot allocate all claims" in unschedulable(topo, impossible)
+    assert "cannot allocate all claims" in unschedulable_reason(topo, impossible)
 
 
 def test_driver_version_selector_picks_only_matching_nodes(topo: Cluster) -> None:
@@ -169,7 +116,7 @@ def test_driver_version_selector_picks_only_matching_nodes(topo: Cluster) -> Non
     claims = [submit(topo, copy.deepcopy(template["spec"]["spec"])) for _ in range(3)]
     pools = [allocated(topo, c)[0] for c in claims[:2]]
     assert pools == ["ver-a", "ver-a"]  # the only node with driver 2.24.7.0, two halves
-    assert "cannot allocate all claims" in unschedulable(topo, claims[2])
+    assert "cannot allocate all claims" in unschedulable_reason(topo, claims[2])
 
 
 def test_instance_type_selector(topo: Cluster) -> None:
@@ -184,13 +131,13 @@ def test_whole_node_device_excludes_the_nodes_devices(topo: Cluster) -> None:
     one_device = "device.attributes['neuron.aws.com'].resourceType == 'neuron_device'"
     whole = submit(topo, claim_spec(1, cel=node_device), "us-0")
     assert allocated(topo, whole) == ("us-0", {"neuronnode"})
-    assert "cannot allocate all claims" in unschedulable(
+    assert "cannot allocate all claims" in unschedulable_reason(
         topo, submit(topo, claim_spec(1, cel=one_device), "us-0")
     )
     # The reverse on the other node: one device taken, the whole node is not available.
     single = submit(topo, claim_spec(1, cel=one_device), "us-1")
     assert allocated(topo, single)[0] == "us-1"
-    assert "cannot allocate all claims" in unschedulable(
+    assert "cannot allocate all claims" in unschedulable_reason(
         topo, submit(topo, claim_spec(1, cel=node_device), "us-1")
     )
 

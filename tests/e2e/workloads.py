@@ -1,0 +1,60 @@
+"""Claims and the pods that use them, for tests that drive the real scheduler."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from tests.e2e.cluster import Cluster
+
+Obj = dict[str, Any]
+_names = (f"w{i}" for i in itertools.count())
+
+
+def claim_spec(count: int | None, *, group: int | None = None, cel: str | None = None) -> Obj:
+    """One request: `count` devices (None: All), a CEL selector, a devicegroup constraint."""
+    exactly: Obj = {"deviceClassName": "neuron.aws.com"}
+    exactly |= {"allocationMode": "All"} if count is None else {"count": count}
+    if cel:
+        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    spec: Obj = {"devices": {"requests": [{"name": "neurons", "exactly": exactly}]}}
+    if group:
+        spec["devices"]["constraints"] = [
+            {"requests": ["neurons"], "matchAttribute": f"resource.aws.com/devicegroup{group}_id"}
+        ]
+    return spec
+
+
+def submit(cluster: Cluster, spec: Obj, node: str | None = None) -> str:
+    """A claim with `spec` and a pod using it (pinned to `node`); returns the name of both.
+
+    The pod's reference is named like the claim: the 1.34 kubelet looks device health
+    up by comparing the container's claim reference with the ResourceClaim's name.
+    """
+    name = next(_names)
+    metadata = {"name": name, "namespace": "default"}
+    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": metadata, "spec": spec})  # fmt: skip
+    pod_spec: Obj = {
+        "automountServiceAccountToken": False,
+        "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": name}]}}],
+        "resourceClaims": [{"name": name, "resourceClaimName": name}],
+    }
+    if node:
+        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec})
+    return name
+
+
+def unschedulable_reason(cluster: Cluster, pod: str) -> str:
+    """The scheduler's message for not placing `pod` (waits until it gives one)."""
+
+    def refused(p: Obj) -> bool:
+        conditions = p.get("status", {}).get("conditions") or []
+        return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
+
+    found = cluster.wait_for_pod(pod, predicate=refused, what="unschedulable")
+    [condition] = [c for c in found["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert condition["reason"] == "Unschedulable"
+    assert not found["spec"].get("nodeName")
+    return str(condition["message"])
