@@ -91,12 +91,16 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         self.preparer.start()
-        self._mode = await self._ultraserver_mode()
-        self._taints = await _serves(self._kube, self.options.node_name, _TAINT_PROBE, "taints")
+        # Sockets first: the kubelet can register and prepare while the probes run; the
+        # probes only shape the slices, which are published after them.
+        await self.plugin.start()
+        self._mode, self._taints = await asyncio.gather(
+            self._ultraserver_mode(),
+            _serves(self._kube, self.options.node_name, _TAINT_PROBE, "taints"),
+        )
         if not self._taints:
             log.warning("the API server drops device taints: unhealthy devices are withdrawn")
         await self._publish_health()
-        await self.plugin.start()
         if self.options.metrics_port is not None:
             await self.metrics.serve(self.options.metrics_port)
         tasks = [
