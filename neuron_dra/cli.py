@@ -25,6 +25,7 @@ from consts import (
     ENV_SYSFS_ROOT,
 )
 from neuron_dra import limits, logs
+from neuron_dra.cli_tools import add_commands
 from neuron_dra.devicegroups import group_ids
 from neuron_dra.discovery import Discovery, discover, log_findings
 from neuron_dra.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
@@ -151,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("--ultraserver-server-id")
     cmd.add_argument("--ultraserver-node-id", type=int, choices=range(4))
     cmd.set_defaults(command=_fake_node)
+    add_commands(commands)
     return parser
 
 

@@ -111,6 +111,10 @@ class Kube:
         async for event in self._stream(f"{RESOURCE_API}/resourceslices", query):
             yield event
 
+    def list_sync(self, path: str) -> list[Json]:
+        """The items of a collection, blocking: for one-shot tools, not the node agent."""
+        return list(self._call_sync("GET", path, None, None, "application/json").get("items") or [])
+
     # --- transport -------------------------------------------------------------
 
     async def _call(
