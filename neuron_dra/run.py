@@ -91,15 +91,9 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         self.preparer.start()
-        # Sockets first: the kubelet can register and prepare while the probes run; the
-        # probes only shape the slices, which are published after them.
+        # Sockets first: the kubelet can register and prepare while the publisher probes
+        # the API server's features.
         await self.plugin.start()
-        self._mode, self._taints = await asyncio.gather(
-            self._ultraserver_mode(),
-            _serves(self._kube, self.options.node_name, _TAINT_PROBE, "taints"),
-        )
-        if not self._taints:
-            log.warning("the API server drops device taints: unhealthy devices are withdrawn")
         await self._publish_health()
         if self.options.metrics_port is not None:
             await self.metrics.serve(self.options.metrics_port)
@@ -121,10 +115,28 @@ class Agent:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _publish(self) -> None:
+        await self._probe_features()
         lock = self.options.plugins_dir / DRIVER_NAME / "publisher.lock"
         async with leader.held(lock):
             log.info("publishing ResourceSlices for this node")
             await self.publisher.run()
+
+    async def _probe_features(self) -> None:
+        """Decide what the slices may use; retried, so an outage at start decides nothing."""
+        delay = 0.2
+        while True:
+            try:
+                self._mode, self._taints = await asyncio.gather(
+                    self._ultraserver_mode(),
+                    _serves(self._kube, self.options.node_name, _TAINT_PROBE, "taints"),
+                )
+                break
+            except ApiError as err:
+                log.warning("API server not answering feature probes, retrying: %s", err)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        if not self._taints:
+            log.warning("the API server drops device taints: unhealthy devices are withdrawn")
 
     def _discover(self) -> NodeInventory:
         result = discover(self.options.sysfs_root)
@@ -319,7 +331,9 @@ async def _serves(kube: Kube, node: str, spec: Json, field: str) -> bool:
     try:
         created = await kube.create_resource_slice(probe, dry_run=True)
     except ApiError as err:
-        log.warning("probe for ResourceSlice %s failed, assuming not served: %s", field, err)
+        if err.status == 0 or err.status >= 500:
+            raise  # no answer: the caller retries
+        log.warning("probe for ResourceSlice %s refused, assuming not served: %s", field, err)
         return False
     found = created.get("spec", {})
     return bool(found.get(field) or any(d.get(field) for d in found.get("devices") or []))

@@ -346,3 +346,26 @@ def test_sigterm_stops_cleanly(nodes: dict[str, SimulatedNode]) -> None:
     assert not list((node.side.plugins_dir / "neuron.aws.com").glob("*.sock"))
     assert "stopping" in plugin.tail()
     node.start_plugin()
+
+
+def test_a_plugin_started_during_an_outage_publishes_when_it_ends(
+    nodes: dict[str, SimulatedNode],
+) -> None:
+    cluster = cluster_of(nodes)
+    node = nodes["us-3"]
+    node.stop_plugin()
+    cluster.stop_apiserver()
+    try:
+        plugin = node.start_plugin(wait=False)
+        cluster.wait_for(
+            "the plugin to wait for the API server",
+            lambda: "retrying" in plugin.log_path.read_text(),
+            timeout=60,
+        )
+    finally:
+        cluster.start_apiserver()
+    # The feature probes ran only once the server answered: this cluster keeps no shared
+    # counters, so the UltraServer node publishes its whole-node device alone.
+    [published] = cluster.wait_for("slices published", lambda: node.slices() or None, 30)
+    assert [d["name"] for d in published["spec"]["devices"]] == ["neuronnode"]
+    node.side.wait_for_plugin("neuron.aws.com")
