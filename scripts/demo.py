@@ -40,6 +40,7 @@ WORKLOADS = [
     ("l-trn2.yaml", "half", "trn2-a"),
     ("v1beta1/1x4-connected-devices.yaml", "row-v1beta1", "trn2-a"),
     ("lnc-setting-trn2.yaml", "all-lnc1", "trn2-b"),
+    ("inf2-2-connected.yaml", "inf2-pair", "inf2-a"),
     *[("us-4-node-config.yaml", f"us-worker-{i}", f"trn2u-{i}") for i in range(4)],
 ]
 
