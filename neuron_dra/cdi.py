@@ -17,6 +17,7 @@ from typing import Any
 
 from consts import DRIVER_NAME
 from neuron_dra.claims import PreparedClaim
+from neuron_dra.dirs import CDI_DIR_MODE, ensure_dir
 
 VENDOR = DRIVER_NAME
 CLASS = "neuron"
@@ -112,9 +113,9 @@ def spec_uids(cdi_root: Path) -> set[str]:
     return {uid for uid in uids if _UID_RE.fullmatch(uid)}
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int) -> None:
+def atomic_write(path: Path, data: bytes, *, mode: int, dir_mode: int = CDI_DIR_MODE) -> None:
     """temp file + fsync + rename + directory fsync: old or new content, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent, dir_mode)
     # The suffix keeps runtimes (which load *.json and *.yaml) off the temp file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_dra.cdi import atomic_write
+from neuron_dra.dirs import PLUGIN_DIR_MODE, ensure_dir
 
 VERSION = 1
 
@@ -103,7 +105,7 @@ class CheckpointStore:
                     claims.pop(uid, None)
                 else:
                     claims[uid] = record
-            atomic_write(self.path, encode(boot_id, claims), mode=0o600)
+            atomic_write(self.path, encode(boot_id, claims), mode=0o600, dir_mode=PLUGIN_DIR_MODE)
             return claims
 
     def _read(self, boot_id: str) -> Loaded:
@@ -125,13 +127,15 @@ class CheckpointStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.lock_path.open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        ensure_dir(self.path.parent, PLUGIN_DIR_MODE)
+        # 0600: a lock anyone could open, anyone could hold, stalling every prepare.
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
 
 def _checksum(body: Mapping[str, Any]) -> str:

@@ -61,6 +61,16 @@ def plan(
     claim: ClaimRef, obj: dict[str, Any], inventory: NodeInventory, pool: str
 ) -> PreparedClaim:
     """Work out what `obj` (a ResourceClaim) gives containers on this node."""
+    try:
+        return _plan(claim, obj, inventory, pool)
+    except (AttributeError, TypeError) as err:
+        # The API server validates claims, so a wrong type here is a corrupted object.
+        raise ClaimError(f"claim {claim}: malformed ResourceClaim ({err})") from None
+
+
+def _plan(
+    claim: ClaimRef, obj: dict[str, Any], inventory: NodeInventory, pool: str
+) -> PreparedClaim:
     uid = obj.get("metadata", {}).get("uid")
     if uid != claim.uid:
         raise ClaimError(f"claim {claim}: the API server has UID {uid}, a different claim")

@@ -31,6 +31,7 @@ from api.kubelet.pluginregistration.v1 import api_pb2 as reg_pb
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from consts import DRIVER_NAME
 from neuron_dra.claims import ClaimRef
+from neuron_dra.dirs import PLUGIN_DIR_MODE, ensure_dir
 from neuron_dra.preparer import Outcome, Preparer
 
 log = logging.getLogger(__name__)
@@ -295,7 +296,7 @@ class KubeletPlugin:
 
 
 async def _serve_unix(server: grpc.aio.Server, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent, PLUGIN_DIR_MODE)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # a socket left by a killed predecessor
     server.add_insecure_port(f"unix://{path}")

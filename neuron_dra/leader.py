@@ -15,13 +15,15 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from neuron_dra.dirs import PLUGIN_DIR_MODE, ensure_dir
+
 POLL_S = 0.5
 
 
 @contextlib.asynccontextmanager
 async def held(path: Path) -> AsyncIterator[None]:
     """Hold the lock at `path` for the body; waits (without blocking the loop) while taken."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent, PLUGIN_DIR_MODE)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         while True:

@@ -192,7 +192,9 @@ class Preparer:
             try:
                 claims = await asyncio.to_thread(self._store.apply, self._boot_id, batch)
             except BaseException:
-                self._pending = batch | self._pending
+                # Others' changes wait for the next write; ours failed and must not be
+                # recorded later as if it had succeeded.
+                self._pending = {k: v for k, v in batch.items() if k not in changes} | self._pending
                 raise
             self._claims = claims
 

@@ -1,0 +1,161 @@
+"""Concurrency, memory and import-time figures, merged into bench/results/latest.json.
+
+Against the real thing, as bench/run.py: a real kube-apiserver and the real
+`neuron-dra run` on a simulated trn2.48xlarge, called over its unix socket.
+
+- 200 claims prepared at once: one NodePrepareResources call per claim, all in
+  flight together (a node starting many pods); total time and per-claim p99.
+- RSS of the plugin after 10,000 prepare/unprepare cycles (the same 50 claims,
+  200 rounds) and its growth over those cycles: a leak shows here.
+- Import time of `neuron_dra.run`: the 10 biggest modules by cumulative time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# This directory is on sys.path when the file runs as a script, as bench/run.py is.
+from run import RESULTS, allocated_claim, percentile, rss_mib  # noqa: E402
+
+from api.kubelet.dra.v1 import api_pb2 as dra  # noqa: E402
+from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
+from tests.e2e.build import build  # noqa: E402
+from tests.e2e.cluster import Cluster  # noqa: E402
+from tests.e2e.nodes import SimulatedNode, add_simulated_node  # noqa: E402
+
+Obj = dict[str, Any]
+
+
+def claim_of(obj: Obj) -> dra.Claim:
+    meta = obj["metadata"]
+    return dra.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+
+
+async def timed_prepare(stub: dra_grpc.DRAPluginStub, claim: dra.Claim) -> float:
+    started = time.perf_counter()
+    answer = await stub.NodePrepareResources(dra.NodePrepareResourcesRequest(claims=[claim]))
+    elapsed = time.perf_counter() - started
+    error = answer.claims[claim.uid].error
+    assert not error, error
+    return elapsed
+
+
+async def unprepare(stub: dra_grpc.DRAPluginStub, claim: dra.Claim) -> None:
+    answer = await stub.NodeUnprepareResources(dra.NodeUnprepareResourcesRequest(claims=[claim]))
+    error = answer.claims[claim.uid].error
+    assert not error, error
+
+
+def socket_of(node: SimulatedNode) -> str:
+    return f"unix://{node.side.plugins_dir / 'neuron.aws.com' / 'dra.sock'}"
+
+
+async def concurrent(node: SimulatedNode, claims: list[dra.Claim]) -> tuple[float, list[float]]:
+    """(total seconds, per-claim seconds) of preparing every claim at once."""
+    async with grpc.aio.insecure_channel(socket_of(node)) as channel:
+        stub = dra_grpc.DRAPluginStub(channel)
+        started = time.perf_counter()
+        each = await asyncio.gather(*(timed_prepare(stub, c) for c in claims))
+        total = time.perf_counter() - started
+        await asyncio.gather(*(unprepare(stub, c) for c in claims))
+    return total, list(each)
+
+
+async def cycles(node: SimulatedNode, claims: list[dra.Claim], rounds: int) -> None:
+    """Prepare, then unprepare, every claim, `rounds` times (claims of a round at once)."""
+    async with grpc.aio.insecure_channel(socket_of(node)) as channel:
+        stub = dra_grpc.DRAPluginStub(channel)
+        for _ in range(rounds):
+            await asyncio.gather(*(timed_prepare(stub, c) for c in claims))
+            await asyncio.gather(*(unprepare(stub, c) for c in claims))
+
+
+def import_top(count: int = 10) -> list[dict[str, Any]]:
+    """The modules with the largest cumulative import time of `import neuron_dra.run`."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import neuron_dra.run"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows: list[dict[str, Any]] = []
+    for line in result.stderr.splitlines():
+        # "import time:       self [us] |  cumulative | imported package"
+        if not line.startswith("import time:") or "[us]" in line:
+            continue
+        self_us, cumulative_us, module = line.removeprefix("import time:").split("|")
+        rows.append({
+            "module": module.strip(),
+            "cumulative_ms": round(int(cumulative_us) / 1000, 1),
+            "self_ms": round(int(self_us) / 1000, 1),
+        })  # fmt: skip
+    rows.sort(key=lambda r: -r["cumulative_ms"])
+    return rows[:count]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--concurrent", type=int, default=200, help="claims prepared at once")
+    parser.add_argument("--cycle-claims", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+
+    figures: dict[str, Any] = {}
+    with Cluster(build()) as cluster:
+        cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
+        node = add_simulated_node(cluster, "bench", "trn2.48xlarge")
+        assert node.plugin is not None
+        # The preparer leaves exclusivity to the scheduler, so claims may share devices.
+        claims = [
+            claim_of(allocated_claim(cluster, f"conc-{i}", "bench", [i % 16]))
+            for i in range(args.concurrent)
+        ]
+        total, each = asyncio.run(concurrent(node, claims))
+        figures[f"concurrent_{args.concurrent}_s"] = total
+        figures[f"concurrent_{args.concurrent}_p99_ms"] = percentile(each, 0.99) * 1000
+
+        reused = claims[: args.cycle_claims]
+        asyncio.run(cycles(node, reused, 1))  # warm: every code path and buffer in use
+        before = rss_mib(node.plugin.pid)
+        asyncio.run(cycles(node, reused, args.rounds))
+        after = rss_mib(node.plugin.pid)
+        done = len(reused) * args.rounds
+        label = "10k" if done == 10_000 else str(done)
+        figures[f"rss_after_{label}_mib"] = after
+        figures[f"rss_growth_{label}_mib"] = after - before
+    figures["import_top"] = import_top()
+
+    rounded: dict[str, Any] = {
+        k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    latest = RESULTS / "latest.json"
+    # Read-modify-write: the figures of bench/run.py and bench/cel.py stay.
+    merged = json.loads(latest.read_text()) if latest.exists() else {}
+    latest.write_text(json.dumps(merged | rounded, indent=2) + "\n")
+
+    scalars = {k: v for k, v in rounded.items() if k != "import_top"}
+    width = max(map(len, scalars))
+    for key, value in scalars.items():
+        print(f"{key:<{width}}  {value}")
+    print(f"\n{'import neuron_dra.run: module':<44} {'cumulative ms':>13} {'self ms':>8}")
+    for row in rounded["import_top"]:
+        print(f"{row['module']:<44} {row['cumulative_ms']:>13} {row['self_ms']:>8}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
