@@ -32,6 +32,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/run.py
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/concurrency.py
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/cel.py
 
 clean:

@@ -19,12 +19,14 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -34,11 +36,25 @@ from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
 from neuron_dra.cdi import atomic_write  # noqa: E402
 from neuron_dra.kube import Kube  # noqa: E402
 from tests.e2e.build import build  # noqa: E402
-from tests.e2e.cluster import Cluster  # noqa: E402
+from tests.e2e.cluster import Cluster, free_port  # noqa: E402
 from tests.e2e.nodes import SimulatedNode, add_simulated_node  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 Obj = dict[str, Any]
+
+
+def phase_totals(port: int) -> dict[str, tuple[float, float]]:
+    """phase -> (seconds, count) of the plugin's prepare phases so far, from its metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    totals: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            phase = sample.labels.get("phase")
+            if phase and sample.name.endswith(("_sum", "_count")):
+                entry = totals.setdefault(phase, [0.0, 0.0])
+                entry[0 if sample.name.endswith("_sum") else 1] = sample.value
+    return {phase: (seconds, count) for phase, (seconds, count) in totals.items()}
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -155,7 +171,10 @@ def main() -> int:
 
     with Cluster(build()) as cluster:
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
-        node = add_simulated_node(cluster, "bench", "trn2.48xlarge")
+        port = free_port()
+        node = add_simulated_node(
+            cluster, "bench", "trn2.48xlarge", extra_args=[f"--metrics-port={port}"]
+        )
         assert node.plugin is not None
         rss_start = rss_mib(node.plugin.pid)
         figures: dict[str, Any] = {}
@@ -163,7 +182,15 @@ def main() -> int:
         for size, devices in sets.items():
             claims = [allocated_claim(cluster, f"c{size}-{i}", "bench", devices)
                       for i in range(args.claims)]  # fmt: skip
+            before = phase_totals(port)
             prepare, unprepare = asyncio.run(prepare_latency(node, claims))
+            after = phase_totals(port)
+            for phase, (seconds, count) in after.items():
+                spent, done = (
+                    seconds - before.get(phase, (0, 0))[0],
+                    count - before.get(phase, (0, 0))[1],
+                )
+                figures[f"prepare_{size}_{phase}_mean_ms"] = spent / done * 1000 if done else 0.0
             figures[f"prepare_{size}_p50_ms"] = percentile(prepare, 0.5)
             figures[f"prepare_{size}_p99_ms"] = percentile(prepare, 0.99)
             figures[f"unprepare_{size}_p50_ms"] = percentile(unprepare, 0.5)

@@ -51,6 +51,10 @@ METRICS: dict[str, tuple[str, str]] = {
         "histogram",
         "NodeUnprepareResources time per claim.",
     ),
+    "neuron_dra_prepare_phase_seconds": (
+        "histogram",
+        "Prepare time per claim by phase: api (claim read), cdi (config and spec), checkpoint.",
+    ),
     "neuron_dra_prepare_errors_total": ("counter", "Claims not prepared, by reason."),
     "neuron_dra_unprepare_errors_total": ("counter", "Claims not unprepared, by reason."),
     "neuron_dra_slice_publishes_total": ("counter", "ResourceSlice writes to the API server."),
@@ -63,28 +67,33 @@ METRICS: dict[str, tuple[str, str]] = {
 class Metrics:
     def __init__(self) -> None:
         self._counters: dict[str, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
-        self._histograms: dict[str, _Histogram] = defaultdict(_Histogram)
+        self._histograms: dict[str, dict[Labels, _Histogram]] = defaultdict(
+            lambda: defaultdict(_Histogram)
+        )
         self.gauges: Callable[[], Iterable[Sample]] = lambda: ()
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         self._counters[name][tuple(sorted(labels.items()))] += amount
 
-    def observe(self, name: str, seconds: float) -> None:
-        self._histograms[name].observe(seconds)
+    def observe(self, name: str, seconds: float, **labels: str) -> None:
+        self._histograms[name][tuple(sorted(labels.items()))].observe(seconds)
 
     def render(self) -> str:
         samples: dict[str, list[str]] = defaultdict(list)
         for name, series in self._counters.items():
             for labels, value in series.items():
                 samples[name].append(f"{name}{_labels(labels)} {_number(value)}")
-        for name, histogram in self._histograms.items():
-            cumulative = 0
-            for bound, count in zip(LATENCY_BUCKETS_S, histogram.counts, strict=True):
-                cumulative += count
-                samples[name].append(f'{name}_bucket{{le="{bound}"}} {cumulative}')
-            samples[name].append(f'{name}_bucket{{le="+Inf"}} {histogram.count}')
-            samples[name].append(f"{name}_sum {_number(histogram.total)}")
-            samples[name].append(f"{name}_count {histogram.count}")
+        for name, by_labels in self._histograms.items():
+            for labels, histogram in by_labels.items():
+                cumulative = 0
+                for bound, count in zip(LATENCY_BUCKETS_S, histogram.counts, strict=True):
+                    cumulative += count
+                    le = (*labels, ("le", str(bound)))
+                    samples[name].append(f"{name}_bucket{_labels(le)} {cumulative}")
+                everything = (*labels, ("le", "+Inf"))
+                samples[name].append(f"{name}_bucket{_labels(everything)} {histogram.count}")
+                samples[name].append(f"{name}_sum{_labels(labels)} {_number(histogram.total)}")
+                samples[name].append(f"{name}_count{_labels(labels)} {histogram.count}")
         for sample in self.gauges():
             samples[sample.name].append(
                 f"{sample.name}{_labels(sample.labels)} {_number(sample.value)}"

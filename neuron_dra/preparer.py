@@ -137,13 +137,17 @@ class Preparer:
             if done is not None:
                 return Outcome(done.devices)
             try:
+                phase = time.perf_counter()
                 obj = await self._get_claim(ref.namespace, ref.name)
+                phase = self._phase("api", phase)
                 prepared = plan(ref, obj, self._inventory(), self._pool)
                 self._fault("after-plan")
                 await asyncio.to_thread(cdi.write_spec, self._cdi_root, prepared)
                 self._fault("after-cdi-write")
+                phase = self._phase("cdi", phase)
                 record = _record(prepared)
                 await self._commit({ref.uid: record})
+                self._phase("checkpoint", phase)
                 self._fault("after-checkpoint")
             except ClaimError as err:
                 log.warning("claim not prepared: %s", err, extra=extra)
@@ -175,6 +179,11 @@ class Preparer:
             if removed:
                 log.info("claim unprepared", extra={"claim": ref.uid})
             return Outcome()
+
+    def _phase(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self._metrics.observe("neuron_dra_prepare_phase_seconds", now - since, phase=name)
+        return now
 
     def _lock(self, uid: str) -> asyncio.Lock:
         lock = self._locks.get(uid)

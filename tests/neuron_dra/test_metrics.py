@@ -58,3 +58,16 @@ def test_http_endpoint() -> None:
     ok, missing = asyncio.run(main())
     assert ok.startswith(b"HTTP/1.1 200 OK") and b"neuron_dra_slice_publishes_total 1" in ok
     assert missing.startswith(b"HTTP/1.1 404")
+
+
+def test_labelled_histograms() -> None:
+    metrics = Metrics()
+    metrics.observe("neuron_dra_prepare_phase_seconds", 0.002, phase="api")
+    metrics.observe("neuron_dra_prepare_phase_seconds", 0.0004, phase="cdi")
+    parsed = families(metrics.render())["neuron_dra_prepare_phase_seconds"]
+    assert parsed[("neuron_dra_prepare_phase_seconds_count", (("phase", "api"),))] == 1
+    assert parsed[("neuron_dra_prepare_phase_seconds_sum", (("phase", "cdi"),))] == 0.0004
+    assert (
+        parsed[("neuron_dra_prepare_phase_seconds_bucket", (("le", "0.001"), ("phase", "cdi")))]
+        == 1
+    )
