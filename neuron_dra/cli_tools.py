@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,20 +118,3 @@ def _lint(args: argparse.Namespace) -> int:
     warnings = len(findings) - errors
     print(f"{errors} errors, {warnings} warnings")
     return 1 if errors else 0
-
-
-def run(argv: Sequence[str]) -> int:
-    """Parse and run one of these commands, as `neuron-dra` does (for tests and scripts)."""
-    parser = argparse.ArgumentParser(prog="neuron-dra")
-    add_commands(parser.add_subparsers(required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.command(args)
-    except ValueError as err:
-        print(f"neuron-dra: error: {err}", file=sys.stderr)
-        return 2
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(run(sys.argv[1:]))

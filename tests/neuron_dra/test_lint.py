@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra import cli_tools
+from neuron_dra import cli
 from neuron_dra.lint import Finding, lint_files, published, suggest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def test_every_example_lints_clean(path: Path) -> None:
 
 
 def test_examples_exit_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_tools.run(["lint", *map(str, EXAMPLES)]) == 0
+    assert cli.main(["lint", *map(str, EXAMPLES)]) == 0
     assert capsys.readouterr().out.endswith("0 errors, 7 warnings\n")
 
 
@@ -148,7 +148,7 @@ def test_config_for_an_unknown_request(tmp_path: Path) -> None:
 def test_broken_file_exits_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "b.yaml"
     path.write_text(ROW.replace(".instanceType ==", ".instancetype =="))
-    assert cli_tools.run(["lint", str(path)]) == 1
+    assert cli.main(["lint", str(path)]) == 1
     out = capsys.readouterr().out
     assert f"{path}: error: ResourceClaimTemplate 1x4-connected-neurons" in out
     assert out.endswith("1 errors, 0 warnings\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra import cli_tools
+from neuron_dra import cli
 from neuron_dra.simulate import (
     Cluster,
     InputError,
@@ -368,7 +368,7 @@ def test_alternatives_are_the_rows() -> None:
 
 
 def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli_tools.run(
+    code = cli.main(
         ["simulate", str(SPECS / "1x4-connected-devices.yaml"), str(SPECS / "xl-trn2.yaml"),
          "--node", "trn2.48xlarge=1", "-o", "json"]
     )  # fmt: skip
@@ -388,7 +388,7 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_text_output_and_picture(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     svg = tmp_path / "out.svg"
-    code = cli_tools.run(
+    code = cli.main(
         ["simulate", str(SPECS / "two-claims-one-pod.yaml"), "--node", "trn2.48xlarge=2",
          "--taken", "trn2.48xlarge-1:0", "--picture", str(svg)]
     )  # fmt: skip
@@ -402,4 +402,4 @@ def test_text_output_and_picture(capsys: pytest.CaptureFixture[str], tmp_path: P
 
 
 def test_bad_node_flag() -> None:
-    assert cli_tools.run(["simulate", str(SPECS / "xl-trn2.yaml"), "--node", "trn9.x=1"]) == 2
+    assert cli.main(["simulate", str(SPECS / "xl-trn2.yaml"), "--node", "trn9.x=1"]) == 2

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +22,8 @@ from consts import DRIVER_NAME
 from neuron_dra.checkpoint import decode
 from neuron_dra.preparer import FAULT_POINTS
 from neuron_dra.run import FAULT_ENV
-from tests.e2e.build import build
 from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node
+from tests.e2e.nodes import SimulatedNode
 
 pytestmark = pytest.mark.e2e
 
@@ -43,15 +40,6 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 20),
     ("grpc.max_reconnect_backoff_ms", 100),
 ]
-
-
-@pytest.fixture(scope="module")
-def node() -> Iterator[SimulatedNode]:
-    if shutil.which("go") is None:
-        pytest.skip("the end-to-end tests build Kubernetes from source and need a Go toolchain")
-    with Cluster(build()) as cluster:
-        cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
-        yield add_simulated_node(cluster, NODE, "trn2.48xlarge")
 
 
 def allocated_claim(cluster: Cluster, name: str, node: str, device: int) -> Obj:

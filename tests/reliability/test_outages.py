@@ -8,9 +8,7 @@ kubelet gives up on a NodePrepareResources call after 45 s).
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,7 @@ from api.kubelet.dra.v1 import api_pb2 as dra
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc
 from consts import DRIVER_NAME
 from neuron_dra.publisher import BACKOFF_MAX_S
-from tests.e2e.build import build
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node
+from tests.e2e.nodes import SimulatedNode
 from tests.reliability.test_crash_storm import allocated_claim
 
 pytestmark = pytest.mark.e2e
@@ -33,15 +29,6 @@ NODE = "outage"
 KUBELET_CALL_TIMEOUT_S = 45.0
 OUTAGE_S = 30.0
 Obj = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def node() -> Iterator[SimulatedNode]:
-    if shutil.which("go") is None:
-        pytest.skip("the end-to-end tests build Kubernetes from source and need a Go toolchain")
-    with Cluster(build()) as cluster:
-        cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
-        yield add_simulated_node(cluster, NODE, "trn2.48xlarge")
 
 
 def claim_ref(obj: Obj) -> dra.Claim:
