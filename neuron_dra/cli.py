@@ -137,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
         "--unhealthy-effect",
         default="NoSchedule",
         choices=["NoSchedule", "NoExecute"],
-        help="taint effect for uncorrectable errors; NoExecute evicts pods using the device",
+        help="taint effect for unhealthy devices; NoExecute evicts pods using the device",
     )
     cmd.add_argument(
         "--metrics-port", type=int, default=-1, help="Prometheus /metrics port; -1 disables"

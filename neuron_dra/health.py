@@ -44,7 +44,6 @@ class Problem:
     kind: str  # a Kind, or the NEURON_HW_ERR kind as the kernel spelled it
     detail: str
     since: float
-    uncorrectable: bool = True
     recoverable_by_time: bool = True  # no state to re-check: only time clears it
 
 

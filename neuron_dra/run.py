@@ -47,7 +47,7 @@ class RunOptions:
     health_interval_s: float = 5.0
     health_recovery_s: float = 0.0  # 0: a device marked unhealthy stays so until restart
     kmsg: Path | None = None  # default: <sysfs root>/dev/kmsg
-    unhealthy_effect: str = "NoSchedule"  # or NoExecute, for uncorrectable errors
+    unhealthy_effect: str = "NoSchedule"  # or NoExecute: evict pods using an unhealthy device
     metrics_port: int | None = None
 
 
@@ -151,9 +151,7 @@ class Agent:
 
     def _build(self, generation: int, node_uid: str | None) -> list[Json]:
         unhealthy = tuple(
-            Unhealthy(
-                device, p.kind, self.options.unhealthy_effect if p.uncorrectable else "NoSchedule"
-            )
+            Unhealthy(device, p.kind, self.options.unhealthy_effect)
             for device, p in sorted(self.health.problems.items())
         )
         options = SliceOptions(
