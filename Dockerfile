@@ -13,8 +13,9 @@ COPY api ./api
 COPY consts ./consts
 COPY neuron_dra ./neuron_dra
 # The project's wheel, then binary wheels of exactly the pinned runtime
-# dependencies: the final stage installs from this directory alone, so it
-# needs no index, no compiler and no build backend.
+# dependencies of the agent (not the `tools` extra, which `run` never
+# imports): the final stage installs from this directory alone, so it needs no
+# index, no compiler and no build backend.
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && pip wheel --no-cache-dir --only-binary=:all: --constraint constraints.txt \
         --wheel-dir /wheels /wheels/neuron_dra-*.whl

@@ -18,6 +18,7 @@ lint: $(STAMP)
 	@if command -v shellcheck >/dev/null; then shellcheck scripts/install-dra-driver.sh; \
 	else echo "shellcheck not installed: install-dra-driver.sh not checked (CI installs it)"; fi
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python scripts/generate_protos.py --check
 
 # Fake sysfs trees are thousands of small files; on tmpfs creating and deleting
@@ -34,6 +35,7 @@ bench: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/run.py
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/concurrency.py
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/cel.py
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/footprint.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

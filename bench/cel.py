@@ -19,10 +19,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from neuron_dra.cel import DeviceView, Selector, compile_selector  # noqa: E402
-from neuron_dra.discovery import discover  # noqa: E402
-from neuron_dra.fakenode import FakeUltraServer, build_fake_node  # noqa: E402
-from neuron_dra.slices import SliceOptions, build_slices  # noqa: E402
+from neuron_dra.hardware.discovery import discover  # noqa: E402
+from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node  # noqa: E402
+from neuron_dra.resources.slices import SliceOptions, build_slices  # noqa: E402
+from neuron_dra.tools.cel import DeviceView, Selector, compile_selector  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "latest.json"
 

@@ -1,4 +1,4 @@
-"""Concurrency, memory and import-time figures, merged into bench/results/latest.json.
+"""Concurrency and memory figures, merged into bench/results/latest.json.
 
 Against the real thing, as bench/run.py: a real kube-apiserver and the real
 `neuron-dra run` on a simulated trn2.48xlarge, called over its unix socket.
@@ -7,7 +7,6 @@ Against the real thing, as bench/run.py: a real kube-apiserver and the real
   flight together (a node starting many pods); total time and per-claim p99.
 - RSS of the plugin after 10,000 prepare/unprepare cycles (the same 50 claims,
   200 rounds) and its growth over those cycles: a leak shows here.
-- Import time of `neuron_dra.run`: the 10 biggest modules by cumulative time.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -82,30 +80,6 @@ async def cycles(node: SimulatedNode, claims: list[dra.Claim], rounds: int) -> N
             await asyncio.gather(*(unprepare(stub, c) for c in claims))
 
 
-def import_top(count: int = 10) -> list[dict[str, Any]]:
-    """The modules with the largest cumulative import time of `import neuron_dra.run`."""
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import neuron_dra.run"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    rows: list[dict[str, Any]] = []
-    for line in result.stderr.splitlines():
-        # "import time:       self [us] |  cumulative | imported package"
-        if not line.startswith("import time:") or "[us]" in line:
-            continue
-        self_us, cumulative_us, module = line.removeprefix("import time:").split("|")
-        rows.append({
-            "module": module.strip(),
-            "cumulative_ms": round(int(cumulative_us) / 1000, 1),
-            "self_ms": round(int(self_us) / 1000, 1),
-        })  # fmt: skip
-    rows.sort(key=lambda r: -r["cumulative_ms"])
-    return rows[:count]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--concurrent", type=int, default=200, help="claims prepared at once")
@@ -136,24 +110,19 @@ def main() -> int:
         label = "10k" if done == 10_000 else str(done)
         figures[f"rss_after_{label}_mib"] = after
         figures[f"rss_growth_{label}_mib"] = after - before
-    figures["import_top"] = import_top()
 
     rounded: dict[str, Any] = {
         k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     latest = RESULTS / "latest.json"
-    # Read-modify-write: the figures of bench/run.py and bench/cel.py stay.
+    # Read-modify-write: the other benchmarks' figures stay.
     merged = json.loads(latest.read_text()) if latest.exists() else {}
     latest.write_text(json.dumps(merged | rounded, indent=2) + "\n")
 
-    scalars = {k: v for k, v in rounded.items() if k != "import_top"}
-    width = max(map(len, scalars))
-    for key, value in scalars.items():
+    width = max(map(len, rounded))
+    for key, value in rounded.items():
         print(f"{key:<{width}}  {value}")
-    print(f"\n{'import neuron_dra.run: module':<44} {'cumulative ms':>13} {'self ms':>8}")
-    for row in rounded["import_top"]:
-        print(f"{row['module']:<44} {row['cumulative_ms']:>13} {row['self_ms']:>8}")
     return 0
 
 

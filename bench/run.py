@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from api.kubelet.dra.v1 import api_pb2 as dra  # noqa: E402
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
-from neuron_dra.cdi import atomic_write  # noqa: E402
-from neuron_dra.kube import Kube  # noqa: E402
+from neuron_dra.agent.cdi import atomic_write  # noqa: E402
+from neuron_dra.agent.kube import Kube  # noqa: E402
 from tests.e2e.build import build  # noqa: E402
 from tests.e2e.cluster import Cluster, free_port  # noqa: E402
 from tests.e2e.nodes import SimulatedNode, add_simulated_node  # noqa: E402

@@ -25,7 +25,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from neuron_dra.fakenode import FakeUltraServer  # noqa: E402
+from neuron_dra.hardware.fakenode import FakeUltraServer  # noqa: E402
 from tests.e2e.build import build  # noqa: E402
 from tests.e2e.cluster import Cluster  # noqa: E402
 from tests.e2e.nodes import add_simulated_node, env_of  # noqa: E402

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
+from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
 from tests.sysfs_tree import FakeNode
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from neuron_dra.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer
+from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer
 
 T = TypeVar("T")
 NOBODY = 65534

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 import consts
-from neuron_dra.cli import _parser
+from neuron_dra.cli import parser
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 
@@ -27,7 +27,7 @@ def plugin_container() -> dict[str, Any]:
 def test_the_command_parses_with_the_real_cli() -> None:
     command = plugin_container()["command"]
     assert command[0] == "neuron-dra"
-    args = _parser().parse_args(command[1:])
+    args = parser().parse_args(command[1:])
     assert args.log_format == "json" and args.metrics_port == 9400
 
 

@@ -2,13 +2,14 @@
 
 The wheel is built from a copy of the packaged files (the build writes its
 scratch files next to the sources, which must not touch the checkout), then
-installed without dependencies into a fresh venv. Its runtime dependencies
-come from this project's venv, which the fresh venv sees through a path entry
-placed after its own site-packages. The project venv's editable install of
-neuron-dra is a .pth hook that is not processed from such an entry, so every
-import of neuron_dra, api and consts must resolve to the installed wheel. That
-keeps the test offline and fast; the pins themselves are checked against the
-wheel's metadata.
+installed without dependencies into fresh venvs. Their runtime dependencies
+come from this project's venv, seen through a path entry placed after the
+venv's own site-packages: all of it (the driver with the `tools` extra), or
+only the files of the distributions the agent requires (what the image
+installs). The project venv's editable install of neuron-dra is a .pth hook
+that is not processed from such an entry, so every import of neuron_dra, api
+and consts must resolve to the installed wheel. That keeps the test offline and
+fast; the pins themselves are checked against the wheel's metadata.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("neuron_dra", "api", "consts")
@@ -50,23 +53,65 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return found
 
 
-@pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv holding the wheel; returns its bin directory."""
-    root = tmp_path_factory.mktemp("venv") / "v"
+def installed_venv(wheel: Path, root: Path, dependencies: Path) -> Path:
+    """A fresh venv holding the wheel, its dependencies found in `dependencies`;
+    returns its bin directory."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
     own = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
-    (Path(own) / "zz_runtime_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (Path(own) / "zz_runtime_deps.pth").write_text(f"{dependencies}\n")
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
          "--no-deps", "--no-index", str(wheel)],
         check=True,
     )  # fmt: skip
     return root / "bin"
+
+
+def requirement_closure(name: str) -> dict[str, metadata.Distribution]:
+    """The installed distributions `name` needs at run time, without its extras."""
+    found: dict[str, metadata.Distribution] = {}
+    todo: list[tuple[str, frozenset[str]]] = [(name, frozenset())]
+    while todo:
+        wanted, extras = todo.pop()
+        key = canonicalize_name(wanted)
+        if key in found and not extras:
+            continue
+        found[key] = dist = metadata.distribution(wanted)
+        for line in dist.requires or []:
+            requirement = Requirement(line)
+            marker = requirement.marker
+            if marker is None or any(marker.evaluate({"extra": e}) for e in {"", *extras}):
+                todo.append((requirement.name, frozenset(requirement.extras)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel with every dependency of this project's venv, the tools' included."""
+    root = tmp_path_factory.mktemp("venv") / "v"
+    return installed_venv(wheel, root, Path(sysconfig.get_paths()["purelib"]))
+
+
+@pytest.fixture(scope="module")
+def agent_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel with exactly the distributions it requires without extras: the image's set."""
+    work = tmp_path_factory.mktemp("agent")
+    site = work / "site"
+    for key, dist in requirement_closure("neuron-dra").items():
+        if key == "neuron-dra":
+            continue  # the wheel provides it
+        for file in dist.files or []:
+            if file.parts[0] == ".." or "__pycache__" in file.parts:
+                continue  # scripts in bin/, bytecode
+            link = site / file
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                link.symlink_to(Path(str(dist.locate_file(file))))
+    return installed_venv(wheel, work / "v", site)
 
 
 def test_wheel_holds_every_package_file(wheel: Path) -> None:
@@ -121,7 +166,7 @@ def test_installed_wheel_runs_outside_the_source_tree(venv: Path, tmp_path: Path
     assert "--sysfs-root" in run("neuron-dra", "discover", "--help")
     # Everything `run` imports, including the generated gRPC modules, from the wheel.
     probe = (
-        "import json, neuron_dra, api, consts, neuron_dra.run, neuron_dra.kubelet\n"
+        "import json, neuron_dra, api, consts, neuron_dra.agent.run, neuron_dra.agent.kubelet\n"
         "from api.kubelet.dra.v1 import api_pb2\n"
         "print(json.dumps([m.__file__ for m in (neuron_dra, api, consts, api_pb2)]))"
     )
@@ -137,6 +182,36 @@ def test_installed_wheel_runs_outside_the_source_tree(venv: Path, tmp_path: Path
     node = run("neuron-dra", "fake-node", "--instance-type", "inf2.xlarge", "--out", "n").strip()
     inventory = json.loads(run("neuron-dra", "discover", "--sysfs-root", node, "-o", "json"))
     assert inventory["instanceType"] == "inf2.xlarge"
+    # The tools with their extra: nothing they read may lie in the checkout.
+    spec = str(REPO / "examples" / "specs" / "inf2-2-connected.yaml")
+    allocated = json.loads(run("neuron-dra", "simulate", spec, "--node=inf2.48xlarge=1", "-o=json"))
+    assert [c["allocated"] for c in allocated["claims"]] == [True]
+    assert run("neuron-dra", "lint", spec).strip().endswith("0 errors, 0 warnings")
+
+
+def test_the_agent_runs_without_the_tools_extra(agent_venv: Path, tmp_path: Path) -> None:
+    env = {"PATH": f"{agent_venv}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, check=False, cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    probe = run(
+        str(agent_venv / "python"), "-c",
+        "import importlib.util, neuron_dra.cli, neuron_dra.agent.run\n"
+        "print(importlib.util.find_spec('celpy'))",
+    )  # fmt: skip
+    assert (probe.returncode, probe.stdout.strip()) == (0, "None"), probe.stderr
+    assert "--healthcheck-port" in run("neuron-dra", "run", "--help").stdout
+    spec = str(REPO / "examples" / "specs" / "inf2-2-connected.yaml")
+    for command in (["simulate", spec, "--node=inf2.48xlarge=1"], ["lint", spec]):
+        result = run("neuron-dra", *command)
+        assert (result.returncode, result.stdout) == (2, "")
+        assert result.stderr.splitlines() == [
+            f"neuron-dra: error: `neuron-dra {command[0]}` needs the tools extra "
+            "(celpy is not installed): pip install 'neuron-dra[tools]'"
+        ]
 
 
 def test_image_build_context_holds_the_packages() -> None:

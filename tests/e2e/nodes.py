@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from consts import DRIVER_NAME, LABEL_INSTANCE_TYPE
-from neuron_dra.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
+from neuron_dra.agent.preparer import Step
+from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
 from tests.e2e.cluster import Cluster, Component, KubeletSide
 
 Obj = dict[str, Any]
-PLUGIN = [sys.executable, "-m", "neuron_dra.cli"]
+PLUGIN = [sys.executable, "-m", "neuron_dra"]
+# The same command, killing itself after one step of a claim (see crashing_plugin.py).
+CRASHING_PLUGIN = [sys.executable, str(Path(__file__).with_name("crashing_plugin.py"))]
 CDI_ANNOTATION = "kubeletside.neuron.test/cdi-devices"
 ERROR_ANNOTATION = "kubeletside.neuron.test/prepare-error"
 
@@ -37,9 +41,18 @@ class SimulatedNode:
     def checkpoint(self) -> Path:
         return self.side.plugins_dir / DRIVER_NAME / "checkpoint.json"
 
-    def start_plugin(self, *, env: dict[str, str] | None = None, wait: bool = True) -> Component:
+    def start_plugin(
+        self,
+        *,
+        crash_after: Step | None = None,
+        python_options: Sequence[str] = (),
+        wait: bool = True,
+    ) -> Component:
+        """Start `neuron-dra run`; with `crash_after`, one that SIGKILLs itself after that
+        step of the first claim to reach it. `python_options` go to the interpreter."""
+        command = PLUGIN if crash_after is None else [*CRASHING_PLUGIN, crash_after]
         argv = [
-            *PLUGIN, "run",
+            command[0], *python_options, *command[1:], "run",
             f"--node-name={self.name}",
             f"--sysfs-root={self.sysfs}",
             f"--cdi-root={self.cdi_dir}",
@@ -48,9 +61,7 @@ class SimulatedNode:
             f"--kubeconfig={self.cluster.kubeconfig}",
             *self.extra_args,
         ]  # fmt: skip
-        prefix = [f"{k}={v}" for k, v in (env or {}).items()]
-        command = ["env", *prefix, *argv] if prefix else argv
-        self.plugin = self.cluster.start_process(f"plugin-{self.name}", command)
+        self.plugin = self.cluster.start_process(f"plugin-{self.name}", argv)
         if wait:
             self.side.wait_for_plugin(DRIVER_NAME)
             self.cluster.wait_for(f"slices of {self.name}", lambda: self.slices() or None)

@@ -23,8 +23,8 @@ from consts import (
     LABEL_ULTRASERVER_SERVER_ID_2,
     LABEL_ULTRASERVER_SERVER_ID_4,
 )
-from neuron_dra.fakenode import FakeUltraServer
-from neuron_dra.instance_types import INSTANCE_TYPES
+from neuron_dra.hardware.fakenode import FakeUltraServer
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view, env_of

@@ -22,7 +22,7 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from neuron_dra.instance_types import INSTANCE_TYPES
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster, free_port
 

@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from consts import LABEL_ULTRASERVER_NODE_ID_4, LABEL_ULTRASERVER_SERVER_ID_4
-from neuron_dra.fakenode import FakeUltraServer
-from neuron_dra.instance_types import INSTANCE_TYPES
+from neuron_dra.agent.preparer import Step
+from neuron_dra.hardware.fakenode import FakeUltraServer
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import (
@@ -35,7 +36,10 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "examples" / "specs"
 Obj = dict[str, Any]
-FAULTS = ("after-plan", "after-cdi-write", "after-checkpoint")
+STEPS: tuple[Step, ...] = ("after-plan", "after-cdi-write", "after-checkpoint")
+# The tools and what their extra installs: `neuron-dra run` never loads any of them.
+TOOL_MODULES = ("neuron_dra.tools", "neuron_dra.hardware.fakenode",
+                "celpy", "lark", "pendulum", "jmespath", "re2")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -270,22 +274,42 @@ def test_parameters_that_are_not_an_object_are_refused(nodes: dict[str, Simulate
         cluster.create(claim)
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-def test_killed_mid_prepare_the_retry_succeeds(nodes: dict[str, SimulatedNode], fault: str) -> None:
+@pytest.mark.parametrize("step", STEPS)
+def test_killed_mid_prepare_the_retry_succeeds(nodes: dict[str, SimulatedNode], step: Step) -> None:
     cluster = cluster_of(nodes)
     node = nodes["trn2-c"]
     node.stop_plugin()
-    crashing = node.start_plugin(env={"NEURON_DRA_TEST_FAULT": fault})
+    crashing = node.start_plugin(crash_after=step)
     ns = namespace(cluster)
     docs = list(yaml.safe_load_all((SPECS / "1x4-connected-devices.yaml").read_text()))
     docs[1]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node.name}
     create_in(cluster, ns, docs)
-    cluster.wait_for("the plugin to be killed at " + fault, lambda: not crashing.alive(), 60)
+    cluster.wait_for("the plugin to be killed after " + step, lambda: not crashing.alive(), 60)
     assert crashing.process.returncode == -9
     cluster.stop_process(crashing)
     node.start_plugin()
     run_and_check(nodes, ns, "pod0", None, 4)
     assert not node.checkpointed()
+
+
+def test_the_agent_loads_no_tool_in_its_whole_life(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    node = nodes["trn2-b"]
+    node.stop_plugin()
+    plugin = node.start_plugin(python_options=["-X", "importtime"])
+    ns = namespace(cluster)
+    docs = list(yaml.safe_load_all((SPECS / "1x4-connected-devices.yaml").read_text()))
+    docs[1]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node.name}
+    create_in(cluster, ns, docs)
+    run_and_check(nodes, ns, "pod0", None, 4)  # prepared, then unprepared
+    node.stop_plugin()  # SIGTERM: start to clean exit, every import on the way
+    node.start_plugin()
+    assert plugin.process.returncode == 0
+    # `-X importtime` lines: "import time: self [us] | cumulative | module", nested by indent.
+    loaded = {line.rsplit("|", 1)[1].strip() for line in plugin.log_path.read_text().splitlines()
+              if line.startswith("import time:") and "[us]" not in line}  # fmt: skip
+    assert {"neuron_dra.agent.preparer", "neuron_dra.agent.publisher", "grpc"} <= loaded
+    assert sorted(m for m in loaded if m.startswith(TOOL_MODULES)) == []
 
 
 def test_slices_deleted_by_hand_come_back(nodes: dict[str, SimulatedNode]) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from neuron_dra.discovery import discover
-from neuron_dra.fakenode import FakeUltraServer, build_fake_node
-from neuron_dra.slices import SliceOptions, UltraServerDevices, build_slices
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
+from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.workloads import claim_spec, submit, unschedulable_reason

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.discovery import discover
-from neuron_dra.fakenode import FakeUltraServer, build_fake_node
-from neuron_dra.instance_types import INSTANCE_TYPES
-from neuron_dra.simulate import (
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
+from neuron_dra.tools.simulate import (
     Claim,
     SimNode,
     load_documents,
@@ -29,10 +30,9 @@ from neuron_dra.simulate import (
     read_inputs,
     simulate,
 )
-from neuron_dra.simulate import (
+from neuron_dra.tools.simulate import (
     Cluster as SimCluster,
 )
-from neuron_dra.slices import SliceOptions, UltraServerDevices, build_slices
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 
@@ -214,7 +214,7 @@ def test_live_cluster_mode_reads_what_is_allocated(real: Cluster, tmp_path: Path
     pool, got = scheduled(real, example, claims[0])
     # The simulator, reading the live cluster, sees the pair taken and places a new claim
     # elsewhere on the same node.
-    from neuron_dra.simulate import live_cluster, take_allocated  # noqa: PLC0415
+    from neuron_dra.tools.simulate import live_cluster, take_allocated  # noqa: PLC0415
 
     live_nodes, classes, allocated = live_cluster(real.kubeconfig)
     live = SimCluster([n for n in live_nodes if n.name == nodes[0].name], classes)

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from neuron_dra import cdi
-from neuron_dra.checkpoint import CheckpointStore, ClaimRecord, decode
-from neuron_dra.claims import ClaimRef, plan
-from neuron_dra.discovery import discover
-from neuron_dra.fakenode import build_fake_node
-from neuron_dra.inventory import NodeInventory
-from neuron_dra.preparer import Outcome, Preparer
+from neuron_dra.agent import cdi
+from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, decode
+from neuron_dra.agent.claims import ClaimRef, plan
+from neuron_dra.agent.preparer import Outcome, Preparer
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import build_fake_node
+from neuron_dra.hardware.inventory import NodeInventory
 from tests.claim_objects import allocated_claim
 from tests.sysfs_tree import NOBODY, run_unprivileged
 

@@ -19,9 +19,8 @@ import pytest
 from api.kubelet.dra.v1 import api_pb2 as dra
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc
 from consts import DRIVER_NAME
-from neuron_dra.checkpoint import decode
-from neuron_dra.preparer import FAULT_POINTS
-from neuron_dra.run import FAULT_ENV
+from neuron_dra.agent.checkpoint import decode
+from neuron_dra.agent.preparer import STEPS, Step
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode
 
@@ -66,16 +65,16 @@ class Kubelet:
         self.node = node
         self.rnd = rnd
         self.socket = node.side.plugins_dir / DRIVER_NAME / "dra.sock"
-        self.crashes: dict[str, int] = dict.fromkeys(FAULT_POINTS, 0)
+        self.crashes: dict[str, int] = dict.fromkeys(STEPS, 0)
         self.restarts = 0
-        self.armed: str | None = None
+        self.armed: Step | None = None
 
-    def restart(self, fault: str | None) -> None:
+    def restart(self, fault: Step | None) -> None:
         self.node.stop_plugin()
         self.armed = fault
         self.restarts += 1
         # Not waiting for registration: the calls below wait for the socket themselves.
-        self.node.start_plugin(env={FAULT_ENV: fault} if fault else None, wait=False)
+        self.node.start_plugin(crash_after=fault, wait=False)
 
     async def call(self, method: str, claim: dra.Claim) -> Any:
         """One kubelet call, retried until the plugin answers it."""
@@ -105,7 +104,7 @@ class Kubelet:
                     assert self.armed is not None
                     self.crashes[self.armed] += 1
             # Sometimes the restarted plugin is armed again, to crash in a retry.
-            self.restart(self.rnd.choice(FAULT_POINTS) if self.rnd.random() < 0.3 else None)
+            self.restart(self.rnd.choice(STEPS) if self.rnd.random() < 0.3 else None)
         raise AssertionError(f"{method} of {claim.name} never succeeded")
 
 
@@ -128,7 +127,7 @@ async def storm(node: SimulatedNode) -> None:
         ops = [("prepare", i)] + ([("unprepare", i - WINDOW)] if i >= WINDOW else [])
         for method, index in ops:
             if rnd.random() < RESTART_CHANCE:
-                kubelet.restart(rnd.choice(FAULT_POINTS))
+                kubelet.restart(rnd.choice(STEPS))
             ref = refs[index]
             answer = (await kubelet.call(method, ref)).claims[ref.uid]
             assert not answer.error, answer.error

@@ -24,15 +24,15 @@ from hypothesis import strategies as st
 
 from api.config import API_VERSIONS, ConfigError, NeuronConfig, UltraServerConfig, decode
 from consts import DRIVER_NAME, NODE_DEVICE_NAME
-from neuron_dra import cdi
-from neuron_dra.apierror import ApiError
-from neuron_dra.checkpoint import CheckpointStore
-from neuron_dra.checkpoint import decode as decode_checkpoint
-from neuron_dra.claims import ClaimError, ClaimRef, PreparedClaim, plan
-from neuron_dra.discovery import discover
-from neuron_dra.fakenode import FakeUltraServer, build_fake_node
-from neuron_dra.inventory import NodeInventory
-from neuron_dra.preparer import Outcome, Preparer
+from neuron_dra.agent import cdi
+from neuron_dra.agent.apierror import ApiError
+from neuron_dra.agent.checkpoint import CheckpointStore
+from neuron_dra.agent.checkpoint import decode as decode_checkpoint
+from neuron_dra.agent.claims import ClaimError, ClaimRef, PreparedClaim, plan
+from neuron_dra.agent.preparer import Outcome, Preparer
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
+from neuron_dra.hardware.inventory import NodeInventory
 
 POOL = "node-a"
 BOOT = "5f0e9c1a-0000-4000-8000-00000000f001"

@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
-from neuron_dra import cdi
-from neuron_dra.apierror import ApiError
-from neuron_dra.checkpoint import CheckpointStore, decode
-from neuron_dra.claims import ClaimRef
-from neuron_dra.discovery import discover
-from neuron_dra.fakenode import build_fake_node
-from neuron_dra.inventory import NodeInventory
-from neuron_dra.kubelet import KubeletPlugin
-from neuron_dra.preparer import Preparer
+from neuron_dra.agent import cdi
+from neuron_dra.agent.apierror import ApiError
+from neuron_dra.agent.checkpoint import CheckpointStore, decode
+from neuron_dra.agent.claims import ClaimRef
+from neuron_dra.agent.kubelet import KubeletPlugin
+from neuron_dra.agent.preparer import Preparer
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import build_fake_node
+from neuron_dra.hardware.inventory import NodeInventory
 from tests.claim_objects import allocated_claim
 from tests.sysfs_tree import run_unprivileged
 

@@ -1,0 +1,145 @@
+"""The node agent's footprint: what `neuron-dra run` imports and what the image installs.
+
+- The wheel set the Dockerfile installs (the project's wheel and its pinned
+  runtime dependencies, `pip install --target`, bytecode included), and the
+  same with the `tools` extra: installed size and distributions.
+- The run path's imports from the agent-only set alone, in a fresh
+  interpreter that sees nothing else (`python -S`): exactly the modules
+  `neuron-dra run` loads before its event loop (the command line, then
+  `neuron_dra.agent.run`), their count, the median wall time of 5 runs and the
+  10 biggest modules by cumulative `-X importtime`.
+
+Figures are printed and merged into bench/results/latest.json. Installing
+needs the package index (or pip's cache), as the image build does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "latest.json"
+# What `neuron-dra run` imports before it starts: the CLI module, then the agent it runs.
+RUN_PATH = "import neuron_dra.cli, neuron_dra.agent.run"
+TOOL_MODULES = ("neuron_dra.tools", "celpy", "lark", "pendulum", "jmespath", "re2")
+
+
+def pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--quiet", *args], check=True, cwd=REPO)
+
+
+def install(wheel: Path, target: Path, extra: str = "") -> dict[str, Any]:
+    requirement = f"{wheel}[{extra}]" if extra else str(wheel)
+    pip("install", "--target", str(target), "--constraint", "constraints.txt", requirement)
+    size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file() and not p.is_symlink())
+    dists: dict[str, float] = {}
+    for info in target.glob("*.dist-info"):
+        # RECORD lists every installed file of the distribution, bytecode included.
+        files = [row.split(",")[0] for row in (info / "RECORD").read_text().splitlines()]
+        found = (target / f for f in files if f and not f.startswith(".."))
+        total = sum(p.stat().st_size for p in found if p.is_file())
+        dists[info.name.split("-")[0]] = round(total / 2**20, 1)
+    return {"installed_mib": round(size / 2**20, 1), "distributions": dists}
+
+
+def imports(target: Path, runs: int) -> dict[str, Any]:
+    """The run path's imports from `target` alone."""
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}
+    probe = (
+        "import sys, time\n"
+        "started = time.perf_counter()\n"
+        f"{RUN_PATH}\n"
+        "print(time.perf_counter() - started, len(sys.modules))\n"
+        "print('\\n'.join(sys.modules))"
+    )
+    times, modules = [], []
+    for _ in range(runs):
+        out = subprocess.run(
+            [sys.executable, "-S", "-c", probe], env=env, capture_output=True, text=True,
+            check=True, cwd=target,
+        ).stdout.splitlines()  # fmt: skip
+        seconds, count = out[0].split()
+        times.append(float(seconds))
+        modules = out[1:]
+        assert int(count) == len(modules)
+    trace = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", "-c", RUN_PATH], env=env,
+        capture_output=True, text=True, check=True, cwd=target,
+    ).stderr  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for line in trace.splitlines():
+        # "import time:       self [us] |  cumulative | imported package"
+        if not line.startswith("import time:") or "[us]" in line:
+            continue
+        self_us, cumulative_us, module = line.removeprefix("import time:").split("|")
+        rows.append({
+            "module": module.strip(),
+            "cumulative_ms": round(int(cumulative_us) / 1000, 1),
+            "self_ms": round(int(self_us) / 1000, 1),
+        })  # fmt: skip
+    rows.sort(key=lambda r: -r["cumulative_ms"])
+    return {
+        "run_import_s": round(statistics.median(times), 3),
+        "run_import_modules": len(modules),
+        "run_imports_tools": sorted(m for m in modules if m.startswith(TOOL_MODULES)),
+        "import_top": rows[:10],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="import timings, median taken")
+    parser.add_argument("--no-write", action="store_true", help="do not update latest.json")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="neuron-dra-footprint-") as tmp:
+        work = Path(tmp)
+        # From a copy: building writes scratch files beside the sources.
+        src = work / "src"
+        src.mkdir()
+        for name in ("pyproject.toml", "README.md", "neuron_dra", "api", "consts"):
+            path = REPO / name
+            if path.is_dir():
+                shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(path, src / name)
+        pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(work), str(src))
+        (wheel,) = work.glob("neuron_dra-*.whl")
+        agent = install(wheel, work / "agent")
+        tools = install(wheel, work / "tools", "tools")
+        figures: dict[str, Any] = {
+            "agent_installed_mib": agent["installed_mib"],
+            "agent_distributions": len(agent["distributions"]),
+            "agent_largest_mib": dict(
+                sorted(agent["distributions"].items(), key=lambda kv: -kv[1])[:6]
+            ),
+            "tools_installed_mib": tools["installed_mib"],
+            "tools_extra_distributions": sorted(
+                set(tools["distributions"]) - set(agent["distributions"])
+            ),
+        } | imports(work / "agent", args.runs)
+
+    if not args.no_write:
+        merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(merged | figures, indent=2) + "\n")
+    scalars = {k: v for k, v in figures.items() if k != "import_top"}
+    width = max(map(len, scalars))
+    for key, value in scalars.items():
+        print(f"{key:<{width}}  {value}")
+    print(f"\n{'neuron-dra run imports: module':<44} {'cumulative ms':>13} {'self ms':>8}")
+    for row in figures["import_top"]:
+        print(f"{row['module']:<44} {row['cumulative_ms']:>13} {row['self_ms']:>8}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

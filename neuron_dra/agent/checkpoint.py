@@ -1,0 +1,176 @@
+"""The on-disk record of prepared claims.
+
+Written atomically (temp, fsync, rename), checksummed, versioned and stamped
+with the boot id. Writers take an exclusive file lock and apply their changes
+to what is on disk at that moment, so two plugin instances during a rolling
+update never lose each other's claims. A corrupt file is set aside, never
+trusted and never fatal; a file from another boot is discarded because its
+CDI specs and devices are gone with that boot.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuron_dra.agent.cdi import atomic_write
+from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class RecordedDevice:
+    request_names: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    uid: str
+    namespace: str
+    name: str
+    devices: tuple[RecordedDevice, ...]
+
+
+Claims = dict[str, ClaimRecord]
+
+
+class CheckpointError(ValueError):
+    """The checkpoint cannot be trusted; the message says why."""
+
+
+def encode(boot_id: str, claims: Mapping[str, ClaimRecord]) -> bytes:
+    body = {
+        "version": VERSION,
+        "bootId": boot_id,
+        "claims": {uid: _record_json(r) for uid, r in sorted(claims.items())},
+    }
+    return json.dumps({**body, "checksum": _checksum(body)}, indent=1).encode()
+
+
+def decode(data: bytes) -> tuple[str, Claims]:
+    """(boot id, claims), or CheckpointError naming what is wrong."""
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"not JSON ({err})") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError("not a JSON object")
+    if obj.get("version") != VERSION:
+        raise CheckpointError(f"version {obj.get('version')!r}, this driver reads {VERSION}")
+    checksum = obj.pop("checksum", None)
+    if checksum != _checksum(obj):
+        raise CheckpointError("checksum mismatch (truncated or edited)")
+    try:
+        claims = {uid: _record(uid, r) for uid, r in obj["claims"].items()}
+        return str(obj["bootId"]), claims
+    except (KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"malformed entry ({err!r})") from None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    claims: Claims
+    problem: str | None = None  # why state was discarded, for the log
+    other_boot: bool = False  # the state belonged to a boot that is over
+
+
+class CheckpointStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock_path = path.with_name(path.name + ".lock")
+
+    def load(self, boot_id: str) -> Loaded:
+        """Read the checkpoint of this boot; set aside anything else."""
+        with self._locked():
+            return self._read(boot_id)
+
+    def apply(self, boot_id: str, changes: Mapping[str, ClaimRecord | None]) -> Claims:
+        """Add (record) or drop (None) claims on top of what is on disk; return the result."""
+        with self._locked():
+            claims = dict(self._read(boot_id).claims)
+            for uid, record in changes.items():
+                if record is None:
+                    claims.pop(uid, None)
+                else:
+                    claims[uid] = record
+            atomic_write(self.path, encode(boot_id, claims), mode=0o600, dir_mode=PLUGIN_DIR_MODE)
+            return claims
+
+    def _read(self, boot_id: str) -> Loaded:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return Loaded({})
+        try:
+            saved_boot, claims = decode(data)
+        except CheckpointError as err:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+            self.path.replace(aside)
+            return Loaded({}, f"checkpoint {self.path} is corrupt: {err}; moved to {aside}")
+        if saved_boot != boot_id:
+            self.path.unlink()
+            problem = f"checkpoint {self.path} is from boot {saved_boot}, not {boot_id}; discarded"
+            return Loaded({}, problem, other_boot=True)
+        return Loaded(claims)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        ensure_dir(self.path.parent, PLUGIN_DIR_MODE)
+        # 0600: a lock anyone could open, anyone could hold, stalling every prepare.
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _checksum(body: Mapping[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def _record_json(record: ClaimRecord) -> dict[str, Any]:
+    return {
+        "namespace": record.namespace,
+        "name": record.name,
+        "devices": [
+            {
+                "requestNames": list(d.request_names),
+                "pool": d.pool,
+                "device": d.device,
+                "cdiDeviceIds": list(d.cdi_device_ids),
+            }
+            for d in record.devices
+        ],
+    }
+
+
+def _record(uid: str, obj: dict[str, Any]) -> ClaimRecord:
+    return ClaimRecord(
+        uid=uid,
+        namespace=str(obj["namespace"]),
+        name=str(obj["name"]),
+        devices=tuple(
+            RecordedDevice(
+                tuple(map(str, d["requestNames"])),
+                str(d["pool"]),
+                str(d["device"]),
+                tuple(map(str, d["cdiDeviceIds"])),
+            )
+            for d in obj["devices"]
+        ),
+    )

@@ -1,0 +1,313 @@
+"""The kubelet side of the plugin: registration and DRA gRPC services on unix sockets.
+
+The kubelet finds the plugin through the registration socket in its
+plugins_registry directory, asks GetInfo for the DRA socket and the versions
+spoken, then calls NodePrepareResources / NodeUnprepareResources there. A
+kubelet restart re-reads the registry directory; if the registration socket
+vanishes (a cleaned directory) it is served again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from api.kubelet.dra.v1 import api_pb2 as dra_v1
+from api.kubelet.dra.v1 import api_pb2_grpc as dra_v1_grpc
+from api.kubelet.dra.v1beta1 import api_pb2 as dra_v1beta1
+from api.kubelet.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
+from api.kubelet.drahealth.v1alpha1 import api_pb2 as drahealth
+from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_grpc
+from api.kubelet.grpchealth.v1 import api_pb2 as health_pb
+from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
+from api.kubelet.pluginregistration.v1 import api_pb2 as reg_pb
+from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from consts import DRIVER_NAME
+from neuron_dra.agent.claims import ClaimRef
+from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir
+from neuron_dra.agent.preparer import Outcome, Preparer
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+PLUGIN_TYPE = "DRAPlugin"
+# The kubelet picks the first DRA version it speaks, so the newest comes first; the
+# health service is listed too (kubelets that do not know it ignore the entry).
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
+SOCKET_CHECK_INTERVAL_S = 1.0
+# The kubelet marks health stale after ~30 s without a message; resend well before.
+HEALTH_RESEND_S = 10.0
+HEALTH_CHECK_TIMEOUT_S = 30
+
+
+def socket_paths(registrar_dir: Path, plugins_dir: Path, pod_uid: str | None) -> tuple[Path, Path]:
+    """(registration socket, DRA socket); per-pod names let two pods overlap in an update."""
+    if pod_uid:
+        return (
+            registrar_dir / f"{DRIVER_NAME}-{pod_uid}-reg.sock",
+            plugins_dir / DRIVER_NAME / f"dra-{pod_uid}.sock",
+        )
+    return registrar_dir / f"{DRIVER_NAME}-reg.sock", plugins_dir / DRIVER_NAME / "dra.sock"
+
+
+class DraV1(dra_v1_grpc.DRAPluginServicer):
+    def __init__(self, preparer: Preparer) -> None:
+        self._preparer = preparer
+
+    async def NodePrepareResources(  # noqa: N802 (name fixed by the protocol)
+        self, request: dra_v1.NodePrepareResourcesRequest, context: Context
+    ) -> dra_v1.NodePrepareResourcesResponse:
+        outcomes = await self._preparer.prepare(_refs(request.claims))
+        response = dra_v1.NodePrepareResourcesResponse()
+        for uid, outcome in outcomes.items():
+            entry = response.claims[uid]
+            if outcome.error:
+                entry.error = outcome.error
+            for device in outcome.devices:
+                entry.devices.add(
+                    request_names=device.request_names,
+                    pool_name=device.pool,
+                    device_name=device.device,
+                    cdi_device_ids=device.cdi_device_ids,
+                )
+        return response
+
+    async def NodeUnprepareResources(  # noqa: N802
+        self, request: dra_v1.NodeUnprepareResourcesRequest, context: Context
+    ) -> dra_v1.NodeUnprepareResourcesResponse:
+        outcomes = await self._preparer.unprepare(_refs(request.claims))
+        return dra_v1.NodeUnprepareResourcesResponse(
+            claims={uid: _unprepared(o) for uid, o in outcomes.items()}
+        )
+
+
+class DraV1beta1(dra_v1beta1_grpc.DRAPluginServicer):
+    """v1beta1 is v1 on the wire (v1 only adds fields), so requests are re-read as v1."""
+
+    def __init__(self, v1: DraV1) -> None:
+        self._v1 = v1
+
+    async def NodePrepareResources(  # noqa: N802
+        self, request: dra_v1beta1.NodePrepareResourcesRequest, context: Context
+    ) -> dra_v1beta1.NodePrepareResourcesResponse:
+        as_v1 = dra_v1.NodePrepareResourcesRequest.FromString(request.SerializeToString())
+        response = await self._v1.NodePrepareResources(as_v1, context)
+        return dra_v1beta1.NodePrepareResourcesResponse.FromString(response.SerializeToString())
+
+    async def NodeUnprepareResources(  # noqa: N802
+        self, request: dra_v1beta1.NodeUnprepareResourcesRequest, context: Context
+    ) -> dra_v1beta1.NodeUnprepareResourcesResponse:
+        as_v1 = dra_v1.NodeUnprepareResourcesRequest.FromString(request.SerializeToString())
+        response = await self._v1.NodeUnprepareResources(as_v1, context)
+        return dra_v1beta1.NodeUnprepareResourcesResponse.FromString(response.SerializeToString())
+
+
+class Registration(reg_grpc.RegistrationServicer):
+    def __init__(self, dra_socket: Path) -> None:
+        self._dra_socket = dra_socket
+        self.registered = asyncio.Event()
+
+    async def GetInfo(  # noqa: N802
+        self, request: reg_pb.InfoRequest, context: Context
+    ) -> reg_pb.PluginInfo:
+        return reg_pb.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=DRIVER_NAME,
+            endpoint=str(self._dra_socket),
+            supported_versions=SUPPORTED_VERSIONS,
+        )
+
+    async def NotifyRegistrationStatus(  # noqa: N802
+        self, request: reg_pb.RegistrationStatus, context: Context
+    ) -> reg_pb.RegistrationStatusResponse:
+        if request.plugin_registered:
+            log.info("registered with the kubelet", extra={"socket": str(self._dra_socket)})
+            self.registered.set()
+        else:
+            log.error("the kubelet refused registration: %s", request.error)
+            self.registered.clear()
+        return reg_pb.RegistrationStatusResponse()
+
+
+class ResourceHealth(drahealth_grpc.DRAResourceHealthServicer):
+    """Streams every device's health to the kubelet: on connect, on change, and periodically."""
+
+    def __init__(self, pool: str) -> None:
+        self._pool = pool
+        self._devices: dict[str, tuple[bool, str]] = {}  # name -> (healthy, message)
+        self._updated = 0
+        self._updates = 0  # counts changes, so a stream knows whether it missed one
+        self._changed = asyncio.Condition()
+
+    async def update(self, devices: dict[str, tuple[bool, str]]) -> None:
+        async with self._changed:
+            if devices != self._devices:
+                self._devices = dict(devices)
+                self._updated = int(time.time())
+                self._updates += 1
+                self._changed.notify_all()
+
+    def _snapshot(self) -> drahealth.NodeWatchResourcesResponse:
+        response = drahealth.NodeWatchResourcesResponse()
+        for name, (healthy, message) in sorted(self._devices.items()):
+            response.devices.add(
+                device=drahealth.DeviceIdentifier(pool_name=self._pool, device_name=name),
+                health=drahealth.HEALTHY if healthy else drahealth.UNHEALTHY,
+                last_updated_time=self._updated,
+                health_check_timeout_seconds=HEALTH_CHECK_TIMEOUT_S,
+                message=message,
+            )
+        return response
+
+    async def NodeWatchResources(  # noqa: N802
+        self, request: drahealth.NodeWatchResourcesRequest, context: Context
+    ) -> AsyncIterator[drahealth.NodeWatchResourcesResponse]:
+        while True:
+            async with self._changed:
+                snapshot, seen = self._snapshot(), self._updates
+            # Never yield holding the lock: a slow reader would block every update().
+            yield snapshot
+            async with self._changed:
+                if self._updates == seen:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), HEALTH_RESEND_S)
+
+
+class Health(health_grpc.HealthServicer):
+    """Liveness for the kubelet's gRPC probe: serving while the DRA socket is up."""
+
+    def __init__(self) -> None:
+        self._serving = False
+        self._changed = asyncio.Condition()
+
+    async def set_serving(self, serving: bool) -> None:
+        async with self._changed:
+            self._serving = serving
+            self._changed.notify_all()
+
+    def _status(self) -> health_pb.HealthCheckResponse:
+        serving = health_pb.HealthCheckResponse.SERVING
+        not_serving = health_pb.HealthCheckResponse.NOT_SERVING
+        return health_pb.HealthCheckResponse(status=serving if self._serving else not_serving)
+
+    async def Check(  # noqa: N802
+        self, request: health_pb.HealthCheckRequest, context: Context
+    ) -> health_pb.HealthCheckResponse:
+        return self._status()
+
+    async def Watch(  # noqa: N802
+        self, request: health_pb.HealthCheckRequest, context: Context
+    ) -> AsyncIterator[health_pb.HealthCheckResponse]:
+        while True:
+            async with self._changed:
+                status, seen = self._status(), self._serving
+            yield status  # outside the lock, as in ResourceHealth
+            async with self._changed:
+                if self._serving == seen:
+                    await self._changed.wait()
+
+
+class KubeletPlugin:
+    """Owns the sockets: DRA first, then registration, so the kubelet never finds a dead end."""
+
+    def __init__(
+        self,
+        preparer: Preparer,
+        *,
+        pool: str,
+        registrar_dir: Path,
+        plugins_dir: Path,
+        pod_uid: str | None = None,
+        health_port: int | None = None,
+        health_address: str = "127.0.0.1",
+    ) -> None:
+        self.registration_socket, self.dra_socket = socket_paths(
+            registrar_dir, plugins_dir, pod_uid
+        )
+        self._dra = DraV1(preparer)
+        self.resource_health = ResourceHealth(pool)
+        self.registration = Registration(self.dra_socket)
+        self.health = Health()
+        self.health_port = health_port
+        self.health_address = health_address
+        self._dra_server: grpc.aio.Server | None = None
+        self._registration_server: grpc.aio.Server | None = None
+        self._health_server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        if self.health_port is not None:
+            self._health_server = grpc.aio.server()
+            health_grpc.add_HealthServicer_to_server(self.health, self._health_server)
+            # Port 0 picks a free port; the bound one is what a probe must use.
+            address = self.health_address
+            host = f"[{address}]" if ":" in address else address  # IPv6 pod IPs
+            self.health_port = self._health_server.add_insecure_port(f"{host}:{self.health_port}")
+            await self._health_server.start()
+        self._dra_server = grpc.aio.server()
+        dra_v1_grpc.add_DRAPluginServicer_to_server(self._dra, self._dra_server)
+        dra_v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1(self._dra), self._dra_server)
+        drahealth_grpc.add_DRAResourceHealthServicer_to_server(
+            self.resource_health, self._dra_server
+        )
+        await _serve_unix(self._dra_server, self.dra_socket)
+        await self.health.set_serving(True)
+        await self._start_registration()
+
+    async def supervise(self) -> None:
+        """Serve the registration socket again whenever it disappears."""
+        while True:
+            await asyncio.sleep(SOCKET_CHECK_INTERVAL_S)
+            if not self.registration_socket.exists():
+                log.warning(
+                    "registration socket gone; serving it again",
+                    extra={"socket": str(self.registration_socket)},
+                )
+                await self._stop_registration()
+                await self._start_registration()
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Registration first, so the kubelet stops sending calls before DRA goes away."""
+        await self.health.set_serving(False)
+        await self._stop_registration()
+        for server in (self._dra_server, self._health_server):
+            if server is not None:
+                await server.stop(grace)
+        self.dra_socket.unlink(missing_ok=True)
+
+    async def _start_registration(self) -> None:
+        self._registration_server = grpc.aio.server()
+        reg_grpc.add_RegistrationServicer_to_server(self.registration, self._registration_server)
+        await _serve_unix(self._registration_server, self.registration_socket)
+
+    async def _stop_registration(self) -> None:
+        if self._registration_server is not None:
+            await self._registration_server.stop(0)
+            self._registration_server = None
+        self.registration_socket.unlink(missing_ok=True)
+        self.registration.registered.clear()
+
+
+async def _serve_unix(server: grpc.aio.Server, path: Path) -> None:
+    ensure_dir(path.parent, PLUGIN_DIR_MODE)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # a socket left by a killed predecessor
+    server.add_insecure_port(f"unix://{path}")
+    await server.start()
+    # Only root (the kubelet) may connect: a prepare hands out devices.
+    path.chmod(0o600)
+
+
+def _refs(claims: object) -> list[ClaimRef]:
+    return [ClaimRef(c.namespace, c.name, c.uid) for c in claims]  # type: ignore[attr-defined]
+
+
+def _unprepared(outcome: Outcome) -> dra_v1.NodeUnprepareResourceResponse:
+    return dra_v1.NodeUnprepareResourceResponse(error=outcome.error)

@@ -1,0 +1,223 @@
+"""Prepare and unprepare claims: the side effects around `claims.plan`.
+
+Order of effects for prepare: API read, plan (pure), CDI spec write,
+checkpoint write. A crash anywhere leaves a state that the kubelet's retry
+repairs: the CDI file name is derived from the claim UID, so a retried prepare
+overwrites it with identical content and an unprepare deletes it whether or
+not the checkpoint ever heard of the claim. Claims run concurrently; the same
+claim is serialized by its own lock; checkpoint writes from concurrent claims
+are grouped into one fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from neuron_dra.agent import cdi
+from neuron_dra.agent.apierror import ApiError
+from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
+from neuron_dra.agent.claims import ClaimError, ClaimRef, PreparedClaim, plan
+from neuron_dra.agent.metrics import Metrics
+from neuron_dra.hardware.inventory import NodeInventory
+
+log = logging.getLogger(__name__)
+
+GetClaim = Callable[[str, str], Awaitable[dict[str, Any]]]
+
+# The steps between a claim's side effects. A crash may come between any two;
+# tests end the process at each through `after_step` to prove the retry repairs it.
+Step = Literal["after-plan", "after-cdi-write", "after-checkpoint", "after-cdi-remove"]
+STEPS: tuple[Step, ...] = get_args(Step)
+StepHook = Callable[[Step], None]
+
+
+def no_step_hook(step: Step) -> None:
+    """The production hook: nothing happens between steps."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One claim's answer to the kubelet: devices, or an error message."""
+
+    devices: tuple[RecordedDevice, ...] = ()
+    error: str = ""
+    # Error class for metrics (claim, api, io, internal); not part of the kubelet's answer.
+    reason: str = field(default="", compare=False)
+
+
+def _failed(ref: ClaimRef, err: Exception) -> Outcome:
+    """An outcome for an unexpected error, classified for the error metrics."""
+    reason = (
+        "api" if isinstance(err, ApiError) else "io" if isinstance(err, OSError) else "internal"
+    )
+    return Outcome(error=f"claim {ref}: {type(err).__name__}: {err}", reason=reason)
+
+
+class Preparer:
+    def __init__(
+        self,
+        *,
+        inventory: Callable[[], NodeInventory],
+        pool: str,
+        cdi_root: Path,
+        store: CheckpointStore,
+        boot_id: str,
+        get_claim: GetClaim,
+        after_step: StepHook = no_step_hook,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._metrics = metrics or Metrics()
+        self._inventory = inventory
+        self._pool = pool
+        self._cdi_root = cdi_root
+        self._store = store
+        self._boot_id = boot_id
+        self._get_claim = get_claim
+        self._after_step = after_step
+        # Weak: a claim's lock lives exactly as long as someone holds or awaits it.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._claims: dict[str, ClaimRecord] = {}
+        self._pending: dict[str, ClaimRecord | None] = {}
+        self._commit_lock = asyncio.Lock()
+
+    def start(self) -> None:
+        """Load this boot's checkpoint; after a reboot, drop every spec of the old boot."""
+        loaded = self._store.load(self._boot_id)
+        if loaded.problem:
+            log.error(loaded.problem)
+        self._claims = dict(loaded.claims)
+        specs = cdi.spec_uids(self._cdi_root)
+        if loaded.other_boot:
+            for uid in specs:
+                cdi.remove_spec(self._cdi_root, uid)
+            log.info("CDI specs of the previous boot removed", extra={"specs": len(specs)})
+        elif orphans := specs - set(self._claims):
+            # A prepare cut short (or one of a second plugin instance still running):
+            # the kubelet's retry or unprepare settles it, so leave the file alone.
+            log.warning("CDI specs without a checkpoint entry", extra={"claims": sorted(orphans)})
+        log.info("prepared claims restored", extra={"claims": len(self._claims)})
+
+    @property
+    def prepared(self) -> dict[str, ClaimRecord]:
+        return dict(self._claims)
+
+    async def prepare(self, refs: Iterable[ClaimRef]) -> dict[str, Outcome]:
+        refs = list(refs)
+        outcomes = await asyncio.gather(*(self._one("prepare", self._prepare_one, r) for r in refs))
+        return {r.uid: o for r, o in zip(refs, outcomes, strict=True)}
+
+    async def unprepare(self, refs: Iterable[ClaimRef]) -> dict[str, Outcome]:
+        refs = list(refs)
+        outcomes = await asyncio.gather(
+            *(self._one("unprepare", self._unprepare_one, r) for r in refs)
+        )
+        return {r.uid: o for r, o in zip(refs, outcomes, strict=True)}
+
+    async def _one(
+        self, what: str, step: Callable[[ClaimRef], Awaitable[Outcome]], ref: ClaimRef
+    ) -> Outcome:
+        """One claim's `step`, its UID checked before any file is touched, timed for metrics."""
+        started = time.perf_counter()
+        try:
+            cdi.check_uid(ref.uid)
+        except ValueError as err:
+            outcome = Outcome(error=str(err), reason="claim")
+        else:
+            outcome = await step(ref)
+        self._metrics.observe(f"neuron_dra_{what}_duration_seconds", time.perf_counter() - started)
+        if outcome.reason:
+            self._metrics.inc(f"neuron_dra_{what}_errors_total", reason=outcome.reason)
+        return outcome
+
+    async def _prepare_one(self, ref: ClaimRef) -> Outcome:
+        extra = {"claim": ref.uid, "claim_namespace": ref.namespace, "claim_name": ref.name}
+        async with self._lock(ref.uid):
+            done = self._claims.get(ref.uid)
+            if done is not None:
+                return Outcome(done.devices)
+            try:
+                phase = time.perf_counter()
+                obj = await self._get_claim(ref.namespace, ref.name)
+                phase = self._phase("api", phase)
+                prepared = plan(ref, obj, self._inventory(), self._pool)
+                self._after_step("after-plan")
+                await asyncio.to_thread(cdi.write_spec, self._cdi_root, prepared)
+                self._after_step("after-cdi-write")
+                phase = self._phase("cdi", phase)
+                record = _record(prepared)
+                await self._commit({ref.uid: record})
+                self._phase("checkpoint", phase)
+                self._after_step("after-checkpoint")
+            except ClaimError as err:
+                log.warning("claim not prepared: %s", err, extra=extra)
+                return Outcome(error=str(err), reason="claim")
+            except Exception as err:
+                log.exception("claim not prepared", extra=extra)
+                return _failed(ref, err)
+            log.info(
+                "claim prepared",
+                extra=extra | {"devices": ",".join(d.device for d in record.devices)},
+            )
+            return Outcome(record.devices)
+
+    async def _unprepare_one(self, ref: ClaimRef) -> Outcome:
+        async with self._lock(ref.uid):
+            try:
+                removed = await asyncio.to_thread(cdi.remove_spec, self._cdi_root, ref.uid)
+                self._after_step("after-cdi-remove")
+                # Unconditionally: during a rolling update the other instance may have
+                # prepared it, and only the file on disk knows.
+                await self._commit({ref.uid: None})
+            except Exception as err:
+                log.exception("claim not unprepared", extra={"claim": ref.uid})
+                return _failed(ref, err)
+            if removed:
+                log.info("claim unprepared", extra={"claim": ref.uid})
+            return Outcome()
+
+    def _phase(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self._metrics.observe("neuron_dra_prepare_phase_seconds", now - since, phase=name)
+        return now
+
+    def _lock(self, uid: str) -> asyncio.Lock:
+        lock = self._locks.get(uid)
+        if lock is None:
+            lock = self._locks[uid] = asyncio.Lock()
+        return lock
+
+    async def _commit(self, changes: dict[str, ClaimRecord | None]) -> None:
+        """Persist `changes`, sharing one checkpoint write with concurrent commits."""
+        self._pending.update(changes)
+        async with self._commit_lock:
+            if not any(uid in self._pending for uid in changes):
+                return  # a concurrent commit already wrote ours
+            batch, self._pending = self._pending, {}
+            try:
+                claims = await asyncio.to_thread(self._store.apply, self._boot_id, batch)
+            except BaseException:
+                # Others' changes wait for the next write; ours failed and must not be
+                # recorded later as if it had succeeded.
+                self._pending = {k: v for k, v in batch.items() if k not in changes} | self._pending
+                raise
+            self._claims = claims
+
+
+def _record(prepared: PreparedClaim) -> ClaimRecord:
+    ref = prepared.claim
+    return ClaimRecord(
+        uid=ref.uid,
+        namespace=ref.namespace,
+        name=ref.name,
+        devices=tuple(
+            RecordedDevice(d.request_names, d.pool, d.device, (cdi.device_id(ref.uid, d.device),))
+            for d in prepared.devices
+        ),
+    )

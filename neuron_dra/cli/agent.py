@@ -1,0 +1,122 @@
+"""`neuron-dra run`: the node agent's flags, with the reference DaemonSet's environment names."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from consts import (
+    ENV_CDI_ROOT,
+    ENV_HEALTHCHECK_ADDRESS,
+    ENV_HEALTHCHECK_PORT,
+    ENV_KUBELET_PLUGINS_DIRECTORY_PATH,
+    ENV_KUBELET_REGISTRAR_DIRECTORY_PATH,
+    ENV_NODE_NAME,
+    ENV_POD_UID,
+)
+from neuron_dra.cli.node import add_sysfs_root
+from neuron_dra.resources.slices import UltraServerDevices
+
+if TYPE_CHECKING:
+    from neuron_dra.agent.run import RunOptions
+
+SubParsers = Any  # argparse's _SubParsersAction, which typeshed keeps private
+
+
+def add_command(subparsers: SubParsers) -> None:
+    cmd = subparsers.add_parser("run", help="run the kubelet plugin on this node")
+    add_sysfs_root(cmd)
+    env = os.environ.get
+    cmd.add_argument("--node-name", default=env(ENV_NODE_NAME), help=f"(${ENV_NODE_NAME})")
+    cmd.add_argument("--pod-uid", default=env(ENV_POD_UID), help=f"socket names (${ENV_POD_UID})")
+    cmd.add_argument("--cdi-root", type=Path, default=Path(env(ENV_CDI_ROOT, "/var/run/cdi")))
+    cmd.add_argument(
+        "--kubelet-registrar-directory-path",
+        type=Path,
+        default=Path(
+            env(ENV_KUBELET_REGISTRAR_DIRECTORY_PATH, "/var/lib/kubelet/plugins_registry")
+        ),
+    )
+    cmd.add_argument(
+        "--kubelet-plugins-directory-path",
+        type=Path,
+        default=Path(env(ENV_KUBELET_PLUGINS_DIRECTORY_PATH, "/var/lib/kubelet/plugins")),
+    )
+    cmd.add_argument(
+        "--healthcheck-port",
+        type=int,
+        default=int(env(ENV_HEALTHCHECK_PORT, "-1")),
+        help=f"gRPC health service port for the liveness probe; -1 disables "
+        f"(${ENV_HEALTHCHECK_PORT})",
+    )
+    cmd.add_argument(
+        "--healthcheck-address",
+        default=env(ENV_HEALTHCHECK_ADDRESS, "127.0.0.1"),
+        help="address of the gRPC health service; in a pod, the pod IP, which the kubelet's "
+        f"probe dials (${ENV_HEALTHCHECK_ADDRESS})",
+    )
+    cmd.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
+    cmd.add_argument(
+        "--ultraserver-devices",
+        default="auto",
+        choices=["auto", *UltraServerDevices],
+        help="auto: both kinds with shared counters where the API server serves them, "
+        "else only the whole-node device",
+    )
+    cmd.add_argument("--rediscover-interval", type=float, default=60.0, metavar="SECONDS")
+    cmd.add_argument("--health-interval", type=float, default=5.0, metavar="SECONDS")
+    cmd.add_argument(
+        "--health-recovery",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="return a device to service this long after an error that leaves no state to "
+        "re-check (ECC increase, kernel error line); 0 keeps it out until restart",
+    )
+    cmd.add_argument("--kmsg-path", type=Path, help="kernel log to scan (default: <root>/dev/kmsg)")
+    cmd.add_argument(
+        "--unhealthy-effect",
+        default="NoSchedule",
+        choices=["NoSchedule", "NoExecute"],
+        help="taint effect for unhealthy devices; NoExecute evicts pods using the device",
+    )
+    cmd.add_argument(
+        "--metrics-port", type=int, default=-1, help="Prometheus /metrics port; -1 disables"
+    )
+    cmd.set_defaults(command=_run)
+
+
+def run_options(args: argparse.Namespace) -> RunOptions:
+    """The agent's options from parsed `run` flags."""
+    if not args.node_name:
+        raise ValueError(f"--node-name or ${ENV_NODE_NAME} is required")
+    from neuron_dra.agent.run import RunOptions  # noqa: PLC0415
+
+    return RunOptions(
+        node_name=args.node_name,
+        sysfs_root=args.sysfs_root,
+        cdi_root=args.cdi_root,
+        registrar_dir=args.kubelet_registrar_directory_path,
+        plugins_dir=args.kubelet_plugins_directory_path,
+        kubeconfig=args.kubeconfig,
+        pod_uid=args.pod_uid or None,
+        health_port=args.healthcheck_port if args.healthcheck_port >= 0 else None,
+        health_address=args.healthcheck_address,
+        ultraserver_devices=args.ultraserver_devices,
+        rediscover_interval_s=args.rediscover_interval,
+        health_interval_s=args.health_interval,
+        health_recovery_s=args.health_recovery,
+        kmsg=args.kmsg_path,
+        unhealthy_effect=args.unhealthy_effect,
+        metrics_port=args.metrics_port if args.metrics_port >= 0 else None,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Deferred: the agent (the Kubernetes client, gRPC) is for this command only.
+    from neuron_dra.agent.run import run  # noqa: PLC0415
+    from neuron_dra.cli import STARTED  # noqa: PLC0415
+
+    return run(run_options(args), STARTED)

@@ -1,0 +1,188 @@
+"""`neuron-dra discover`, `slices` and `fake-node`: a node's inventory and slices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from consts import ENV_SYSFS_ROOT
+from neuron_dra.hardware.devicegroups import group_ids
+from neuron_dra.hardware.discovery import Discovery, discover, log_findings
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.resources import limits
+from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
+
+SubParsers = Any  # argparse's _SubParsersAction, which typeshed keeps private
+
+log = logging.getLogger("neuron_dra")
+
+
+def add_sysfs_root(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--sysfs-root",
+        type=Path,
+        default=Path(os.environ.get(ENV_SYSFS_ROOT, "/")),
+        help=f"root holding sys/, dev/ and opt/aws/neuron (default ${ENV_SYSFS_ROOT} or /)",
+    )
+
+
+def add_commands(subparsers: SubParsers) -> None:
+    cmd = subparsers.add_parser("discover", help="print the node's Neuron inventory")
+    add_sysfs_root(cmd)
+    cmd.add_argument("-o", "--output", default="table", choices=["table", "json"])
+    cmd.set_defaults(command=_discover)
+
+    cmd = subparsers.add_parser("slices", help="print the ResourceSlices the driver would publish")
+    add_sysfs_root(cmd)
+    cmd.add_argument("--node-name", required=True)
+    cmd.add_argument("--node-uid", help="Node UID for the owner reference")
+    cmd.add_argument(
+        "--ultraserver-devices",
+        type=UltraServerDevices,
+        default=UltraServerDevices.BOTH,
+        choices=list(UltraServerDevices),
+        help="UltraServer nodes: publish devices and the whole-node device with shared "
+        "counters (both), or only one kind where the cluster lacks counters",
+    )
+    cmd.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
+    cmd.set_defaults(command=_slices)
+
+    cmd = subparsers.add_parser("fake-node", help="write a simulated node's sysfs tree")
+    cmd.add_argument("--instance-type", required=True, choices=sorted(INSTANCE_TYPES))
+    cmd.add_argument("--out", required=True, type=Path)
+    cmd.add_argument("--driver-version", help="Neuron driver version (default: a current one)")
+    cmd.add_argument("--lnc", type=int, choices=[1, 2])
+    cmd.add_argument("--ultraserver-server-id")
+    cmd.add_argument("--ultraserver-node-id", type=int, choices=range(4))
+    cmd.set_defaults(command=_fake_node)
+
+
+def _discover(args: argparse.Namespace) -> int:
+    result = _discovered(args.sysfs_root)
+    if args.output == "json":
+        print(json.dumps(_inventory_json(result), indent=2))
+    else:
+        print(_inventory_table(result))
+    return 0
+
+
+def _slices(args: argparse.Namespace) -> int:
+    inventory = _discovered(args.sysfs_root).inventory
+    options = SliceOptions(
+        node_name=args.node_name,
+        node_uid=args.node_uid,
+        ultraserver_devices=args.ultraserver_devices,
+    )
+    slices = build_slices(inventory, options)
+    problems = [f"slice {i}: {e}" for i, s in enumerate(slices) for e in limits.validate_slice(s)]
+    for problem in problems:
+        log.error("slice breaks a resource.k8s.io/v1 limit: %s", problem)
+    if args.output == "json":
+        print(json.dumps(slices if len(slices) > 1 else slices[0], indent=2))
+    else:
+        print(yaml.safe_dump_all(slices, sort_keys=False), end="")
+    return 1 if problems else 0
+
+
+def _fake_node(args: argparse.Namespace) -> int:
+    # Deferred: fake trees are for tests and demos, never for `run`.
+    from neuron_dra.hardware import fakenode  # noqa: PLC0415
+
+    has_id = args.ultraserver_server_id is not None or args.ultraserver_node_id is not None
+    ultraserver = (
+        fakenode.FakeUltraServer(
+            args.ultraserver_server_id or "us-0", args.ultraserver_node_id or 0
+        )
+        if has_id
+        else None
+    )
+    root = fakenode.build_fake_node(
+        args.out,
+        args.instance_type,
+        driver_version=args.driver_version or fakenode.DEFAULT_DRIVER_VERSION,
+        lnc=args.lnc,
+        ultraserver=ultraserver,
+    )
+    print(root)
+    return 0
+
+
+def _discovered(root: Path) -> Discovery:
+    result = discover(root)
+    log_findings(result.findings, log)
+    return result
+
+
+def _inventory_json(result: Discovery) -> dict[str, Any]:
+    inventory = result.inventory
+    ids = group_ids(inventory)
+    return {
+        "instanceType": inventory.instance_type,
+        "driverVersion": inventory.driver_version,
+        "logicalNeuronCore": inventory.lnc,
+        "shape": inventory.spec.shape.value if inventory.spec else None,
+        "ultraserver": inventory.ultraserver and vars(inventory.ultraserver),
+        "devices": [
+            {
+                "name": d.name,
+                "index": d.index,
+                "cores": d.cores,
+                "neighbours": list(d.neighbours),
+                "serialNumber": d.serial_number,
+                "groupIds": {str(k): v for k, v in sorted(ids.get(d.index, {}).items())},
+            }
+            for d in inventory.devices
+        ],
+        "connectedSets": {
+            str(size): [sorted(s) for s in sets]
+            for size, sets in inventory.connected_sets().items()
+        },
+        "findings": [{"path": f.path, "message": f.message} for f in result.findings],
+    }
+
+
+def _inventory_table(result: Discovery) -> str:
+    inventory = result.inventory
+    spec = inventory.spec
+    lines = [
+        f"instance type  {inventory.instance_type or '?'}"
+        f"  ({spec.shape.value if spec else 'unknown topology'})",
+        f"driver         {inventory.driver_version or '?'}",
+        f"LNC default    {inventory.lnc if inventory.lnc is not None else 'n/a'}",
+    ]
+    if inventory.ultraserver:
+        us = inventory.ultraserver
+        lines.append(
+            f"UltraServer    server {us.server_id_4} node {us.node_id_4}"
+            f" (pair {us.server_id_2} node {us.node_id_2}), modes {us.modes}"
+        )
+    sets = inventory.connected_sets()
+    lines.append("")
+    lines.append(f"{'DEVICE':<16}{'CORES':>5}  {'NEIGHBOURS':<14}CONNECTED SETS")
+    for device in inventory.devices:
+        member_of = [
+            _span(s)
+            for size, groups in sorted(sets.items())
+            if size > 1
+            for s in groups
+            if device.index in s
+        ]
+        lines.append(
+            f"{device.name:<16}{device.cores if device.cores is not None else '?':>5}  "
+            f"{','.join(map(str, device.neighbours)) or '-':<14}{' '.join(member_of) or '-'}"
+        )
+    if result.findings:
+        lines.append("")
+        lines.extend(f"! {f.path}: {f.message}" for f in result.findings)
+    return "\n".join(lines)
+
+
+def _span(members: frozenset[int]) -> str:
+    ordered = sorted(members)
+    return f"{{{ordered[0]}-{ordered[-1]}}}"

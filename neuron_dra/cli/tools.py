@@ -1,0 +1,142 @@
+"""`neuron-dra simulate` and `neuron-dra lint`: check claim templates before applying them.
+
+The tools and their dependencies (the `tools` extra) are imported only when
+one of these commands runs; without the extra, the command says how to get it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.resources.slices import UltraServerDevices
+
+SubParsers = Any  # argparse's _SubParsersAction, which typeshed keeps private
+
+
+def add_commands(subparsers: SubParsers) -> None:
+    """Register `simulate` and `lint` on the `neuron-dra` command's subparsers."""
+    cmd = subparsers.add_parser(
+        "simulate",
+        help="allocate ResourceClaim(Template)s as the scheduler would, on simulated nodes "
+        "or a live cluster",
+    )
+    cmd.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    where = cmd.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--node",
+        action="append",
+        metavar="TYPE=COUNT",
+        help="simulated nodes, named TYPE-0, TYPE-1, ...; repeat for several types",
+    )
+    where.add_argument("--kubeconfig", type=Path, help="read slices and claims of a live cluster")
+    cmd.add_argument(
+        "--taken",
+        action="append",
+        default=[],
+        metavar="NODE:DEVICE,...",
+        help="devices already allocated (names, or N for neurondeviceN)",
+    )
+    cmd.add_argument(
+        "--ultraserver-devices",
+        type=UltraServerDevices,
+        default=UltraServerDevices.BOTH,
+        choices=list(UltraServerDevices),
+        help="what simulated UltraServer nodes publish (default: both, with shared counters)",
+    )
+    cmd.add_argument("--driver-version", help="Neuron driver version of the simulated nodes")
+    cmd.add_argument("-o", "--output", default="text", choices=["text", "json"])
+    cmd.add_argument("--picture", type=Path, metavar="FILE.svg", help="draw the allocation")
+    cmd.set_defaults(command=_simulate)
+
+    cmd = subparsers.add_parser(
+        "lint", help="check ResourceClaim(Template)s against what the driver publishes"
+    )
+    cmd.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    cmd.add_argument(
+        "--instance-type",
+        action="append",
+        default=[],
+        choices=sorted(INSTANCE_TYPES),
+        help="instance types the claims are meant for (default: what selectors pin)",
+    )
+    cmd.set_defaults(command=_lint)
+
+
+@contextlib.contextmanager
+def _tools_extra(command: str) -> Iterator[None]:
+    """Imports of the tools; a missing `tools` extra becomes a one-line error."""
+    try:
+        yield
+    except ModuleNotFoundError as err:
+        if (err.name or "").partition(".")[0] in {"neuron_dra", "api", "consts"}:
+            raise  # a broken install of the driver itself, not a missing extra
+        raise ValueError(
+            f"`neuron-dra {command}` needs the tools extra ({err.name} is not installed): "
+            "pip install 'neuron-dra[tools]'"
+        ) from err
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    with _tools_extra("simulate"):
+        from neuron_dra.tools import picture, simulate  # noqa: PLC0415
+
+    if args.kubeconfig is not None:
+        nodes, classes, allocated = simulate.live_cluster(args.kubeconfig)
+        cluster = simulate.Cluster(nodes, classes)
+        simulate.take_allocated(cluster, allocated)
+    else:
+        counts = simulate.parse_node_counts(args.node)
+        nodes = simulate.simulated_nodes(
+            counts, ultraserver_devices=args.ultraserver_devices, driver_version=args.driver_version
+        )
+        cluster = simulate.Cluster(nodes, {})
+    for node, device in simulate.parse_taken(args.taken):
+        cluster.take(node, device, "--taken")
+    outcomes = simulate.simulate(args.files, cluster)
+    views = picture.node_views(cluster, outcomes)
+    labels = [f"{o.letter}: {o.claim.key}" for o in outcomes]
+    if args.picture is not None:
+        args.picture.write_text(picture.render_svg(views, labels))
+    if args.output == "json":
+        document = {
+            "claims": [simulate.outcome_json(o) for o in outcomes],
+            "nodes": [
+                {"name": v.name, "instanceType": v.instance_type,
+                 "devices": {str(i): outcomes[n].claim.key for i, n in sorted(v.owners.items())},
+                 "wholeNode": None if v.whole_node is None else outcomes[v.whole_node].claim.key}
+                for v in views
+            ],
+        }  # fmt: skip
+        print(json.dumps(document, indent=2))
+    else:
+        for outcome in outcomes:
+            print("\n".join(simulate.describe(outcome)))
+            print()
+        letters = [o.letter for o in outcomes]
+        used = {o.node for o in outcomes if o.node} | {v.name for v in views if v.taken}
+        shown = [v for v in views if v.name in used] or views[:1]
+        for view in shown:
+            print(picture.render_text(view, letters))
+        hidden = len(views) - len(shown)
+        if hidden:
+            print(f"({hidden} more nodes with nothing allocated)")
+    return 0 if all(o.allocated for o in outcomes) else 1
+
+
+def _lint(args: argparse.Namespace) -> int:
+    with _tools_extra("lint"):
+        from neuron_dra.tools import lint  # noqa: PLC0415
+
+    findings = lint.lint_files(args.files, args.instance_type)
+    for finding in findings:
+        print(finding)
+    errors = sum(f.error for f in findings)
+    warnings = len(findings) - errors
+    print(f"{errors} errors, {warnings} warnings")
+    return 1 if errors else 0

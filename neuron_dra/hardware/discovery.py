@@ -1,0 +1,347 @@
+"""Read a node's Neuron hardware from a sysfs root into a NodeInventory.
+
+Real sysfs is partial and odd: files go missing, are readable only by root,
+read `busy` while an UltraServer election runs, or hold garbage. Discovery
+never raises for any of that. Every oddity becomes a Finding that names the
+path and what was done about it, and the inventory keeps only what is known,
+so the slices built from it are never wrong, at worst incomplete.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from consts import ENV_NEURON_LOGICAL_NC_CONFIG
+from neuron_dra.hardware import topology
+from neuron_dra.hardware.instance_types import (
+    DEFAULT_LNC,
+    LNC_FAMILIES,
+    InstanceType,
+    family_of,
+    lookup,
+)
+from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
+
+DEVICES_DIR = "sys/devices/virtual/neuron_device"
+CLASS_DIR = "sys/class/neuron_device"
+DRIVER_VERSION_FILE = "sys/module/neuron/version"
+PRODUCT_NAME_FILE = "sys/devices/virtual/dmi/id/product_name"
+LNC_CONFIG_FILE = "opt/aws/neuron/logical_nc_config"
+DEV_DIR = "dev"
+BOOT_ID_FILE = "proc/sys/kernel/random/boot_id"
+
+MAX_CORES_PER_DEVICE = 64
+MAX_VALUE_LENGTH = 64  # a ResourceSlice string attribute's limit
+
+_DEVICE_DIR_RE = re.compile(r"neuron(0|[1-9][0-9]{0,3})")
+_INSTANCE_TYPE_RE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
+_PRINTABLE_RE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
+# A label value, because UltraServer ids become node labels.
+_LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something sysfs said that the driver could not take at face value."""
+
+    path: str  # absolute path as seen on the host, e.g. /sys/module/neuron/version
+    message: str
+
+
+@dataclass(frozen=True)
+class Discovery:
+    inventory: NodeInventory
+    findings: tuple[Finding, ...]
+
+
+def discover(root: Path) -> Discovery:
+    """Read the sysfs tree under `root` (`/` on a real node)."""
+    return _Reader(root).read_node()
+
+
+def boot_id(root: Path) -> str | None:
+    """This boot's id: prepared state from another boot must not be trusted."""
+    try:
+        return (root / BOOT_ID_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def log_findings(findings: Iterable[Finding], logger: logging.Logger) -> None:
+    for finding in findings:
+        logger.warning(finding.message, extra={"path": finding.path})
+
+
+class _Reader:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.findings: list[Finding] = []
+
+    def note(self, rel: str, message: str) -> None:
+        self.findings.append(Finding("/" + rel, message))
+
+    def read(self, rel: str, *, optional: bool = False) -> str | None:
+        """Stripped file text, or None (with a finding unless optional and absent)."""
+        try:
+            text = (self.root / rel).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            if not optional:
+                self.note(rel, "missing")
+            return None
+        except PermissionError:
+            self.note(rel, "unreadable: permission denied (the driver needs root to read it)")
+            return None
+        except UnicodeDecodeError:
+            self.note(rel, "unreadable: not text")
+            return None
+        except OSError as err:
+            self.note(rel, f"unreadable: {err.strerror or err}")
+            return None
+        value = text.strip()
+        if value.lower() == "busy":
+            self.note(rel, "busy (the Neuron driver is reconfiguring); ignored until it settles")
+            return None
+        return value
+
+    def parse(self, rel: str, parser: Callable[[str], T], *, optional: bool = False) -> T | None:
+        text = self.read(rel, optional=optional)
+        if text is None:
+            return None
+        try:
+            return parser(text)
+        except ValueError as err:
+            self.note(rel, f"invalid value {_quote(text)}: {err}")
+            return None
+
+    # --- node ---------------------------------------------------------------
+
+    def read_node(self) -> Discovery:
+        indices = self.device_indices()
+        instance_type = self.instance_type(indices)
+        spec = lookup(instance_type) if instance_type else None
+        if instance_type and spec is None:
+            self.note(
+                PRODUCT_NAME_FILE,
+                f"unknown instance type {instance_type!r}: devices are published without "
+                "connected-set or torus attributes, cores from sysfs only, no memory capacity",
+            )
+        if spec is not None:
+            self.check_device_count(spec, indices)
+        devices = tuple(device for i in indices if (device := self.device(i, spec)) is not None)
+        inventory = NodeInventory(
+            instance_type=instance_type,
+            driver_version=self.parse(DRIVER_VERSION_FILE, _printable),
+            lnc=self.lnc(instance_type, spec),
+            devices=devices,
+            ultraserver=self.ultraserver() if spec is not None and spec.ultraserver else None,
+        )
+        return Discovery(inventory, tuple(self.findings))
+
+    def device_indices(self) -> list[int]:
+        try:
+            entries = list((self.root / DEVICES_DIR).iterdir())
+        except FileNotFoundError:
+            self.note(DEVICES_DIR, "missing: no Neuron devices (is the Neuron driver loaded?)")
+            return []
+        except OSError as err:
+            self.note(DEVICES_DIR, f"unreadable: {err.strerror or err}")
+            return []
+        indices = []
+        for entry in entries:
+            match = _DEVICE_DIR_RE.fullmatch(entry.name)
+            if match is None:
+                continue
+            if not entry.is_dir():
+                self.note(f"{DEVICES_DIR}/{entry.name}", "not a directory; device ignored")
+                continue
+            indices.append(int(match.group(1)))
+        return sorted(indices)
+
+    def instance_type(self, indices: list[int]) -> str | None:
+        found = self.parse(PRODUCT_NAME_FILE, _instance_type)
+        if found is not None or not indices:
+            return found
+        # The DMI table can be hidden from containers; the Neuron driver repeats it.
+        fallback = f"{DEVICES_DIR}/neuron{indices[0]}/info/architecture/instance_type"
+        found = self.parse(fallback, _instance_type)
+        if found is not None:
+            self.note(PRODUCT_NAME_FILE, f"instance type taken from /{fallback} instead")
+        return found
+
+    def check_device_count(self, spec: InstanceType, indices: list[int]) -> None:
+        missing = sorted(set(range(spec.devices)) - set(indices))
+        extra = [i for i in indices if i >= spec.devices]
+        if missing:
+            self.note(
+                DEVICES_DIR,
+                f"{spec.name} has {spec.devices} devices but neuron{_join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} missing; "
+                "connected sets that include them cannot be allocated",
+            )
+        if extra:
+            self.note(
+                DEVICES_DIR,
+                f"neuron{_join(extra)} beyond the {spec.devices} devices of {spec.name}; "
+                "published without topology attributes",
+            )
+
+    def lnc(self, instance_type: str | None, spec: InstanceType | None) -> int | None:
+        if spec is not None:
+            has_lnc = spec.has_lnc
+        else:
+            has_lnc = instance_type is not None and family_of(instance_type) in LNC_FAMILIES
+        configured = self.parse(LNC_CONFIG_FILE, _lnc_config, optional=True)
+        if not has_lnc:
+            if configured is not None:
+                self.note(
+                    LNC_CONFIG_FILE,
+                    f"ignored: {instance_type or 'this instance'} has no logical NeuronCores",
+                )
+            return None
+        return DEFAULT_LNC if configured is None else configured
+
+    def ultraserver(self) -> UltraServer | None:
+        values = (
+            self.parse(f"{CLASS_DIR}/server_id_2", _label_value),
+            self.parse(f"{CLASS_DIR}/server_id_4", _label_value),
+            self.parse(f"{CLASS_DIR}/node_id_2", _int_in(0, 1)),
+            self.parse(f"{CLASS_DIR}/node_id_4", _int_in(0, 3)),
+            self.parse(f"{CLASS_DIR}/ultraserver_mode", _modes),
+        )
+        server_2, server_4, node_2, node_4, modes = values
+        if server_2 is None or server_4 is None or node_2 is None or node_4 is None:
+            self.note(CLASS_DIR, "UltraServer membership unknown: whole-node device withheld")
+            return None
+        if modes is None:
+            self.note(CLASS_DIR, "UltraServer modes unknown: only single-node use is advertised")
+            modes = (1,)
+        return UltraServer(server_2, server_4, node_2, node_4, modes)
+
+    # --- device -------------------------------------------------------------
+
+    def device(self, index: int, spec: InstanceType | None) -> NeuronDevice | None:
+        base = f"{DEVICES_DIR}/neuron{index}"
+        if not (self.root / DEV_DIR / f"neuron{index}").exists():
+            self.note(f"{DEV_DIR}/neuron{index}", "missing: device not published")
+            return None
+        in_topology = spec is not None and index < spec.devices
+        cores = self.parse(f"{base}/core_count", _int_in(1, MAX_CORES_PER_DEVICE))
+        if spec is not None:
+            if cores is None:
+                cores = spec.cores_per_device
+                self.note(f"{base}/core_count", f"using {spec.name}'s {cores} cores instead")
+            elif cores != spec.cores_per_device:
+                self.note(
+                    f"{base}/core_count",
+                    f"{cores} cores where {spec.name} has {spec.cores_per_device}; using sysfs",
+                )
+        return NeuronDevice(
+            index=index,
+            cores=cores,
+            neighbours=self.neighbours(base, index, spec if in_topology else None),
+            serial_number=self.parse(f"{base}/info/serial_number", _printable),
+            device_name=self.parse(f"{base}/info/architecture/device_name", _printable),
+            major_minor=self.parse(f"{base}/dev", _major_minor),
+        )
+
+    def neighbours(self, base: str, index: int, spec: InstanceType | None) -> tuple[int, ...]:
+        rel = f"{base}/connected_devices"
+        listed = self.parse(rel, _device_list)
+        if spec is None:
+            return listed or ()
+        model = topology.neighbours(spec.shape, spec.devices, index)
+        if listed is None:
+            return model
+        if set(listed) != set(model):
+            self.note(
+                rel,
+                f"sysfs lists neighbours {_join(listed) or 'none'} but the {spec.shape} of "
+                f"{spec.name} has {_join(model) or 'none'}; using sysfs for neighbours, "
+                "the catalogue for connected sets",
+            )
+        return listed
+
+
+# --- value parsers: pure, raise ValueError with the reason ----------------------
+
+
+def _quote(text: str) -> str:
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    return repr(shown)
+
+
+def _join(values: Iterable[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _printable(text: str) -> str:
+    if not text:
+        raise ValueError("empty")
+    if len(text) > MAX_VALUE_LENGTH or _PRINTABLE_RE.fullmatch(text) is None:
+        raise ValueError(f"not printable ASCII of at most {MAX_VALUE_LENGTH} characters")
+    return text
+
+
+def _instance_type(text: str) -> str:
+    if len(text) > MAX_VALUE_LENGTH or _INSTANCE_TYPE_RE.fullmatch(text) is None:
+        raise ValueError("not an instance type such as trn2.48xlarge")
+    return text
+
+
+def _label_value(text: str) -> str:
+    if _LABEL_VALUE_RE.fullmatch(text) is None:
+        raise ValueError("not usable as a label value (alphanumerics, '-', '_', '.'; 63 max)")
+    return text
+
+
+def _int_in(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise ValueError(f"not an integer from {low} to {high}") from None
+        if not low <= value <= high:
+            raise ValueError(f"out of range {low}..{high}")
+        return value
+
+    return parse
+
+
+def _device_list(text: str) -> tuple[int, ...]:
+    if not text:
+        return ()
+    parse = _int_in(0, 9999)
+    return tuple(parse(part.strip()) for part in text.split(","))
+
+
+def _major_minor(text: str) -> tuple[int, int]:
+    major, sep, minor = text.partition(":")
+    if not sep or not major.isdigit() or not minor.isdigit():
+        raise ValueError("expected MAJOR:MINOR such as 238:0")
+    return int(major), int(minor)
+
+
+def _modes(text: str) -> tuple[int, ...]:
+    modes = tuple(sorted({int(part) for part in re.split(r"[,\s_]+", text) if part.isdigit()}))
+    if not modes or not set(modes) <= {1, 2, 4} or not re.fullmatch(r"[0-9,\s_]+", text):
+        raise ValueError("expected UltraServer unit sizes from 1, 2, 4 such as '1,2,4'")
+    return modes
+
+
+def _lnc_config(text: str) -> int:
+    lines = [
+        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
+    ]
+    if len(lines) != 1:
+        raise ValueError(f"expected one line {ENV_NEURON_LOGICAL_NC_CONFIG}=1 or =2")
+    key, _, value = lines[0].rpartition("=")
+    if key not in ("", ENV_NEURON_LOGICAL_NC_CONFIG) or value not in ("1", "2"):
+        raise ValueError(f"expected {ENV_NEURON_LOGICAL_NC_CONFIG}=1 or =2")
+    return int(value)

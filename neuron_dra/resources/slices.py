@@ -1,0 +1,237 @@
+"""NodeInventory -> the resource.k8s.io/v1 ResourceSlices the driver publishes.
+
+A pure function: same inventory and options, same slices, byte for byte, so
+the publisher can compare desired and actual state without noise.
+
+UltraServer nodes also publish one `neuron_node` device standing for the
+whole node. It must never be allocated while any of the node's devices is,
+nor the reverse. With partitionable devices (shared counters) both kinds are
+published and draw on one counter of the node's devices; where the cluster
+does not serve counters the operator chooses per node which kind to publish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from consts import (
+    ATTR_DEVICE_ID,
+    ATTR_DEVICE_NAME,
+    ATTR_DRA_DRIVER_VERSION,
+    ATTR_INSTANCE_TYPE,
+    ATTR_LOGICAL_NEURON_CORE,
+    ATTR_NEURON_DRIVER_VERSION,
+    ATTR_RESOURCE_TYPE,
+    ATTR_SERIAL_NUMBER,
+    ATTR_TOPOLOGY4_ID,
+    ATTR_TOPOLOGY8_ID,
+    ATTR_TOPOLOGY_X,
+    ATTR_TOPOLOGY_Y,
+    ATTR_ULTRASERVER_MODES,
+    ATTR_ULTRASERVER_NODE_ID_2,
+    ATTR_ULTRASERVER_NODE_ID_4,
+    ATTR_ULTRASERVER_SERVER_ID_2,
+    ATTR_ULTRASERVER_SERVER_ID_4,
+    CAPACITY_CORES,
+    CAPACITY_MEMORY,
+    COUNTER_DEVICES,
+    COUNTER_SET_NODE,
+    DRA_DRIVER_VERSION,
+    DRIVER_NAME,
+    NODE_DEVICE_NAME,
+    RESOURCE_TYPE_DEVICE,
+    RESOURCE_TYPE_NODE,
+    TAINT_UNHEALTHY,
+)
+from neuron_dra.hardware import devicegroups
+from neuron_dra.hardware.instance_types import Shape
+from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
+from neuron_dra.hardware.topology import torus_position
+
+Json = dict[str, Any]
+
+API_VERSION = "resource.k8s.io/v1"
+MAX_DEVICES = 128
+MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
+
+
+class UltraServerDevices(StrEnum):
+    """Which devices an UltraServer node publishes."""
+
+    BOTH = "both"  # devices and the whole-node device, exclusive through shared counters
+    NODE = "node"  # only the whole-node device (UltraServerConfig workloads)
+    DEVICES = "devices"  # only the individual devices
+
+
+@dataclass(frozen=True)
+class Unhealthy:
+    device: int
+    kind: str  # the taint's value
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class SliceOptions:
+    node_name: str
+    node_uid: str | None = None  # owner reference to the Node, when known
+    generation: int = 1
+    ultraserver_devices: UltraServerDevices = UltraServerDevices.BOTH
+    unhealthy: tuple[Unhealthy, ...] = ()
+    # Where the API server drops device taints, unhealthy devices are withdrawn instead.
+    device_taints: bool = True
+
+
+def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
+    ultraserver = inventory.ultraserver
+    publish_node = ultraserver is not None and options.ultraserver_devices in (
+        UltraServerDevices.BOTH,
+        UltraServerDevices.NODE,
+    )
+    publish_devices = not publish_node or options.ultraserver_devices is UltraServerDevices.BOTH
+    counters = publish_node and publish_devices and bool(inventory.devices)
+
+    ids = devicegroups.group_ids(inventory)
+    sick = {u.device: u for u in options.unhealthy}
+    devices = []
+    if publish_devices:
+        devices = [
+            _tainted(_device(inventory, d, ids.get(d.index, {})), sick.get(d.index))
+            for d in inventory.devices
+            if options.device_taints or d.index not in sick
+        ]
+    if publish_node and ultraserver is not None and (options.device_taints or not sick):
+        # The whole node is only as healthy as its devices.
+        first = sick[min(sick)] if sick else None
+        devices.append(_tainted(_node_device(inventory, ultraserver), first))
+    if counters:
+        for device in devices:
+            taken = len(inventory.devices) if device["name"] == NODE_DEVICE_NAME else 1
+            device["consumesCounters"] = [_consumption(taken)]
+
+    limited = counters or any("taints" in d for d in devices)
+    per_slice = MAX_DEVICES_WITH_TAINTS_OR_COUNTERS if limited else MAX_DEVICES
+    chunks = [devices[i : i + per_slice] for i in range(0, len(devices), per_slice)] or [[]]
+    slices = [_slice(options, chunk, len(chunks)) for chunk in chunks]
+    if counters:
+        slices[0]["spec"]["sharedCounters"] = [
+            {
+                "name": COUNTER_SET_NODE,
+                "counters": {COUNTER_DEVICES: {"value": str(len(inventory.devices))}},
+            }
+        ]
+    return slices
+
+
+def _tainted(device: Json, unhealthy: Unhealthy | None) -> Json:
+    if unhealthy is not None:
+        device["taints"] = [
+            {"key": TAINT_UNHEALTHY, "value": unhealthy.kind, "effect": unhealthy.effect}
+        ]
+    return device
+
+
+def _slice(options: SliceOptions, devices: list[Json], count: int) -> Json:
+    metadata: Json = {"generateName": f"{options.node_name}-{DRIVER_NAME}-"}
+    if options.node_uid:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": options.node_name,
+                "uid": options.node_uid,
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": metadata,
+        "spec": {
+            "driver": DRIVER_NAME,
+            "nodeName": options.node_name,
+            "pool": {
+                "name": options.node_name,
+                "generation": options.generation,
+                "resourceSliceCount": count,
+            },
+            "devices": devices,
+        },
+    }
+
+
+def _device(inventory: NodeInventory, device: NeuronDevice, groups: dict[int, str]) -> Json:
+    attributes = _common_attributes(inventory, RESOURCE_TYPE_DEVICE)
+    attributes[ATTR_DEVICE_ID] = {"int": device.index}
+    if inventory.spec is not None and inventory.in_topology(device):
+        if inventory.spec.shape is Shape.TORUS:
+            row, column = torus_position(device.index)
+            attributes[ATTR_TOPOLOGY_X] = {"int": row}
+            attributes[ATTR_TOPOLOGY_Y] = {"int": column}
+        for size, name in ((4, ATTR_TOPOLOGY4_ID), (8, ATTR_TOPOLOGY8_ID)):
+            if size in groups:
+                attributes[name] = {"int": device.index // size}
+    _put_string(attributes, ATTR_SERIAL_NUMBER, device.serial_number)
+    _put_string(attributes, ATTR_DEVICE_NAME, device.device_name)
+    for size, value in sorted(groups.items()):
+        attributes[devicegroups.attribute_name(size)] = {"string": value}
+
+    capacity: Json = {}
+    if device.cores is not None:
+        capacity[CAPACITY_CORES] = {"value": str(device.cores)}
+    if inventory.spec is not None:
+        capacity[CAPACITY_MEMORY] = {"value": f"{inventory.spec.memory_gib_per_device}Gi"}
+    return _named(device.name, attributes, capacity)
+
+
+def _node_device(inventory: NodeInventory, ultraserver: UltraServer) -> Json:
+    attributes = _common_attributes(inventory, RESOURCE_TYPE_NODE)
+    capacity: Json = {}
+    cores = [d.cores for d in inventory.devices]
+    if cores and all(c is not None for c in cores):
+        capacity[CAPACITY_CORES] = {"value": str(sum(c for c in cores if c is not None))}
+    if inventory.spec is not None:
+        memory = inventory.spec.memory_gib_per_device * len(inventory.devices)
+        capacity[CAPACITY_MEMORY] = {"value": f"{memory}Gi"}
+    return _named(NODE_DEVICE_NAME, attributes, capacity)
+
+
+def _common_attributes(inventory: NodeInventory, resource_type: str) -> Json:
+    attributes: Json = {
+        ATTR_RESOURCE_TYPE: {"string": resource_type},
+        ATTR_DRA_DRIVER_VERSION: {"version": DRA_DRIVER_VERSION},
+    }
+    _put_string(attributes, ATTR_INSTANCE_TYPE, inventory.instance_type)
+    _put_string(attributes, ATTR_NEURON_DRIVER_VERSION, inventory.driver_version)
+    if inventory.lnc is not None:
+        attributes[ATTR_LOGICAL_NEURON_CORE] = {"int": inventory.lnc}
+    ultraserver = inventory.ultraserver
+    if ultraserver is not None:
+        attributes[ATTR_ULTRASERVER_SERVER_ID_2] = {"string": ultraserver.server_id_2}
+        attributes[ATTR_ULTRASERVER_SERVER_ID_4] = {"string": ultraserver.server_id_4}
+        attributes[ATTR_ULTRASERVER_NODE_ID_2] = {"int": ultraserver.node_id_2}
+        attributes[ATTR_ULTRASERVER_NODE_ID_4] = {"int": ultraserver.node_id_4}
+        attributes[ATTR_ULTRASERVER_MODES] = {"string": modes_label(ultraserver.modes)}
+    return attributes
+
+
+def modes_label(modes: tuple[int, ...]) -> str:
+    """Supported UltraServer unit sizes as the node label spells them, e.g. 1_2_4."""
+    return "_".join(str(m) for m in modes)
+
+
+def _put_string(attributes: Json, name: str, value: str | None) -> None:
+    if value is not None:
+        attributes[name] = {"string": value}
+
+
+def _named(name: str, attributes: Json, capacity: Json) -> Json:
+    device: Json = {"name": name, "attributes": dict(sorted(attributes.items()))}
+    if capacity:
+        device["capacity"] = capacity
+    return device
+
+
+def _consumption(devices: int) -> Json:
+    return {"counterSet": COUNTER_SET_NODE, "counters": {COUNTER_DEVICES: {"value": str(devices)}}}

@@ -1,0 +1,145 @@
+"""The entry points: compile a selector, evaluate it, and read what it names.
+
+Owns: `compile_selector` (length limit -> parse -> static check -> the celpy
+program and, where the shape allows, the fast closures), `Selector` (the fast
+path when there is one, the general path otherwise, and either way the result
+must be a bool), and `referenced_attributes` for `lint`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import lark
+from celpy.evaluation import CELEvalError as _CelpyError
+from celpy.evaluation import celstr
+
+from neuron_dra.tools.cel.checker import _Checker
+from neuron_dra.tools.cel.device import DeviceView
+from neuron_dra.tools.cel.fast import Fn, _device_path, _FastCompiler
+from neuron_dra.tools.cel.functions import _is_bool, _type_name
+from neuron_dra.tools.cel.general import _CELPY_FUNCTIONS, _celpy_error_kind
+from neuron_dra.tools.cel.syntax import _ENV, _ident_token, _parse, _position, _Tree, _unwrap
+from neuron_dra.tools.cel.values import (
+    CelCompileError,
+    CelEvalError,
+    CompileErrorKind,
+    EvalErrorKind,
+    _CelError,
+)
+
+MAX_EXPRESSION_BYTES: Final = 10 * 1024
+"""resource.k8s.io CELSelectorExpressionMaxLength."""
+
+
+@dataclass(frozen=True, eq=False)
+class Selector:
+    """A compiled selector; `matches` is safe to call from many threads."""
+
+    expression: str
+    fast: Fn | None  # None when the expression needs the general path
+    _program: Any = field(repr=False)
+
+    def matches(self, device: DeviceView) -> bool:
+        if self.fast is not None:
+            return _finish(self.fast, device)
+        return self.matches_general(device)
+
+    def matches_general(self, device: DeviceView) -> bool:
+        """Evaluate with celpy even where a fast path exists (the reference for tests)."""
+        try:
+            result = self._program.evaluate(device.celpy_activation())
+        except _CelpyError as error:
+            kind, message = _celpy_error_kind(error)
+            raise CelEvalError(kind, message) from None
+        if isinstance(result, _CelpyError):
+            kind, message = _celpy_error_kind(result)
+            raise CelEvalError(kind, message)
+        if not _is_bool(result):
+            raise CelEvalError(
+                EvalErrorKind.NOT_BOOL,
+                f"CEL result of type {_type_name(result)} could not be converted to bool",
+            )
+        return bool(result)
+
+
+def _finish(fn: Fn, device: DeviceView) -> bool:
+    try:
+        result = fn(device)
+    except _CelError as error:
+        raise CelEvalError(error.kind, error.message) from None
+    if result is True or result is False:
+        return result
+    if not _is_bool(result):
+        raise CelEvalError(
+            EvalErrorKind.NOT_BOOL,
+            f"CEL result of type {_type_name(result)} could not be converted to bool",
+        )
+    return bool(result)
+
+
+def compile_selector(expression: str) -> Selector:
+    """Parse, type-check and prepare a selector; raises CelCompileError."""
+    size = len(expression.encode())
+    if size > MAX_EXPRESSION_BYTES:
+        raise CelCompileError(
+            CompileErrorKind.TOO_LONG,
+            f"expression is {size} bytes, longer than the limit of {MAX_EXPRESSION_BYTES}",
+            1,
+            1,
+        )
+    tree = _parse(expression)
+    result_type = _Checker().check(tree)
+    if result_type not in ("bool", "dyn"):
+        line, column = _position(tree)
+        raise CelCompileError(
+            CompileErrorKind.NOT_BOOL,
+            f"must evaluate to bool or the unknown type, not {result_type}",
+            line,
+            column,
+        )
+    program = _ENV.program(tree, functions=_CELPY_FUNCTIONS)
+    return Selector(expression, _FastCompiler().compile(tree), program)
+
+
+# --- Lint support ---------------------------------------------------------------------
+
+
+def referenced_attributes(expression: str) -> set[tuple[str, str]]:
+    """(domain, name) of every attribute the expression names literally; best effort.
+
+    Covers `device.attributes['d'].name`, `device.attributes['d']['name']` and
+    `'name' in device.attributes['d']`; computed keys are not followed.
+    """
+    tree = _parse(expression)
+    found: set[tuple[str, str]] = set()
+    for node in _walk(tree):
+        kind = str(node.data)
+        if kind in ("member_dot", "member_index"):
+            path = _device_path(node)
+            if path is not None and len(path) == 3 and path[0] == "attributes":
+                found.add((path[1], path[2]))
+        elif kind == "relation" and len(node.children) == 2:
+            op_tree = node.children[0]
+            if isinstance(op_tree, lark.Tree) and str(op_tree.data) == "relation_in":
+                path = _device_path(node.children[1])
+                item = _unwrap(op_tree.children[0])
+                if (
+                    path is not None
+                    and len(path) == 2
+                    and path[0] == "attributes"
+                    and isinstance(item, lark.Tree)
+                    and str(item.data) == "literal"
+                    and str(_ident_token(item.children[0]).type) == "STRING_LIT"
+                ):
+                    found.add((path[1], str(celstr(_ident_token(item.children[0])))))
+    return found
+
+
+def _walk(tree: _Tree) -> Iterator[_Tree]:
+    yield tree
+    for child in tree.children:
+        if isinstance(child, lark.Tree):
+            yield from _walk(child)

@@ -1,0 +1,74 @@
+"""Allocate ResourceClaims the way the kube-scheduler's DRA allocator would, offline.
+
+Inputs are the manifests users apply (`inputs`); the cluster is either
+simulated or read from a live API server (`nodes`); claims are allocated with
+the scheduler's rules (`allocator`, `search`) and printed (`output`).
+
+Owns: `neuron-dra simulate`'s model and allocator. May use: `tools.cel`, the
+agent's claim planner and API client, `resources` and `hardware`.
+"""
+
+from neuron_dra.tools.simulate.allocator import (
+    Cluster,
+    Outcome,
+    Prepared,
+    simulate,
+    take_allocated,
+)
+from neuron_dra.tools.simulate.inputs import (
+    Alternative,
+    Claim,
+    ClaimSpec,
+    Constraint,
+    DeviceClass,
+    InputError,
+    Inputs,
+    Request,
+    default_classes,
+    load_documents,
+    parse_claim_spec,
+    parse_device_class,
+    read_inputs,
+)
+from neuron_dra.tools.simulate.nodes import (
+    SimDevice,
+    SimNode,
+    live_cluster,
+    node_from_slices,
+    parse_node_counts,
+    parse_taken,
+    simulated_nodes,
+)
+from neuron_dra.tools.simulate.output import describe, outcome_json
+from neuron_dra.tools.simulate.search import Placement
+
+__all__ = [
+    "Alternative",
+    "Claim",
+    "ClaimSpec",
+    "Cluster",
+    "Constraint",
+    "DeviceClass",
+    "InputError",
+    "Inputs",
+    "Outcome",
+    "Placement",
+    "Prepared",
+    "Request",
+    "SimDevice",
+    "SimNode",
+    "default_classes",
+    "describe",
+    "live_cluster",
+    "load_documents",
+    "node_from_slices",
+    "outcome_json",
+    "parse_claim_spec",
+    "parse_device_class",
+    "parse_node_counts",
+    "parse_taken",
+    "read_inputs",
+    "simulate",
+    "simulated_nodes",
+    "take_allocated",
+]

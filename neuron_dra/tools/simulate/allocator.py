@@ -1,0 +1,378 @@
+"""Allocation: claims onto a cluster, as the kube-scheduler's DRA allocator would.
+
+The rules are those of the structured-parameters allocator for the features
+this driver's slices use: DeviceClass and request CEL selectors, ExactCount
+and All, firstAvailable subrequests, matchAttribute constraints, devices
+already allocated, shared counters and device taints. All claims of a pod land
+on one node. Nodes are tried in name order and the first that fits wins, where
+the scheduler would score the feasible nodes; which node is picked may differ,
+what fits on a node does not. An allocated claim is then planned by the
+driver's own claim planner, for the environment its containers would get.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from consts import DRIVER_NAME
+from neuron_dra.agent.claims import ClaimError, ClaimRef, plan
+from neuron_dra.tools.cel import CelCompileError, CelEvalError, Selector, compile_selector
+from neuron_dra.tools.simulate.inputs import (
+    Alternative,
+    Claim,
+    DeviceClass,
+    InputError,
+    Json,
+    default_classes,
+    load_documents,
+    namespace_of,
+    read_inputs,
+)
+from neuron_dra.tools.simulate.nodes import CounterKey, DeviceKey, SimDevice, SimNode
+from neuron_dra.tools.simulate.search import NodeFailedError, Placement, Search, tolerated
+
+
+@dataclass(frozen=True)
+class Prepared:
+    env: tuple[tuple[str, str], ...]
+    device_nodes: tuple[str, ...]
+
+
+@dataclass
+class Outcome:
+    claim: Claim
+    node: str | None = None
+    placements: list[Placement] = field(default_factory=list)
+    prepared: Prepared | None = None
+    prepare_error: str | None = None
+    reasons: list[str] = field(default_factory=list)  # why each node did not fit
+    letter: str = ""  # short label for pictures
+
+    @property
+    def allocated(self) -> bool:
+        return self.node is not None
+
+
+class Cluster:
+    """Nodes, device classes and what is already allocated; allocation mutates it."""
+
+    def __init__(self, nodes: Sequence[SimNode], classes: Mapping[str, DeviceClass]) -> None:
+        self.nodes = sorted(nodes, key=lambda n: n.name)
+        self.classes = dict(classes)
+        self.taken: dict[DeviceKey, str] = {}  # device -> who holds it
+        self.used: dict[CounterKey, Fraction] = {}
+        self._selectors: dict[str, Selector] = {}
+        self._matches: dict[tuple[str, DeviceKey], bool | CelEvalError] = {}
+
+    def node(self, name: str) -> SimNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise InputError(f"no node {name!r}; nodes: {', '.join(n.name for n in self.nodes)}")
+
+    def take(self, node_name: str, device_name: str, holder: str) -> None:
+        node = self.node(node_name)
+        for device in node.devices:
+            if device.name == device_name:
+                self._take(device, holder)
+                return
+        raise InputError(f"node {node_name} has no device {device_name!r}")
+
+    def take_key(self, key: DeviceKey, holder: str) -> None:
+        for node in self.nodes:
+            for device in node.devices:
+                if device.key == key:
+                    self._take(device, holder)
+                    return
+
+    def _take(self, device: SimDevice, holder: str) -> None:
+        self.taken[device.key] = holder
+        for counter, amount in device.consumes:
+            self.used[counter] = self.used.get(counter, Fraction(0)) + amount
+
+    # --- selectors -----------------------------------------------------------
+
+    def selector(self, expression: str) -> Selector:
+        compiled = self._selectors.get(expression)
+        if compiled is None:
+            compiled = compile_selector(expression)
+            self._selectors[expression] = compiled
+        return compiled
+
+    def matches(self, expression: str, device: SimDevice) -> bool:
+        """Whether the device passes; a CEL runtime error is raised as the scheduler does."""
+        key = (expression, device.key)
+        result = self._matches.get(key)
+        if result is None:
+            try:
+                result = self.selector(expression).matches(device.view)
+            except CelEvalError as err:
+                result = err
+            self._matches[key] = result
+        if isinstance(result, CelEvalError):
+            raise result
+        return result
+
+    def selected(self, alt: Alternative, node: SimNode) -> list[SimDevice]:
+        """Devices of the node the class and request selectors accept, in slice order."""
+        device_class = self.classes.get(alt.device_class)
+        if device_class is None:
+            raise NodeFailedError(
+                f"request {alt.name}: DeviceClass {alt.device_class} is not among the inputs "
+                "nor the driver's"
+            )
+        expressions = [*device_class.selectors, *alt.selectors]
+        out = []
+        for device in node.devices:
+            try:
+                if all(self.matches(e, device) for e in expressions):
+                    out.append(device)
+            except CelEvalError as err:
+                raise NodeFailedError(
+                    f"request {alt.name}: CEL runtime error on {device.name}: {err} "
+                    "(the scheduler gives up on the node)"
+                ) from None
+            except CelCompileError as err:
+                raise NodeFailedError(
+                    f"request {alt.name}: selector does not compile: {err}"
+                ) from None
+        return out
+
+    def candidates(self, alt: Alternative, node: SimNode) -> list[SimDevice]:
+        return [d for d in self.selected(alt, node) if tolerated(d.taints, alt.tolerations)]
+
+    # --- allocation ----------------------------------------------------------
+
+    def allocate(self, claims: Sequence[Claim]) -> list[Outcome]:
+        """Allocate every claim in order; claims of one pod go to one node together."""
+        outcomes = [Outcome(c) for c in claims]
+        for i, outcome in enumerate(outcomes):
+            outcome.letter = _letter(i)
+        for group in _groups(outcomes):
+            self._allocate_group(group)
+        return outcomes
+
+    def _allocate_group(self, group: list[Outcome]) -> None:
+        claims = [o.claim for o in group]
+        reasons = []
+        for node in self.nodes:
+            unmatched = [(k, v) for k, v in claims[0].node_selector if node.labels.get(k) != v]
+            if unmatched:
+                reasons.append(f"{node.name}: does not match the pod's nodeSelector")
+                continue
+            try:
+                found = Search(self, node, claims).first()
+            except NodeFailedError as err:
+                reasons.append(f"{node.name}: {err}")
+                continue
+            if found is None:
+                reasons.extend(f"{node.name}: {r}" for r in self.explain(node, claims))
+                continue
+            for outcome, placements in zip(group, found, strict=True):
+                outcome.node = node.name
+                outcome.placements = placements
+                for placement in placements:
+                    self._take(placement.device, outcome.claim.key)
+                self._prepare(outcome, node)
+            return
+        if not self.nodes:
+            reasons.append("the cluster has no nodes")
+        for outcome in group:
+            outcome.reasons = reasons
+
+    def alternatives(self, claim: Claim, node_name: str, limit: int = 10_000) -> list[Json]:
+        """Every allocation the claim could get on the node now: {request: device names}."""
+        node = self.node(node_name)
+        solutions: list[Json] = []
+
+        def collect(found: list[list[Placement]]) -> bool:
+            by_request: dict[str, list[str]] = {}
+            for placement in found[0]:
+                by_request.setdefault(placement.request, []).append(placement.device.name)
+            solutions.append({k: sorted(v) for k, v in by_request.items()})
+            return len(solutions) >= limit
+
+        try:
+            Search(self, node, [claim]).run(collect)
+        except NodeFailedError:
+            return []
+        return solutions
+
+    def _prepare(self, outcome: Outcome, node: SimNode) -> None:
+        if node.inventory is None:
+            return
+        claim = outcome.claim
+        ours = [p for p in outcome.placements if p.device.driver == DRIVER_NAME]
+        if not ours:
+            return
+        config = []
+        classes = {a.name: a.device_class for r in claim.spec.requests for a in r.alternatives}
+        for placement in ours:
+            device_class = self.classes.get(classes[placement.request])
+            for entry in device_class.config if device_class else ():
+                config.append({"source": "FromClass", "requests": [placement.request], **entry})
+        config.extend({"source": "FromClaim", **entry} for entry in claim.spec.config)
+        obj = {
+            "metadata": {"uid": claim.key},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": p.request, "driver": p.device.driver, "pool": p.device.pool,
+                 "device": p.device.name}
+                for p in ours
+            ], "config": config}}},
+        }  # fmt: skip
+        try:
+            prepared = plan(ClaimRef(claim.namespace, claim.name, claim.key), obj,
+                            node.inventory, ours[0].device.pool)  # fmt: skip
+        except ClaimError as err:
+            outcome.prepare_error = str(err)
+            return
+        nodes = sorted({d.dev_path for p in prepared.devices for d in p.neuron_devices},
+                       key=lambda p: int(p.removeprefix("/dev/neuron")))  # fmt: skip
+        outcome.prepared = Prepared(prepared.env, tuple(nodes))
+
+    # --- explanations --------------------------------------------------------
+
+    def explain(self, node: SimNode, claims: Sequence[Claim]) -> list[str]:
+        """Why the claims do not fit on a node where the search found nothing."""
+        reasons = []
+        many = sum(len(c.spec.requests) for c in claims) > 1
+        for claim in claims:
+            for request in claim.spec.requests:
+                for alt in request.alternatives:
+                    reason = self._explain_request(node, claim, alt)
+                    if reason:
+                        prefix = f"request {alt.name}: " if many else ""
+                        reasons.append(prefix + reason)
+        if not reasons:
+            reasons.append(
+                "each request fits alone, but not all requests of the pod's claims together"
+            )
+        return reasons
+
+    def _explain_request(self, node: SimNode, claim: Claim, alt: Alternative) -> str | None:
+        selected = self.selected(alt, node)
+        if not selected:
+            return self._explain_selectors(node, alt)
+        tolerable = [d for d in selected if tolerated(d.taints, alt.tolerations)]
+        free = [d for d in tolerable if self._free(d)]
+        matching = f"{len(selected)} devices match the selectors"
+        untolerated = len(selected) - len(tolerable)
+        if untolerated:
+            matching += f" ({untolerated} with taints the request does not tolerate)"
+        blocked = [d for d in tolerable if d.key not in self.taken and not self._free(d)]
+        free_text = f"{len(free)} free"
+        if blocked:
+            free_text += f" ({len(blocked)} held through shared counters by allocated devices)"
+        if alt.all:
+            if len(free) < len(tolerable) or untolerated:
+                return f"{matching}, {free_text}; allocationMode All needs every one of them"
+            return None
+        if len(free) < alt.count:
+            return f"{matching}, {free_text}, fewer than the {alt.count} requested"
+        for constraint in claim.spec.constraints:
+            if not constraint.applies(alt.name):
+                continue
+            groups: dict[Any, int] = {}
+            lacking = 0
+            for device in free:
+                value = device.attribute(constraint.attribute)
+                if value is None:
+                    lacking += 1
+                else:
+                    groups[value] = groups.get(value, 0) + 1
+            if max(groups.values(), default=0) < alt.count:
+                text = f"{matching}, {free_text}, no {alt.count} of them share "
+                text += constraint.attribute
+                if lacking:
+                    text += f" ({lacking} do not have it)"
+                return text
+        counters_left = self._counter_limited(free, alt.count)
+        if counters_left is not None:
+            return f"{matching}, {free_text}, {counters_left}"
+        return None
+
+    def _counter_limited(self, free: Sequence[SimDevice], count: int) -> str | None:
+        totals: dict[CounterKey, Fraction] = {}
+        for device in free:
+            for counter, amount in device.consumes:
+                totals[counter] = totals.get(counter, Fraction(0)) + amount
+        for counter, amount in totals.items():
+            left = self.counters_of(counter) - self.used.get(counter, Fraction(0))
+            if amount > left and count > 1:
+                return f"shared counter {counter[2]}/{counter[3]} has only {left} left"
+        return None
+
+    def counters_of(self, counter: CounterKey) -> Fraction:
+        for node in self.nodes:
+            if counter in node.counters:
+                return node.counters[counter]
+        return Fraction(0)
+
+    def _explain_selectors(self, node: SimNode, alt: Alternative) -> str:
+        device_class = self.classes[alt.device_class]
+        left = list(node.devices)
+        if not left:
+            return "publishes no devices"
+        parts = []
+        steps = [(f"DeviceClass {alt.device_class} selector `{e}`", e)
+                 for e in device_class.selectors]  # fmt: skip
+        steps += [(f"selector `{e}`", e) for e in alt.selectors]
+        for label, expression in steps:
+            kept = [d for d in left if self.matches(expression, d)]
+            if len(kept) < len(left):
+                parts.append(f"{label} excludes {len(left) - len(kept)}")
+            left = kept
+        return f"no device matches the selectors: of {len(node.devices)} devices, " + ", ".join(
+            parts
+        )
+
+    def _free(self, device: SimDevice) -> bool:
+        if device.key in self.taken:
+            return False
+        return all(
+            self.used.get(counter, Fraction(0)) + amount <= self.counters_of(counter)
+            for counter, amount in device.consumes
+        )
+
+
+def _groups(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:
+    """Claims of one pod together, at the position of the pod's first claim."""
+    groups: list[list[Outcome]] = []
+    by_pod: dict[str, list[Outcome]] = {}
+    for outcome in outcomes:
+        pod = outcome.claim.pod
+        if pod is None:
+            groups.append([outcome])
+        elif pod in by_pod:
+            by_pod[pod].append(outcome)
+        else:
+            by_pod[pod] = [outcome]
+            groups.append(by_pod[pod])
+    return groups
+
+
+def _letter(index: int) -> str:
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return letters[index] if index < len(letters) else f"{letters[index % 26]}{index // 26}"
+
+
+def take_allocated(cluster: Cluster, claims: Sequence[Json]) -> None:
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        holder = f"{namespace_of(claim)}/{claim['metadata']['name']}"
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            cluster.take_key((result["driver"], result["pool"], result["device"]), holder)
+
+
+def simulate(files: Sequence[Path], cluster: Cluster) -> list[Outcome]:
+    """Allocate the claims the files stand for on `cluster`, in order."""
+    inputs = read_inputs(load_documents(files))
+    for device_class in default_classes():
+        cluster.classes.setdefault(device_class.name, device_class)
+    # Classes among the inputs win over the cluster's, as applying them would make them.
+    cluster.classes.update(inputs.classes)
+    return cluster.allocate(inputs.claims)

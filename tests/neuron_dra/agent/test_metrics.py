@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from neuron_dra.agent.metrics import METRICS, Metrics, Sample
+
+
+def families(text: str) -> dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    found: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = (sample.name, tuple(sorted(sample.labels.items())))
+            found.setdefault(family.name, {})[key] = sample.value
+    return found
+
+
+def test_exposition_parses_and_counts() -> None:
+    metrics = Metrics()
+    metrics.observe("neuron_dra_prepare_duration_seconds", 0.004)
+    metrics.observe("neuron_dra_prepare_duration_seconds", 0.2)
+    metrics.inc("neuron_dra_prepare_errors_total", reason="claim")
+    metrics.inc("neuron_dra_health_events_total", kind='odd"kind')
+    metrics.gauges = lambda: [Sample("neuron_dra_devices", (("health", "healthy"),), 15)]
+    parsed = families(metrics.render())
+    prepare = parsed["neuron_dra_prepare_duration_seconds"]
+    assert prepare[("neuron_dra_prepare_duration_seconds_count", ())] == 2
+    assert prepare[("neuron_dra_prepare_duration_seconds_bucket", (("le", "0.005"),))] == 1
+    assert prepare[("neuron_dra_prepare_duration_seconds_bucket", (("le", "+Inf"),))] == 2
+    errors = parsed["neuron_dra_prepare_errors"]
+    assert errors[("neuron_dra_prepare_errors_total", (("reason", "claim"),))] == 1
+    health = parsed["neuron_dra_health_events"]
+    assert health[("neuron_dra_health_events_total", (("kind", 'odd"kind'),))] == 1
+    assert parsed["neuron_dra_devices"][("neuron_dra_devices", (("health", "healthy"),))] == 15
+
+
+def test_every_metric_is_prefixed_and_documented() -> None:
+    assert all(name.startswith("neuron_dra_") for name in METRICS)
+    assert all(help_text.endswith(".") for _, help_text in METRICS.values())
+
+
+def test_http_endpoint() -> None:
+    async def main() -> tuple[bytes, bytes]:
+        metrics = Metrics()
+        metrics.inc("neuron_dra_slice_publishes_total")
+        server = await metrics.serve(0, "127.0.0.1")
+        port = server.sockets[0].getsockname()[1]
+        answers = []
+        for path in (b"/metrics", b"/other"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            answers.append(await reader.read())
+            writer.close()
+        server.close()
+        return answers[0], answers[1]
+
+    ok, missing = asyncio.run(main())
+    assert ok.startswith(b"HTTP/1.1 200 OK") and b"neuron_dra_slice_publishes_total 1" in ok
+    assert missing.startswith(b"HTTP/1.1 404")
+
+
+def test_labelled_histograms() -> None:
+    metrics = Metrics()
+    metrics.observe("neuron_dra_prepare_phase_seconds", 0.002, phase="api")
+    metrics.observe("neuron_dra_prepare_phase_seconds", 0.0004, phase="cdi")
+    parsed = families(metrics.render())["neuron_dra_prepare_phase_seconds"]
+    assert parsed[("neuron_dra_prepare_phase_seconds_count", (("phase", "api"),))] == 1
+    assert parsed[("neuron_dra_prepare_phase_seconds_sum", (("phase", "cdi"),))] == 0.0004
+    assert (
+        parsed[("neuron_dra_prepare_phase_seconds_bucket", (("le", "0.001"), ("phase", "cdi")))]
+        == 1
+    )

@@ -1,0 +1,434 @@
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuron_dra.agent import cdi
+from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice, decode
+from neuron_dra.agent.claims import ClaimRef, plan
+from neuron_dra.agent.preparer import GetClaim, Outcome, Preparer, Step, StepHook, no_step_hook
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.inventory import NodeInventory
+from tests.claim_objects import allocated_claim, neuron_config, opaque
+from tests.sysfs_tree import FakeNode
+
+POOL = "node-a"
+BOOT = "5f0e9c1a-0000-4000-8000-00000000b001"
+OTHER_BOOT = "5f0e9c1a-0000-4000-8000-00000000b002"
+UID = "0c7d2a1e-1111-4222-8333-944455556666"
+
+
+def uid(i: int) -> str:
+    return f"0c7d2a1e-0000-4000-8000-{i:012d}"
+
+
+class Crash(BaseException):
+    """The process dying between two steps: not an Exception, so nothing may catch it."""
+
+
+class Api:
+    """The API server's ResourceClaims, by (namespace, name), counting reads."""
+
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.failures: dict[tuple[str, str], Exception] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    def add(
+        self, claim_uid: str, devices: list[str], *, config: list[dict[str, Any]] | None = None
+    ) -> ClaimRef:
+        name = f"claim-{claim_uid[-4:]}"
+        self.claims["default", name] = allocated_claim(
+            claim_uid, devices, pool=POOL, config=config, name=name
+        )
+        return ClaimRef("default", name, claim_uid)
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls.append((namespace, name))
+        if failure := self.failures.get((namespace, name)):
+            raise failure
+        # A copy, as each GET returns a fresh object.
+        return copy.deepcopy(self.claims[namespace, name])
+
+
+@dataclass
+class Node:
+    inventory: NodeInventory
+    cdi_root: Path
+    checkpoint: Path
+    api: Api = field(default_factory=Api)
+
+    def store(self) -> CheckpointStore:
+        return CheckpointStore(self.checkpoint)
+
+    def preparer(
+        self,
+        *,
+        after_step: StepHook = no_step_hook,
+        boot_id: str = BOOT,
+        get_claim: GetClaim | None = None,
+        store: CheckpointStore | None = None,
+    ) -> Preparer:
+        preparer = Preparer(
+            inventory=lambda: self.inventory,
+            pool=POOL,
+            cdi_root=self.cdi_root,
+            store=store or self.store(),
+            boot_id=boot_id,
+            get_claim=get_claim or self.api.get_claim,
+            after_step=after_step,
+        )
+        preparer.start()
+        return preparer
+
+    def files(self) -> list[str]:
+        """Everything in the CDI directory, temp files included."""
+        return sorted(p.name for p in self.cdi_root.iterdir()) if self.cdi_root.exists() else []
+
+    def checkpointed(self) -> dict[str, ClaimRecord]:
+        if not self.checkpoint.exists():
+            return {}
+        boot_id, claims = decode(self.checkpoint.read_bytes())
+        assert boot_id == BOOT
+        return claims
+
+    def spec(self, ref: ClaimRef) -> dict[str, Any]:
+        spec: dict[str, Any] = json.loads(cdi.spec_path(self.cdi_root, ref.uid).read_bytes())
+        return spec
+
+    def planned_spec(self, ref: ClaimRef) -> dict[str, Any]:
+        claim = self.api.claims[ref.namespace, ref.name]
+        return cdi.build_spec(plan(ref, claim, self.inventory, POOL))
+
+
+@pytest.fixture
+def node(fake_node: FakeNode, tmp_path: Path) -> Node:
+    inventory = discover(fake_node("trn2.48xlarge")).inventory
+    return Node(inventory, tmp_path / "cdi", tmp_path / "plugin" / "checkpoint.json")
+
+
+def spec_name(claim_uid: str) -> str:
+    return f"neuron.aws.com-{claim_uid}.json"
+
+
+def recorded(claim_uid: str, devices: list[str]) -> tuple[RecordedDevice, ...]:
+    return tuple(
+        RecordedDevice(("neurons",), POOL, d, (f"neuron.aws.com/neuron={claim_uid}-{d}",))
+        for d in devices
+    )
+
+
+def record_of(ref: ClaimRef, devices: list[str]) -> ClaimRecord:
+    return ClaimRecord(ref.uid, ref.namespace, ref.name, recorded(ref.uid, devices))
+
+
+def prepare(preparer: Preparer, *refs: ClaimRef) -> dict[str, Outcome]:
+    return asyncio.run(preparer.prepare(refs))
+
+
+def unprepare(preparer: Preparer, *refs: ClaimRef) -> dict[str, Outcome]:
+    return asyncio.run(preparer.unprepare(refs))
+
+
+def test_prepare_writes_spec_and_checkpoint(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice2", "neurondevice3"])
+    preparer = node.preparer()
+
+    outcomes = prepare(preparer, ref)
+
+    assert outcomes == {UID: Outcome(recorded(UID, ["neurondevice2", "neurondevice3"]))}
+    assert outcomes[UID].devices[0] == RecordedDevice(
+        request_names=("neurons",),
+        pool="node-a",
+        device="neurondevice2",
+        cdi_device_ids=(f"neuron.aws.com/neuron={UID}-neurondevice2",),
+    )
+    assert node.files() == [spec_name(UID)]
+    assert node.spec(ref) == node.planned_spec(ref)
+    # Every CDI id handed to the kubelet names a device the spec defines.
+    spec_ids = {f"{node.spec(ref)['kind']}={d['name']}" for d in node.spec(ref)["devices"]}
+    assert {i for d in outcomes[UID].devices for i in d.cdi_device_ids} == spec_ids
+    assert node.checkpointed() == {UID: record_of(ref, ["neurondevice2", "neurondevice3"])}
+    assert preparer.prepared == node.checkpointed()
+
+
+def test_second_prepare_answers_from_the_record(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice7"])
+    preparer = node.preparer()
+    first = prepare(preparer, ref)
+    assert first[UID].devices
+    assert prepare(preparer, ref) == first
+    assert len(node.api.calls) == 1
+    # A restarted plugin answers from the checkpoint, without the API server.
+    assert prepare(node.preparer(), ref) == first
+    assert len(node.api.calls) == 1
+
+
+def test_unprepare(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice1"])
+    other = node.api.add(uid(1), ["neurondevice2"])
+    preparer = node.preparer()
+    prepare(preparer, ref, other)
+    assert node.files() == sorted([spec_name(UID), spec_name(other.uid)])
+
+    assert unprepare(preparer, ref) == {UID: Outcome()}
+    assert node.files() == [spec_name(other.uid)]
+    assert set(node.checkpointed()) == {other.uid}
+    assert set(preparer.prepared) == {other.uid}
+
+    assert unprepare(preparer, ref) == {UID: Outcome()}
+    unknown = ClaimRef("default", "never-seen", uid(2))
+    assert unprepare(preparer, unknown) == {unknown.uid: Outcome()}
+    assert node.files() == [spec_name(other.uid)]
+    assert set(node.checkpointed()) == {other.uid}
+
+
+def test_unprepare_removes_a_spec_the_checkpoint_never_heard_of(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice1"])
+    # What a crash between the spec write and the checkpoint write leaves.
+    claim = node.api.claims["default", ref.name]
+    cdi.write_spec(node.cdi_root, plan(ref, claim, node.inventory, POOL))
+    preparer = node.preparer()
+    assert preparer.prepared == {}
+    assert unprepare(preparer, ref) == {UID: Outcome()}
+    assert node.files() == []
+
+
+def test_bad_claims_fail_alone(node: Node) -> None:
+    bad_config = node.api.add(uid(1), ["neurondevice0"], config=[opaque(neuron_config(3))])
+    missing = node.api.add(uid(2), ["neurondevice16"])
+    good = node.api.add(uid(3), ["neurondevice3"])
+
+    outcomes = prepare(node.preparer(), bad_config, missing, good)
+
+    assert set(outcomes) == {bad_config.uid, missing.uid, good.uid}
+    assert outcomes[bad_config.uid].devices == ()
+    assert outcomes[bad_config.uid].error == (
+        f"claim {bad_config}: config[0] from the claim: NeuronConfig: field "
+        "'logicalNeuronCore': 3 is not allowed; allowed values: 1, 2"
+    )
+    assert outcomes[missing.uid] == Outcome(
+        error=f"claim {missing}: device neurondevice16 is not on this node"
+    )
+    assert outcomes[good.uid] == Outcome(recorded(good.uid, ["neurondevice3"]))
+    assert node.files() == [spec_name(good.uid)]
+    assert set(node.checkpointed()) == {good.uid}
+
+
+def test_api_outage_fails_the_claim_without_side_effects(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice5"])
+    node.api.failures["default", ref.name] = ConnectionError("api down")
+    preparer = node.preparer()
+
+    outcome = prepare(preparer, ref)[UID]
+
+    assert outcome.devices == ()
+    assert str(ref) in outcome.error
+    assert "ConnectionError" in outcome.error
+    assert "api down" in outcome.error
+    assert node.files() == []
+    assert node.checkpointed() == {}
+    # The failure is not remembered: the kubelet's retry succeeds once the API is back.
+    del node.api.failures["default", ref.name]
+    assert prepare(preparer, ref) == {UID: Outcome(recorded(UID, ["neurondevice5"]))}
+
+
+def test_same_claim_at_once_reads_it_once(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice4"])
+
+    async def scenario() -> list[dict[str, Outcome]]:
+        entered, release = asyncio.Event(), asyncio.Event()
+
+        async def slow_get_claim(namespace: str, name: str) -> dict[str, Any]:
+            entered.set()
+            await release.wait()
+            return await node.api.get_claim(namespace, name)
+
+        preparer = node.preparer(get_claim=slow_get_claim)
+        first = asyncio.create_task(preparer.prepare([ref]))
+        await entered.wait()
+        # The first call holds the claim while the API read is in flight; the second
+        # starts before the first can finish, so it has to wait for the claim's lock.
+        second = asyncio.create_task(preparer.prepare([ref]))
+        release.set()
+        return list(await asyncio.gather(first, second))
+
+    first, second = asyncio.run(scenario())
+    assert first == second == {UID: Outcome(recorded(UID, ["neurondevice4"]))}
+    assert node.api.calls == [("default", ref.name)]
+    assert node.files() == [spec_name(UID)]
+
+
+def test_concurrent_claims_share_checkpoint_writes(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The preparer leaves device exclusivity to the scheduler, so 50 claims may share 16 devices.
+    refs = [node.api.add(uid(i), [f"neurondevice{i % 16}"]) for i in range(50)]
+    queued = threading.Event()
+    specs_written = 0
+
+    def count_specs(step: Step) -> None:
+        nonlocal specs_written
+        if step == "after-cdi-write":
+            specs_written += 1
+            if specs_written == len(refs):
+                queued.set()
+
+    store = node.store()
+    batches: list[list[str]] = []
+    apply = store.apply
+
+    def counting_apply(
+        boot_id: str, changes: Mapping[str, ClaimRecord | None]
+    ) -> dict[str, ClaimRecord]:
+        batches.append(sorted(changes))
+        if len(batches) == 1:
+            # Hold the first write until every claim waits for the checkpoint, so that
+            # grouping is certain rather than a matter of thread timing.
+            assert queued.wait(timeout=60)
+        return apply(boot_id, changes)
+
+    monkeypatch.setattr(store, "apply", counting_apply)
+    preparer = node.preparer(after_step=count_specs, store=store)
+
+    outcomes = prepare(preparer, *refs)
+
+    assert outcomes == {
+        r.uid: Outcome(recorded(r.uid, [f"neurondevice{i % 16}"])) for i, r in enumerate(refs)
+    }
+    assert len(batches) < len(refs)
+    assert len(batches) <= 2  # the write in flight, then one for everything queued behind it
+    assert set(node.checkpointed()) == {r.uid for r in refs}
+    assert set(preparer.prepared) == {r.uid for r in refs}
+    assert node.files() == sorted(spec_name(r.uid) for r in refs)
+
+
+def crash_at(step: Step) -> StepHook:
+    def crash(reached: Step) -> None:
+        if reached == step:
+            raise Crash(step)
+
+    return crash
+
+
+@pytest.mark.parametrize("step", ["after-plan", "after-cdi-write", "after-checkpoint"])
+def test_prepare_recovers_from_a_crash(node: Node, step: Step) -> None:
+    ref = node.api.add(UID, ["neurondevice8", "neurondevice9"])
+    with pytest.raises(Crash):
+        prepare(node.preparer(after_step=crash_at(step)), ref)
+
+    restarted = node.preparer()
+    outcomes = prepare(restarted, ref)
+
+    assert outcomes == {UID: Outcome(recorded(UID, ["neurondevice8", "neurondevice9"]))}
+    assert node.files() == [spec_name(UID)]
+    assert node.spec(ref) == node.planned_spec(ref)
+    assert node.checkpointed() == {UID: record_of(ref, ["neurondevice8", "neurondevice9"])}
+
+    assert unprepare(restarted, ref) == {UID: Outcome()}
+    assert node.files() == []
+    assert node.checkpointed() == {}
+
+
+def test_unprepare_recovers_from_a_crash(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice8"])
+    prepare(node.preparer(), ref)
+    with pytest.raises(Crash):
+        unprepare(node.preparer(after_step=crash_at("after-cdi-remove")), ref)
+    assert node.files() == []
+
+    restarted = node.preparer()
+    assert unprepare(restarted, ref) == {UID: Outcome()}
+    assert node.files() == []
+    assert node.checkpointed() == {}
+    assert restarted.prepared == {}
+
+
+def test_start_after_a_reboot_removes_the_old_boots_specs(node: Node) -> None:
+    refs = [node.api.add(uid(i), [f"neurondevice{i}"]) for i in range(3)]
+    prepare(node.preparer(boot_id=OTHER_BOOT), *refs)
+    (node.cdi_root / "vendor.example-gpu.json").write_text("{}")
+    assert len(node.files()) == 4
+
+    rebooted = node.preparer()
+
+    assert node.files() == ["vendor.example-gpu.json"]
+    assert rebooted.prepared == {}
+    assert node.checkpointed() == {}
+    # The kubelet prepares the claims again for this boot.
+    outcomes = prepare(rebooted, *refs)
+    assert all(o.devices and not o.error for o in outcomes.values())
+    assert set(node.checkpointed()) == {r.uid for r in refs}
+
+
+def test_start_after_a_reboot_survives_a_stray_spec_name(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice0"])
+    prepare(node.preparer(boot_id=OTHER_BOOT), ref)
+    (node.cdi_root / "neuron.aws.com-hand_written.json").write_text("{}")
+
+    node.preparer()
+
+    assert node.files() == ["neuron.aws.com-hand_written.json"]
+
+
+def test_start_with_a_corrupt_checkpoint_keeps_specs(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice6"])
+    prepare(node.preparer(), ref)
+    node.checkpoint.write_bytes(node.checkpoint.read_bytes()[:40])
+
+    restarted = node.preparer()
+
+    assert restarted.prepared == {}
+    # Without a trustworthy record the spec may still be in use; the kubelet unprepares it.
+    assert node.files() == [spec_name(UID)]
+    assert len(list(node.checkpoint.parent.glob("checkpoint.json.corrupt-*"))) == 1
+    assert unprepare(restarted, ref) == {UID: Outcome()}
+    assert node.files() == []
+
+
+def test_two_instances_keep_each_others_claims(node: Node) -> None:
+    old, new = node.preparer(), node.preparer()
+    first = node.api.add(uid(1), ["neurondevice0"])
+    second = node.api.add(uid(2), ["neurondevice1"])
+    prepare(old, first)
+    prepare(new, second)
+    assert set(node.checkpointed()) == {first.uid, second.uid}
+
+
+def test_unprepare_on_the_other_instance_drops_the_entry(node: Node) -> None:
+    old, new = node.preparer(), node.preparer()
+    ref = node.api.add(UID, ["neurondevice0"])
+    prepare(old, ref)
+
+    assert unprepare(new, ref) == {UID: Outcome()}
+
+    assert node.files() == []
+    assert node.checkpointed() == {}
+
+
+def all_files(root: Path) -> set[Path]:
+    return set(root.rglob("*"))
+
+
+def test_uid_escaping_the_directory_is_refused(node: Node, tmp_path: Path) -> None:
+    evil = "../../etc/passwd"
+    node.api.claims["default", "evil"] = allocated_claim(evil, ["neurondevice0"], name="evil")
+    ref = ClaimRef("default", "evil", evil)
+    preparer = node.preparer()
+    before = all_files(tmp_path)
+
+    outcome = prepare(preparer, ref)[evil]
+    unprepare(preparer, ref)
+
+    assert outcome.devices == ()
+    assert evil in outcome.error
+    assert all_files(tmp_path) == before
+    assert node.checkpointed() == {}

@@ -1,0 +1,278 @@
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import FakeUltraServer
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.resources.limits import validate_slice
+from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
+from tests.sysfs_tree import FakeNode, write
+
+Json = dict[str, Any]
+
+
+def slices_of(root: Path, **options: Any) -> list[Json]:
+    return build_slices(discover(root).inventory, SliceOptions(node_name="node-a", **options))
+
+
+def devices_of(slices: list[Json]) -> dict[str, Json]:
+    return {d["name"]: d for s in slices for d in s["spec"]["devices"]}
+
+
+def partition(devices: dict[str, Json], attribute: str) -> set[frozenset[int]]:
+    """Sets of device ids that share one value of `attribute`."""
+    groups: dict[str, set[int]] = defaultdict(set)
+    for device in devices.values():
+        value = device["attributes"].get(attribute)
+        if value is not None:
+            groups[value["string"]].add(device["attributes"]["deviceId"]["int"])
+    return {frozenset(g) for g in groups.values()}
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
+def test_every_instance_type_passes_the_v1_limits(fake_node: FakeNode, name: str) -> None:
+    for mode in UltraServerDevices:
+        for s in slices_of(fake_node(name), ultraserver_devices=mode, node_uid="u-1"):
+            assert validate_slice(s) == []
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
+def test_group_ids_reproduce_the_connected_sets(fake_node: FakeNode, name: str) -> None:
+    root = fake_node(name)
+    inventory = discover(root).inventory
+    devices = devices_of(slices_of(root, ultraserver_devices=UltraServerDevices.DEVICES))
+    expected = inventory.connected_sets()
+    published = {
+        int(attr.split("devicegroup")[1].split("_")[0])
+        for d in devices.values()
+        for attr in d["attributes"]
+        if "devicegroup" in attr
+    }
+    assert published == set(expected)
+    for size, sets in expected.items():
+        got = partition(devices, f"resource.aws.com/devicegroup{size}_id")
+        if name == "trn1.32xlarge" and size == 1:
+            # trn1 pairs share an EFA NIC, so the NIC address groups pairs, as the EFA driver's.
+            assert got == {frozenset({i, i + 1}) for i in range(0, 16, 2)}
+        else:
+            assert got == set(sets)
+
+
+def efa_hash(*addresses: str) -> str:
+    return hashlib.sha256(",".join(sorted(set(addresses))).encode()).hexdigest()[:16]
+
+
+def test_trn2_group_ids_match_the_efa_driver(fake_node: FakeNode) -> None:
+    devices = devices_of(slices_of(fake_node("trn2.48xlarge")))
+    attributes = devices["neurondevice2"]["attributes"]
+    assert attributes["resource.aws.com/devicegroup1_id"] == {"string": "0000:b3:00.0"}
+    row0 = ("0000:c9:00.0", "0000:b4:00.0", "0000:b3:00.0", "0000:ca:00.0")
+    assert attributes["resource.aws.com/devicegroup4_id"] == {"string": efa_hash(*row0)}
+    row1 = ("0000:6c:00.0", "0000:57:00.0", "0000:56:00.0", "0000:6d:00.0")
+    assert attributes["resource.aws.com/devicegroup8_id"] == {"string": efa_hash(*row0, *row1)}
+
+
+def test_torus_attributes(fake_node: FakeNode) -> None:
+    attributes = devices_of(slices_of(fake_node("trn1n.32xlarge")))["neurondevice9"]["attributes"]
+    assert attributes["topology_x"] == {"int": 2}
+    assert attributes["topology_y"] == {"int": 1}
+    assert attributes["topology4_id"] == {"int": 2}
+    assert attributes["topology8_id"] == {"int": 1}
+
+
+def test_a_trn2_device_publishes_the_documented_attributes(fake_node: FakeNode) -> None:
+    device = devices_of(slices_of(fake_node("trn2.48xlarge", lnc=1)))["neurondevice0"]
+    assert set(device["attributes"]) == {
+        "deviceId", "instanceType", "neuronDriverVersion", "draDriverVersion", "resourceType",
+        "topology_x", "topology_y", "topology4_id", "topology8_id", "logicalNeuronCore",
+        "serialNumber", "deviceName",
+        "resource.aws.com/devicegroup1_id", "resource.aws.com/devicegroup4_id",
+        "resource.aws.com/devicegroup8_id", "resource.aws.com/devicegroup16_id",
+    }  # fmt: skip
+    assert device["attributes"]["instanceType"] == {"string": "trn2.48xlarge"}
+    assert device["attributes"]["neuronDriverVersion"] == {"string": "2.24.7.0"}
+    assert device["attributes"]["resourceType"] == {"string": "neuron_device"}
+    assert device["attributes"]["logicalNeuronCore"] == {"int": 1}
+    assert device["capacity"] == {"cores": {"value": "8"}, "memory": {"value": "96Gi"}}
+
+
+def test_inf2_line_has_no_torus_attributes(fake_node: FakeNode) -> None:
+    device = devices_of(slices_of(fake_node("inf2.24xlarge")))["neurondevice4"]
+    attributes = device["attributes"]
+    assert "topology_x" not in attributes and "logicalNeuronCore" not in attributes
+    assert "topology4_id" not in attributes  # 4 does not divide 6
+    assert attributes["resource.aws.com/devicegroup3_id"] == {"string": "3-5"}
+    assert attributes["resource.aws.com/devicegroup6_id"] == {"string": "0-5"}
+
+
+def test_slice_shape_follows_upstream_drivers(fake_node: FakeNode) -> None:
+    [s] = slices_of(fake_node("inf2.xlarge"), node_uid="1234")
+    assert s["apiVersion"] == "resource.k8s.io/v1" and s["kind"] == "ResourceSlice"
+    assert s["metadata"] == {
+        "generateName": "node-a-neuron.aws.com-",
+        "ownerReferences": [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": "node-a",
+                "uid": "1234",
+                "controller": True,
+            }
+        ],
+    }
+    assert s["spec"]["driver"] == "neuron.aws.com"
+    assert s["spec"]["nodeName"] == "node-a"
+    assert s["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
+    assert [d["name"] for d in s["spec"]["devices"]] == ["neurondevice0"]
+
+
+def test_slices_are_deterministic(fake_node: FakeNode) -> None:
+    root = fake_node("trn2u.48xlarge")
+    assert slices_of(root) == slices_of(root)
+
+
+def test_ultraserver_both_kinds_share_one_counter(fake_node: FakeNode) -> None:
+    [s] = slices_of(fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-1", 2)))
+    assert s["spec"]["sharedCounters"] == [
+        {"name": "neuron-node", "counters": {"devices": {"value": "16"}}}
+    ]
+    devices = devices_of([s])
+    assert len(devices) == 17
+    node = devices["neuronnode"]
+    assert node["consumesCounters"] == [
+        {"counterSet": "neuron-node", "counters": {"devices": {"value": "16"}}}
+    ]
+    assert devices["neurondevice3"]["consumesCounters"] == [
+        {"counterSet": "neuron-node", "counters": {"devices": {"value": "1"}}}
+    ]
+    assert node["attributes"]["resourceType"] == {"string": "neuron_node"}
+    assert node["attributes"]["ultraserverServerId4"] == {"string": "us-1"}
+    assert node["attributes"]["ultraserverNodeId4"] == {"int": 2}
+    assert node["attributes"]["ultraserverModes"] == {"string": "1_2_4"}
+    assert node["capacity"] == {"cores": {"value": "128"}, "memory": {"value": "1536Gi"}}
+
+
+@pytest.mark.parametrize(
+    ("mode", "names"),
+    [
+        (UltraServerDevices.NODE, ["neuronnode"]),
+        (UltraServerDevices.DEVICES, [f"neurondevice{i}" for i in range(16)]),
+    ],
+)
+def test_without_counters_one_kind_is_published(
+    fake_node: FakeNode, mode: UltraServerDevices, names: list[str]
+) -> None:
+    [s] = slices_of(fake_node("trn2u.48xlarge"), ultraserver_devices=mode)
+    assert [d["name"] for d in s["spec"]["devices"]] == names
+    assert "sharedCounters" not in s["spec"]
+    assert all("consumesCounters" not in d for d in s["spec"]["devices"])
+
+
+def test_only_ultraserver_nodes_have_a_node_device(fake_node: FakeNode) -> None:
+    [s] = slices_of(fake_node("trn2.48xlarge"), ultraserver_devices=UltraServerDevices.NODE)
+    assert len(s["spec"]["devices"]) == 16 and "sharedCounters" not in s["spec"]
+
+
+def test_unknown_ultraserver_membership_publishes_devices_only(fake_node: FakeNode) -> None:
+    root = fake_node("trn2u.48xlarge")
+    write(root, "sys/class/neuron_device/node_id_4", "busy")
+    [s] = slices_of(root)
+    assert len(s["spec"]["devices"]) == 16 and "sharedCounters" not in s["spec"]
+
+
+def test_gaps_leave_other_groups_intact(fake_node: FakeNode) -> None:
+    root = fake_node("trn2.48xlarge")
+    (root / "dev/neuron5").unlink()
+    healthy = devices_of(slices_of(fake_node("trn2.48xlarge", name="healthy")))
+    devices = devices_of(slices_of(root))
+    assert "neurondevice5" not in devices
+    for name, device in devices.items():
+        assert device == healthy[name] | {"attributes": device["attributes"]}
+        assert (
+            device["attributes"]["resource.aws.com/devicegroup4_id"]
+            == (healthy[name]["attributes"]["resource.aws.com/devicegroup4_id"])
+        )
+
+
+def test_unknown_instance_type_publishes_plain_devices(fake_node: FakeNode) -> None:
+    root = fake_node("inf2.48xlarge")
+    write(root, "sys/devices/virtual/dmi/id/product_name", "inf9.2xlarge")
+    devices = devices_of(slices_of(root))
+    assert len(devices) == 12
+    device = devices["neurondevice7"]
+    assert device["attributes"]["instanceType"] == {"string": "inf9.2xlarge"}
+    assert device["attributes"]["resource.aws.com/devicegroup1_id"] == {"string": "7"}
+    assert not any("devicegroup4" in a or "topology" in a for a in device["attributes"])
+    assert device["capacity"] == {"cores": {"value": "2"}}
+
+
+def test_missing_driver_version_drops_only_that_attribute(fake_node: FakeNode) -> None:
+    root = fake_node("trn1.2xlarge")
+    (root / "sys/module/neuron/version").unlink()
+    [s] = slices_of(root)
+    attributes = s["spec"]["devices"][0]["attributes"]
+    assert "neuronDriverVersion" not in attributes and "instanceType" in attributes
+    assert validate_slice(s) == []
+
+
+@pytest.mark.parametrize(
+    ("break_it", "error"),
+    [
+        (lambda d: d["attributes"].update({"x": {"string": "y" * 65}}), "at most 64 characters"),
+        (lambda d: d["attributes"].update({"bad-name": {"int": 1}}), "not a C identifier"),
+        (lambda d: d["attributes"].update({"v": {"version": "2.24.7.0"}}), "not a semantic"),
+        (lambda d: d["attributes"].update({"two": {"int": 1, "string": "a"}}), "exactly one of"),
+        (lambda d: d["attributes"].update({f"a{i}": {"int": i} for i in range(20)}), "at most 32"),
+        (lambda d: d.update({"name": "Neuron_0"}), "is not a DNS label"),
+        (lambda d: d["capacity"].update({"cores": {"value": "eight"}}), "is not a quantity"),
+        (lambda d: d.update({"consumesCounters": [{"counterSet": "x", "counters": {}}]}),
+         "is not in spec.sharedCounters"),
+    ],
+)  # fmt: skip
+def test_the_limits_check_catches_violations(
+    fake_node: FakeNode, break_it: Any, error: str
+) -> None:
+    [s] = slices_of(fake_node("trn2.48xlarge"))
+    broken = copy.deepcopy(s)
+    break_it(broken["spec"]["devices"][0])
+    problems = validate_slice(broken)
+    assert any(error in p for p in problems), problems
+
+
+def test_the_limits_check_counts_devices(fake_node: FakeNode) -> None:
+    [s] = slices_of(fake_node("trn2.48xlarge"))
+    s["spec"]["devices"] = [dict(s["spec"]["devices"][0], name=f"d{i}") for i in range(129)]
+    assert validate_slice(s) == ["spec.devices: 129 devices, at most 128 allowed"]
+
+
+def test_an_unhealthy_device_is_tainted(fake_node: FakeNode) -> None:
+    unhealthy = (Unhealthy(5, "MemEccUncorrected", "NoExecute"),)
+    [s] = slices_of(fake_node("trn2.48xlarge"), unhealthy=unhealthy)
+    devices = devices_of([s])
+    assert devices["neurondevice5"]["taints"] == [
+        {"key": "neuron.aws.com/unhealthy", "value": "MemEccUncorrected", "effect": "NoExecute"}
+    ]
+    assert [n for n, d in devices.items() if "taints" in d] == ["neurondevice5"]
+    assert validate_slice(s) == []
+
+
+def test_without_taints_an_unhealthy_device_is_withdrawn(fake_node: FakeNode) -> None:
+    unhealthy = (Unhealthy(5, "DeviceMissing"),)
+    [s] = slices_of(fake_node("trn2u.48xlarge"), unhealthy=unhealthy, device_taints=False)
+    names = [d["name"] for d in s["spec"]["devices"]]
+    assert "neurondevice5" not in names and len(names) == 15
+    assert "neuronnode" not in names  # the whole node is not whole any more
+    assert not any("taints" in d for d in s["spec"]["devices"])
+
+
+def test_the_whole_node_device_carries_its_devices_taint(fake_node: FakeNode) -> None:
+    unhealthy = (Unhealthy(9, "nc_hang"),)
+    devices = devices_of(slices_of(fake_node("trn2u.48xlarge"), unhealthy=unhealthy))
+    assert devices["neuronnode"]["taints"][0]["value"] == "nc_hang"

@@ -1,0 +1,414 @@
+"""The offline allocator: examples, taken devices, All, constraints, counters, output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+import yaml
+
+from neuron_dra import cli
+from neuron_dra.resources.slices import UltraServerDevices
+from neuron_dra.tools.simulate import (
+    Cluster,
+    InputError,
+    Outcome,
+    default_classes,
+    load_documents,
+    parse_claim_spec,
+    parse_device_class,
+    parse_taken,
+    read_inputs,
+    simulate,
+    simulated_nodes,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+SPECS = REPO / "examples" / "specs"
+ROWS = [set(range(i, i + 4)) for i in range(0, 16, 4)]
+HALVES = [set(range(8)), set(range(8, 16))]
+SECOND = "trn2.48xlarge-0"
+
+
+def run(
+    files: list[Path],
+    nodes: list[tuple[str, int]],
+    *,
+    taken: Sequence[str] = (),
+    ultraserver_devices: UltraServerDevices = UltraServerDevices.BOTH,
+    driver_version: str | None = None,
+) -> list[Outcome]:
+    cluster = Cluster(
+        simulated_nodes(
+            nodes, ultraserver_devices=ultraserver_devices, driver_version=driver_version
+        ),
+        {},
+    )
+    for node, device in parse_taken(list(taken)):
+        cluster.take(node, device, "test")
+    return simulate(files, cluster)
+
+
+def indices(outcome: Outcome) -> set[int]:
+    return {int(p.device.name.removeprefix("neurondevice")) for p in outcome.placements}
+
+
+def env(outcome: Outcome) -> dict[str, str]:
+    assert outcome.prepared is not None, outcome.prepare_error
+    return dict(outcome.prepared.env)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# --- every example --------------------------------------------------------------------------
+
+Check = Callable[[list[Outcome]], None]
+
+
+def _row_on_trn2(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert only.node == SECOND and indices(only) in ROWS
+    assert env(only)["NEURON_RT_VISIBLE_CORES"] == "0-15"
+    assert only.prepared is not None
+    assert only.prepared.device_nodes == tuple(f"/dev/neuron{i}" for i in range(4))
+
+
+def _half(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert only.node == SECOND and indices(only) in HALVES
+
+
+def _everything(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert indices(only) == set(range(16))
+    assert env(only)["NEURON_RT_VISIBLE_CORES"] == "0-63"
+
+
+def _lnc1(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert indices(only) == set(range(16))
+    assert env(only) == {"NEURON_RT_VISIBLE_CORES": "0-127", "NEURON_LOGICAL_NC_CONFIG": "1"}
+
+
+def _all_inf2(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert only.node == "inf2.48xlarge-0" and indices(only) == set(range(12))
+    assert env(only) == {"NEURON_RT_VISIBLE_CORES": "0-23"}
+
+
+def _two_rows_one_node(outcomes: list[Outcome]) -> None:
+    first, second = outcomes
+    assert first.node == second.node == SECOND
+    assert indices(first) in ROWS and indices(second) in ROWS
+    assert not indices(first) & indices(second)
+    assert env(second)["NEURON_RT_VISIBLE_CORES"] == "16-31"
+
+
+def _single(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert [p.device.name for p in only.placements] == ["neurondevice0"]
+    assert env(only) == {"NEURON_RT_VISIBLE_CORES": "0-1"}
+
+
+def _inf2_pair(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert indices(only) in [{i, i + 1} for i in range(0, 12, 2)]
+
+
+def _ultraserver(mode: int, pods: int) -> Check:
+    runtime_mode = {4: "1", 2: "2"}[mode]
+
+    def check(outcomes: list[Outcome]) -> None:
+        assert len(outcomes) == pods
+        assert all(o.allocated for o in outcomes), [o.reasons for o in outcomes]
+        assert {o.node for o in outcomes} == {f"trn2u.48xlarge-{i}" for i in range(pods)}
+        for outcome in outcomes:
+            assert [p.device.name for p in outcome.placements] == ["neuronnode"]
+            variables = env(outcome)
+            assert variables["NEURON_RT_ULTRASERVER_MODE"] == runtime_mode
+            assert variables["NEURON_RT_VISIBLE_CORES"] == "0-63"
+        servers = [env(o)["NEURON_RT_ULTRASERVER_SERVER_ID"] for o in outcomes]
+        if mode == 4:
+            assert servers == ["us-0"] * 4 + ["us-1"] * 4
+        else:
+            assert servers == ["us-0-0", "us-0-0", "us-0-1", "us-0-1"]
+
+    return check
+
+
+TRN2 = [("trn2.48xlarge", 1)]
+EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
+    "1x4-connected-devices.yaml": (TRN2, _row_on_trn2),
+    "v1beta1/1x4-connected-devices.yaml": (TRN2, _row_on_trn2),
+    "l-trn2.yaml": (TRN2, _half),
+    "v1beta1/l-trn2.yaml": (TRN2, _half),
+    "2.26-driver-trn2.yaml": (TRN2, _half),
+    "v1beta1/2.26-driver-trn2.yaml": (TRN2, _half),
+    "xl-trn2.yaml": (TRN2, _everything),
+    "v1beta1/xl-trn2.yaml": (TRN2, _everything),
+    "all-devices.yaml": ([("inf2.48xlarge", 1)], _all_inf2),
+    "lnc-setting-trn2.yaml": (TRN2, _lnc1),
+    "v1beta1/lnc-setting-trn2.yaml": (TRN2, _lnc1),
+    "v1beta1/lnc-neurons.yaml": (TRN2, _lnc1),
+    "shared-claim.yaml": (TRN2, _row_on_trn2),
+    "single-device.yaml": ([("inf2.xlarge", 1)], _single),
+    "two-claims-one-pod.yaml": (TRN2, _two_rows_one_node),
+    "inf2-2-connected.yaml": ([("inf2.48xlarge", 1)], _inf2_pair),
+    "us-4-node-config.yaml": ([("trn2u.48xlarge", 8)], _ultraserver(4, 8)),
+    "v1beta1/us-4-node-config.yaml": ([("trn2u.48xlarge", 8)], _ultraserver(4, 8)),
+    "us-2-node-config.yaml": ([("trn2u.48xlarge", 4)], _ultraserver(2, 4)),
+}
+
+
+def test_every_example_is_covered() -> None:
+    files = {str(p.relative_to(SPECS)) for p in SPECS.rglob("*.yaml")}
+    assert files == set(EXAMPLES)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_gets_the_intended_devices(name: str) -> None:
+    nodes, check = EXAMPLES[name]
+    outcomes = run([SPECS / name], nodes)
+    assert all(o.allocated for o in outcomes), [o.reasons for o in outcomes]
+    assert not any(o.prepare_error for o in outcomes)
+    check(outcomes)
+
+
+def test_examples_only_fit_where_the_readme_says() -> None:
+    [pair] = run([SPECS / "inf2-2-connected.yaml"], TRN2)
+    assert pair.reasons == [
+        "trn2.48xlarge-0: no device matches the selectors: of 16 devices, selector "
+        "`device.attributes['neuron.aws.com'].instanceType == 'inf2.48xlarge'` excludes 16"
+    ]
+    [pinned] = run([SPECS / "2.26-driver-trn2.yaml"], TRN2, driver_version="2.26.1.0")
+    assert not pinned.allocated
+    assert "excludes 16" in pinned.reasons[0]
+
+
+def test_the_default_class_is_the_one_the_driver_installs() -> None:
+    # Built in, not read from deploy/: an installed `neuron-dra simulate` has no checkout.
+    docs = yaml.safe_load_all((REPO / "deploy" / "deviceclass.yaml").read_text())
+    assert [parse_device_class(d) for d in docs if d] == default_classes()
+
+
+def test_v1beta1_and_v1_spellings_parse_alike() -> None:
+    def spec(name: str) -> object:
+        [(_, doc)] = [d for d in load_documents([SPECS / name]) if d[1]["kind"] != "Pod"]
+        return parse_claim_spec(doc["spec"]["spec"], name)
+
+    assert spec("l-trn2.yaml") == spec("v1beta1/l-trn2.yaml")
+
+
+# --- taken devices, All, constraints ------------------------------------------------------
+
+
+def test_taken_devices_leave_only_whole_rows(tmp_path: Path) -> None:
+    rows = write(tmp_path, "rows.yaml", (SPECS / "shared-claim.yaml").read_text().split("---")[0])
+    files = [rows] * 3
+    outcomes = run(files, TRN2, taken=["trn2.48xlarge-0:1,neurondevice6"])
+    # A template no pod references stands for one claim each time it is given.
+    assert len(outcomes) == 3
+    assert [indices(o) for o in outcomes[:2]] == [ROWS[2], ROWS[3]]
+    assert outcomes[2].reasons == [
+        "trn2.48xlarge-0: 16 devices match the selectors, 6 free, no 4 of them share "
+        "resource.aws.com/devicegroup4_id"
+    ]
+
+
+def test_constraint_failure_names_the_attribute() -> None:
+    [half] = run([SPECS / "l-trn2.yaml"], TRN2, taken=["trn2.48xlarge-0:0,8"])
+    assert not half.allocated
+    assert half.reasons == [
+        "trn2.48xlarge-0: 16 devices match the selectors, 14 free, no 8 of them share "
+        "resource.aws.com/devicegroup8_id"
+    ]
+
+
+def test_fewer_free_than_requested() -> None:
+    [everything] = run([SPECS / "xl-trn2.yaml"], TRN2, taken=["trn2.48xlarge-0:5"])
+    assert everything.reasons == [
+        "trn2.48xlarge-0: 16 devices match the selectors, 15 free, fewer than the 16 requested"
+    ]
+
+
+def test_all_fails_when_any_matching_device_is_taken() -> None:
+    [claim] = run([SPECS / "all-devices.yaml"], [("inf2.48xlarge", 1)], taken=["inf2.48xlarge-0:3"])
+    assert not claim.allocated
+    assert claim.reasons == [
+        "inf2.48xlarge-0: 12 devices match the selectors, 11 free; "
+        "allocationMode All needs every one of them"
+    ]
+
+
+def test_all_takes_the_free_node() -> None:
+    nodes = [("inf2.48xlarge", 2)]
+    [claim] = run([SPECS / "all-devices.yaml"], nodes, taken=["inf2.48xlarge-0:3"])
+    assert claim.node == "inf2.48xlarge-1" and indices(claim) == set(range(12))
+    assert claim.reasons == []
+
+
+def test_later_claims_see_earlier_ones_taken() -> None:
+    files = [SPECS / "l-trn2.yaml", SPECS / "l-trn2.yaml", SPECS / "l-trn2.yaml"]
+    first, second, third = run(files, TRN2)
+    assert [indices(first), indices(second)] == HALVES
+    assert "fewer than the 8 requested" in third.reasons[0]
+
+
+def test_pod_claims_share_a_node(tmp_path: Path) -> None:
+    # One trn2 node cannot hold two halves plus a row; the pod's claims move together.
+    nodes = [("trn2.48xlarge", 2)]
+    outcomes = run(
+        [SPECS / "l-trn2.yaml", SPECS / "two-claims-one-pod.yaml", SPECS / "l-trn2.yaml"], nodes
+    )
+    assert [o.node for o in outcomes] == ["trn2.48xlarge-0", "trn2.48xlarge-0",
+                                          "trn2.48xlarge-0", "trn2.48xlarge-1"]  # fmt: skip
+
+
+def test_first_available_falls_back_to_the_next_subrequest(tmp_path: Path) -> None:
+    text = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: flexible}
+spec:
+  devices:
+    requests:
+    - name: neurons
+      firstAvailable:
+      - name: eight
+        deviceClassName: neuron.aws.com
+        count: 8
+      - name: four
+        deviceClassName: neuron.aws.com
+        count: 4
+    constraints:
+    - requests: [neurons]
+      matchAttribute: resource.aws.com/devicegroup4_id
+"""
+    [claim] = run([write(tmp_path, "c.yaml", text)], TRN2)
+    assert {p.request for p in claim.placements} == {"neurons/four"}
+    assert indices(claim) == ROWS[0]
+
+
+def test_node_selector_is_honoured(tmp_path: Path) -> None:
+    text = (
+        (SPECS / "single-device.yaml")
+        .read_text()
+        .replace(
+            "  containers:",
+            "  nodeSelector: {kubernetes.io/hostname: inf2.xlarge-1}\n  containers:",
+        )
+    )
+    [claim] = run([write(tmp_path, "p.yaml", text)], [("inf2.xlarge", 2)])
+    assert claim.node == "inf2.xlarge-1"
+
+
+def test_device_taints_exclude_unless_tolerated(tmp_path: Path) -> None:
+    cluster = Cluster(simulated_nodes([("inf2.xlarge", 1)]), {})
+    [device] = cluster.nodes[0].devices
+    taint = {"key": "neuron.aws.com/unhealthy", "value": "ecc", "effect": "NoSchedule"}
+    cluster.nodes[0].devices[0] = type(device)(
+        device.driver, device.pool, device.name, device.view, device.consumes, (taint,)
+    )
+    [claim] = simulate([SPECS / "single-device.yaml"], cluster)
+    assert not claim.allocated and "with taints the request does not tolerate" in claim.reasons[0]
+    tolerating = (
+        (SPECS / "single-device.yaml")
+        .read_text()
+        .replace(
+            "          count: 1\n",
+            "          count: 1\n          tolerations: [{key: neuron.aws.com/unhealthy, "
+            "operator: Exists}]\n",
+        )
+    )
+    [ok] = simulate([write(tmp_path, "t.yaml", tolerating)], cluster)
+    assert ok.allocated
+
+
+# --- UltraServer nodes: the whole node or its devices ------------------------------------
+
+
+def test_neuronnode_and_devices_exclude_each_other_through_counters() -> None:
+    nodes = [("trn2u.48xlarge", 1)]
+    # The LeaderWorkerSet stands for 8 pods; with one node the first one already cannot fit.
+    single, whole, *_ = run([SPECS / "single-device.yaml", SPECS / "us-4-node-config.yaml"], nodes)
+    assert single.allocated
+    assert whole.reasons == [
+        "trn2u.48xlarge-0: 1 devices match the selectors, 0 free (1 held through shared "
+        "counters by allocated devices), fewer than the 1 requested"
+    ]
+    node_first = run([SPECS / "us-4-node-config.yaml", SPECS / "single-device.yaml"], nodes)
+    assert node_first[0].allocated and node_first[0].node == "trn2u.48xlarge-0"
+    # Only the first of the LeaderWorkerSet's 8 pods fits; the single device never does.
+    assert not node_first[-1].allocated
+    assert "held through shared counters" in node_first[-1].reasons[0]
+
+
+def test_without_counters_the_node_publishes_one_kind() -> None:
+    nodes = [("trn2u.48xlarge", 1)]
+    [claim, *_] = run(
+        [SPECS / "us-4-node-config.yaml"], nodes, ultraserver_devices=UltraServerDevices.DEVICES
+    )
+    assert "no device matches the selectors" in claim.reasons[0]
+
+
+# --- inputs and output ------------------------------------------------------------------------
+
+
+def test_unknown_template_is_an_input_error(tmp_path: Path) -> None:
+    pod = (SPECS / "single-device.yaml").read_text().split("---")[1]
+    with pytest.raises(InputError, match="not among the inputs"):
+        read_inputs(load_documents([write(tmp_path, "pod.yaml", pod)]))
+
+
+def test_alternatives_are_the_rows() -> None:
+    cluster = Cluster(simulated_nodes(TRN2), {})
+    inputs = read_inputs(load_documents([SPECS / "1x4-connected-devices.yaml"]))
+    simulate([], cluster)  # installs the driver's DeviceClass
+    options = cluster.alternatives(inputs.claims[0], SECOND)
+    assert [set(o["neurons"]) for o in options] == [
+        {f"neurondevice{i}" for i in row} for row in ROWS
+    ]
+
+
+def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(
+        ["simulate", str(SPECS / "1x4-connected-devices.yaml"), str(SPECS / "xl-trn2.yaml"),
+         "--node", "trn2.48xlarge=1", "-o", "json"]
+    )  # fmt: skip
+    assert code == 1  # the second claim does not fit next to the first
+    document = json.loads(capsys.readouterr().out)
+    first, second = document["claims"]
+    assert first["node"] == SECOND and first["allocated"]
+    assert [r["device"] for r in first["results"]] == [f"neurondevice{i}" for i in range(4)]
+    assert first["env"] == {"NEURON_RT_VISIBLE_CORES": "0-15"}
+    assert first["deviceNodes"] == [f"/dev/neuron{i}" for i in range(4)]
+    assert not second["allocated"]
+    assert second["reasons"] == [
+        "trn2.48xlarge-0: 16 devices match the selectors, 12 free, fewer than the 16 requested"
+    ]
+    assert document["nodes"][0]["devices"]["0"] == "default/pod0-neurons"
+
+
+def test_text_output_and_picture(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    svg = tmp_path / "out.svg"
+    code = cli.main(
+        ["simulate", str(SPECS / "two-claims-one-pod.yaml"), "--node", "trn2.48xlarge=2",
+         "--taken", "trn2.48xlarge-1:0", "--picture", str(svg)]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "[A] claim default/two-claims-neurons0" in out
+    assert "env      NEURON_RT_VISIBLE_CORES=0-15" in out
+    assert " 0:A   1:A   2:A   3:A" in out and " 4:B" in out
+    assert " 0:# " in out  # the taken device of the second node
+    assert svg.read_text().startswith("<?xml")
+
+
+def test_bad_node_flag() -> None:
+    assert cli.main(["simulate", str(SPECS / "xl-trn2.yaml"), "--node", "trn9.x=1"]) == 2

@@ -1,0 +1,78 @@
+"""The import contracts in pyproject.toml catch what they promise to catch.
+
+Each case adds one import that breaks a layer to a copy of the packages and
+runs `lint-imports` on the copy: a contract that no longer matches the tree (a
+package renamed, a layer misspelt) would let it pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+# Contracts by the words before the colon in their names.
+LAYERS, TOOLS, CEL, SIMULATOR = "Driver layers", "Tools", "CEL", "Simulator"
+PACKAGES, HARDWARE, AGENT = "Packages", "Hardware", "Agent"
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=root, capture_output=True, text=True, check=False
+    )
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    for package in ("neuron_dra", "api", "consts"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copy2(REPO / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def test_the_tree_keeps_every_contract(tree: Path) -> None:
+    result = lint_imports(tree)
+    assert result.returncode == 0, result.stdout
+    assert ", 0 broken." in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "added", "broken"),
+    [
+        (
+            "neuron_dra/hardware/topology.py",
+            "import neuron_dra.resources.slices",
+            [LAYERS, HARDWARE],
+        ),
+        ("neuron_dra/hardware/efa.py", "import api.config", [HARDWARE]),
+        ("neuron_dra/resources/limits.py", "import neuron_dra.agent.kube", [LAYERS]),
+        ("neuron_dra/agent/dirs.py", "from neuron_dra.tools import lint", [LAYERS, AGENT]),
+        ("neuron_dra/agent/cdi.py", "import celpy", [AGENT]),
+        ("neuron_dra/tools/lint.py", "import neuron_dra.cli", [LAYERS, TOOLS]),  # via cli.tools
+        ("neuron_dra/tools/picture.py", "from neuron_dra.tools import lint", [TOOLS]),
+        ("neuron_dra/tools/cel/device.py", "from neuron_dra.tools.cel import fast", [CEL]),
+        (
+            "neuron_dra/tools/simulate/nodes.py",
+            "import neuron_dra.tools.simulate.search",
+            [SIMULATOR],
+        ),
+        ("api/config.py", "import neuron_dra.agent.claims", [PACKAGES]),
+    ],
+)
+def test_an_upward_import_breaks_its_contract(
+    tree: Path, module: str, added: str, broken: list[str]
+) -> None:
+    with (tree / module).open("a") as source:
+        source.write(f"\n{added}\n")
+    result = lint_imports(tree)
+    assert result.returncode == 1
+    found = [line.split(":")[0].removesuffix(" BROKEN") for line in result.stdout.splitlines()
+             if line.endswith(" BROKEN")]  # fmt: skip
+    assert found == broken
+    assert f"{module.removesuffix('.py').replace('/', '.')} -> " in result.stdout
