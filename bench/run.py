@@ -36,8 +36,9 @@ from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
 from neuron_dra.agent.cdi import atomic_write  # noqa: E402
 from neuron_dra.agent.kube import Kube  # noqa: E402
 from tests.e2e.build import build  # noqa: E402
-from tests.e2e.cluster import Cluster, free_port  # noqa: E402
+from tests.e2e.cluster import Cluster  # noqa: E402
 from tests.e2e.nodes import SimulatedNode, add_simulated_node  # noqa: E402
+from tests.e2e.processes import free_port  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 Obj = dict[str, Any]

@@ -1,10 +1,12 @@
 """A real, local Kubernetes control plane plus simulated kubelets.
 
-``Cluster`` runs etcd, kube-apiserver, kube-scheduler and
-kube-controller-manager (built by ``tests.e2e.build``) on free 127.0.0.1
-ports in a temp dir, creates Node objects, and starts one ``kubeletside``
-process per simulated node. All API calls go through the ``kubernetes``
-package's ``ApiClient`` against that server; nothing is mocked.
+``Cluster`` owns the lifecycle: it runs etcd, kube-apiserver, kube-scheduler
+and kube-controller-manager (built by ``tests.e2e.build``) on free 127.0.0.1
+ports in a temp dir, with their PKI and kubeconfig, creates Node objects,
+starts one ``kubeletside`` process per simulated node, and stops all of it
+again, checking that nothing survives. Its API and wait helpers come from its
+base, ``tests.e2e.cluster_api.ClusterApi``: all API calls go through the
+``kubernetes`` package's ``ApiClient`` against that server; nothing is mocked.
 
 Usable from pytest (see ``conftest.py``) and from scripts::
 
@@ -15,37 +17,28 @@ Usable from pytest (see ``conftest.py``) and from scripts::
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, TypeVar, cast
+from typing import ClassVar, cast
 
 import yaml
 from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.build import Binaries
-
-T = TypeVar("T")
-Obj = dict[str, Any]
+from tests.e2e.cluster_api import DEFAULT_NAMESPACE, ClusterApi, ClusterError, Obj
+from tests.e2e.kubeletside import KubeletSide
+from tests.e2e.processes import Component, cmdline, die_with_parent, free_port, http_ok, pid_alive
 
 ADMIN_USER = "e2e-admin"
-DEFAULT_NAMESPACE = "default"
 
 # resourceclaim-controller turns ResourceClaimTemplates into claims and
 # releases reservations; garbage-collector-controller deletes generated claims
@@ -70,128 +63,12 @@ DEFAULT_RUNTIME_CONFIG = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=t
 # node lifecycle controller would lift it once the node reports Ready.
 _NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
-KUBELETSIDE_CDI_ANNOTATION = "kubeletside.neuron.test/cdi-devices"
-KUBELETSIDE_ERROR_ANNOTATION = "kubeletside.neuron.test/prepare-error"
-
-_PR_SET_PDEATHSIG = 1
-
-
-class ClusterError(RuntimeError):
-    """A component failed or a wait ran out of time."""
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    # If the test process is killed, its components must not outlive it.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
 
 def _gates(gates: Mapping[str, bool]) -> str:
     return ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(gates.items()))
 
 
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        return f"<cannot read {path}: {exc}>"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-@dataclass
-class Component:
-    """One running binary with its log file."""
-
-    name: str
-    argv: list[str]
-    log_path: Path
-    process: subprocess.Popen[bytes]
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def tail(self, lines: int = 40) -> str:
-        return _tail(self.log_path, lines)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout)
-        # Children a component may have spawned share its process group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-
-
-@dataclass
-class KubeletSide:
-    """A running ``kubeletside`` for one simulated node."""
-
-    node_name: str
-    root_dir: Path
-    cdi_dir: Path
-    report_file: Path
-    status_url: str
-    component: Component
-    cluster: Cluster = field(repr=False)
-
-    @property
-    def registry_dir(self) -> Path:
-        """Where DRA plugins put their registration sockets."""
-        return self.root_dir / "plugins_registry"
-
-    @property
-    def plugins_dir(self) -> Path:
-        """Parent dir of the plugins' DRA sockets (``plugins/<driver>/dra.sock``)."""
-        return self.root_dir / "plugins"
-
-    def report(self) -> list[Obj]:
-        """All JSON-lines report entries so far."""
-        if not self.report_file.exists():
-            return []
-        entries: list[Obj] = []
-        for line in self.report_file.read_text().splitlines():
-            if line.strip():
-                entries.append(cast(Obj, json.loads(line)))
-        return entries
-
-    def report_events(self, event: str) -> list[Obj]:
-        return [e for e in self.report() if e.get("event") == event]
-
-    def registered_plugins(self) -> dict[str, str]:
-        """Driver name -> DRA endpoint of the plugins currently registered."""
-        with urllib.request.urlopen(self.status_url + "/plugins", timeout=5) as resp:
-            return cast(dict[str, str], json.loads(resp.read()))
-
-    def wait_for_plugin(self, driver: str, timeout: float = 30.0) -> str:
-        """Wait until ``driver`` is registered; return its endpoint."""
-        return self.cluster.wait_for(
-            f"DRA driver {driver} registered on {self.node_name}",
-            lambda: self.registered_plugins().get(driver),
-            timeout,
-        )
-
-    def stop(self) -> None:
-        self.component.stop()
-
-
-class Cluster:
+class Cluster(ClusterApi):
     """etcd + kube-apiserver + kube-scheduler + kube-controller-manager."""
 
     # Clusters that are running, for the failure hook that prints logs.
@@ -233,8 +110,8 @@ class Cluster:
         self.apiserver_port = 0
         self.server = ""
         self._health_urls: dict[str, str] = {}
-        self._api: Any = None
-        self._plurals: dict[tuple[str, str], tuple[str, bool]] = {}
+        self._api = None
+        self._plurals = {}
         self._started = False
 
     # ----------------------------------------------------------------- lifecycle
@@ -304,12 +181,12 @@ class Cluster:
         # With the separator, /tmp/x does not match /tmp/xy.
         marker = f"{self.workdir}{os.sep}"
         for pid in self.all_pids():
-            if _pid_alive(pid):
-                found[pid] = _cmdline(pid)
+            if pid_alive(pid):
+                found[pid] = cmdline(pid)
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
-            cmd = _cmdline(int(entry.name))
+            cmd = cmdline(int(entry.name))
             if marker in cmd and int(entry.name) != os.getpid():
                 found[int(entry.name)] = cmd
         return sorted(found.items())
@@ -359,7 +236,7 @@ class Cluster:
                 cwd=self.workdir,
                 start_new_session=True,
                 # Safe here: the callback only calls prctl, no locks.
-                preexec_fn=_die_with_parent,  # noqa: PLW1509
+                preexec_fn=die_with_parent,  # noqa: PLW1509
             )
         comp = Component(name, argv, log_path, process)
         if name.startswith("kubeletside"):
@@ -411,7 +288,7 @@ class Cluster:
                 *self.extra_args.get("etcd", []),
             ],
         )
-        self.wait_for("etcd healthy", lambda: _http_ok(self.etcd_url + "/health"), 30.0)
+        self.wait_for("etcd healthy", lambda: http_ok(self.etcd_url + "/health"), 30.0)
 
     def stop_apiserver(self) -> None:
         """Stop kube-apiserver: every client sees an outage until start_apiserver()."""
@@ -459,7 +336,7 @@ class Cluster:
             req = urllib.request.Request(
                 self.server + "/readyz", headers={"Authorization": f"Bearer {self.token}"}
             )
-            return _http_ok(req, ctx)
+            return http_ok(req, ctx)
 
         self.wait_for("kube-apiserver /readyz", ready, timeout)
 
@@ -516,7 +393,7 @@ class Cluster:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         url = self._health_urls[name]
-        self.wait_for(f"{name} /healthz", lambda: _http_ok(url, ctx), timeout)
+        self.wait_for(f"{name} /healthz", lambda: http_ok(url, ctx), timeout)
 
     def _connect(self) -> None:
         conf = k8s_client.Configuration()
@@ -525,267 +402,6 @@ class Cluster:
         conf.api_key = {"authorization": self.token}
         conf.api_key_prefix = {"authorization": "Bearer"}
         self._api = k8s_client.ApiClient(conf)
-
-    @property
-    def api_client(self) -> Any:
-        """The ``kubernetes.client.ApiClient`` for typed API classes, e.g.
-        ``kubernetes.client.CoreV1Api(cluster.api_client)``."""
-        if self._api is None:
-            raise ClusterError("cluster is not running")
-        return self._api
-
-    # ----------------------------------------------------------------- raw API
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        query: Mapping[str, str | int | bool] | None = None,
-        content_type: str = "application/json",
-    ) -> Any:
-        """One API request; returns the decoded JSON body."""
-        params = [
-            (k, str(v).lower() if isinstance(v, bool) else v) for k, v in (query or {}).items()
-        ]
-        method_, url, headers, payload, post = self.api_client.param_serialize(
-            method,
-            path,
-            query_params=params,
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        resp = self.api_client.call_api(method_, url, headers, payload, post)
-        data = resp.read()
-        text = data.decode(errors="replace") if isinstance(data, bytes) else str(data or "")
-        if not 200 <= resp.status < 300:
-            raise ApiException.from_response(http_resp=resp, body=text, data=None)
-        return json.loads(text) if text else None
-
-    def _resource(self, api_version: str, kind: str) -> tuple[str, bool]:
-        """Plural name and namespaced-ness of a kind, from API discovery."""
-        key = (api_version, kind)
-        if key not in self._plurals:
-            base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            listing = cast(Obj, self.request("GET", base))
-            for res in listing.get("resources", []):
-                if "/" not in res["name"]:
-                    self._plurals[(api_version, res["kind"])] = (res["name"], res["namespaced"])
-        if key not in self._plurals:
-            raise ClusterError(f"{kind} is not served in {api_version}")
-        return self._plurals[key]
-
-    def path(
-        self, api_version: str, kind: str, name: str | None = None, namespace: str | None = None
-    ) -> str:
-        """URL path of a collection or of one object."""
-        plural, namespaced = self._resource(api_version, kind)
-        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        if namespaced:
-            base += f"/namespaces/{namespace or DEFAULT_NAMESPACE}"
-        base += f"/{plural}"
-        return f"{base}/{name}" if name else base
-
-    def create(self, obj: Obj) -> Obj:
-        meta = obj.get("metadata", {})
-        path = self.path(obj["apiVersion"], obj["kind"], namespace=meta.get("namespace"))
-        return cast(Obj, self.request("POST", path, obj))
-
-    def apply(self, obj: Obj, field_manager: str = "e2e") -> Obj:
-        """Server-side apply (create or update)."""
-        meta = obj["metadata"]
-        path = self.path(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-        return cast(
-            Obj,
-            self.request(
-                "PATCH",
-                path,
-                obj,
-                query={"fieldManager": field_manager, "force": True},
-                content_type="application/apply-patch+yaml",
-            ),
-        )
-
-    def apply_yaml(self, text: str) -> list[Obj]:
-        """Apply every document of a YAML manifest."""
-        return [self.apply(doc) for doc in yaml.safe_load_all(text) if doc]
-
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
-        return cast(Obj, self.request("GET", self.path(api_version, kind, name, namespace)))
-
-    def get_or_none(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
-    ) -> Obj | None:
-        try:
-            return self.get(api_version, kind, name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def list_objects(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        *,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-    ) -> list[Obj]:
-        query: dict[str, str | int | bool] = {}
-        if field_selector:
-            query["fieldSelector"] = field_selector
-        if label_selector:
-            query["labelSelector"] = label_selector
-        result = cast(
-            Obj, self.request("GET", self.path(api_version, kind, None, namespace), query=query)
-        )
-        return cast(list[Obj], result.get("items") or [])
-
-    def patch(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        patch: Obj,
-        namespace: str | None = None,
-        *,
-        subresource: str | None = None,
-    ) -> Obj:
-        """JSON merge patch, optionally of a subresource such as ``status``."""
-        path = self.path(api_version, kind, name, namespace)
-        if subresource:
-            path += f"/{subresource}"
-        return cast(
-            Obj, self.request("PATCH", path, patch, content_type="application/merge-patch+json")
-        )
-
-    def delete(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        namespace: str | None = None,
-        *,
-        grace_period: int | None = None,
-    ) -> None:
-        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
-        if grace_period is not None:
-            body["gracePeriodSeconds"] = grace_period
-        try:
-            self.request("DELETE", self.path(api_version, kind, name, namespace), body)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.binaries.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
-            check=check,
-            capture_output=True,
-            text=True,
-        )
-
-    # ----------------------------------------------------------------- waiting
-
-    def wait_for(
-        self,
-        what: str,
-        check: Callable[[], T | None],
-        timeout: float = 30.0,
-        interval: float = 0.1,
-    ) -> T:
-        """Poll ``check`` until it returns something truthy or the deadline
-        passes; fails early if a component died. API errors count as "not yet"."""
-        deadline = time.monotonic() + timeout
-        last_error: BaseException | None = None
-        while True:
-            try:
-                result = check()
-                if result:
-                    return result
-            except (ApiException, OSError, ValueError) as exc:
-                last_error = exc
-            self.check_components()
-            if time.monotonic() >= deadline:
-                detail = f" (last error: {last_error})" if last_error else ""
-                raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-            time.sleep(interval)
-
-    def wait_for_service_account(self, namespace: str, timeout: float = 30.0) -> None:
-        self.wait_for(
-            f"ServiceAccount {namespace}/default",
-            lambda: self.get_or_none("v1", "ServiceAccount", "default", namespace),
-            timeout,
-        )
-
-    def create_namespace(self, name: str, timeout: float = 30.0) -> Obj:
-        """Create a namespace and wait until pods can be created in it."""
-        ns = self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-        self.wait_for_service_account(name, timeout)
-        return ns
-
-    def wait_for_pod(
-        self,
-        name: str,
-        namespace: str = DEFAULT_NAMESPACE,
-        predicate: Callable[[Obj], bool] = lambda _pod: True,
-        what: str = "condition",
-        timeout: float = 30.0,
-    ) -> Obj:
-        def check() -> Obj | None:
-            pod = self.get_or_none("v1", "Pod", name, namespace)
-            return pod if pod is not None and predicate(pod) else None
-
-        return self.wait_for(f"pod {namespace}/{name}: {what}", check, timeout)
-
-    def wait_for_pod_scheduled(
-        self, name: str, namespace: str = DEFAULT_NAMESPACE, timeout: float = 30.0
-    ) -> Obj:
-        return self.wait_for_pod(
-            name, namespace, lambda p: bool(p["spec"].get("nodeName")), "bound to a node", timeout
-        )
-
-    def wait_for_pod_running(
-        self, name: str, namespace: str = DEFAULT_NAMESPACE, timeout: float = 30.0
-    ) -> Obj:
-        return self.wait_for_pod(
-            name, namespace, lambda p: p.get("status", {}).get("phase") == "Running",
-            "phase Running", timeout,
-        )  # fmt: skip
-
-    def wait_for_pod_gone(
-        self, name: str, namespace: str = DEFAULT_NAMESPACE, timeout: float = 30.0
-    ) -> None:
-        self.wait_for(
-            f"pod {namespace}/{name} deleted",
-            lambda: self.get_or_none("v1", "Pod", name, namespace) is None,
-            timeout,
-        )
-
-    def wait_for_claim_allocated(
-        self, name: str, namespace: str = DEFAULT_NAMESPACE, timeout: float = 30.0
-    ) -> Obj:
-        def check() -> Obj | None:
-            claim = self.get_or_none("resource.k8s.io/v1", "ResourceClaim", name, namespace)
-            if claim is None:
-                return None
-            results = (
-                claim.get("status", {}).get("allocation", {}).get("devices", {}).get("results")
-            )
-            return claim if results else None
-
-        return self.wait_for(f"ResourceClaim {namespace}/{name} allocated", check, timeout)
-
-    def events_for(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> list[Obj]:
-        """core/v1 Events about the object called ``name``."""
-        return self.list_objects(
-            "v1", "Event", namespace, field_selector=f"involvedObject.name={name}"
-        )
-
-    # ----------------------------------------------------------------- nodes
 
     def add_node(
         self,
@@ -879,7 +495,7 @@ class Cluster:
         side = KubeletSide(node_name, root, cdi, report, f"http://127.0.0.1:{port}", comp, self)
         self.kubelet_sides[node_name] = side
         self.wait_for(
-            f"kubeletside {node_name} ready", lambda: _http_ok(side.status_url + "/readyz"), timeout
+            f"kubeletside {node_name} ready", lambda: http_ok(side.status_url + "/readyz"), timeout
         )
         return side
 
@@ -887,51 +503,3 @@ class Cluster:
         side = self.kubelet_sides.pop(node_name)
         side.stop()
         self._stopped.append(side.component)
-
-
-def _http_ok(url: str | urllib.request.Request, ctx: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
-            return int(resp.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes: it runs nothing.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-    except OSError:
-        return ""
-
-
-def processes_running(paths: Iterable[Path]) -> list[tuple[int, str]]:
-    """Live processes whose executable is one of ``paths``."""
-    wanted = {str(p.resolve()) for p in paths}
-    found: list[tuple[int, str]] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            exe = str((entry / "exe").readlink())
-        except OSError:
-            continue
-        if exe.removesuffix(" (deleted)") in wanted and _pid_alive(int(entry.name)):
-            found.append((int(entry.name), _cmdline(int(entry.name))))
-    return found

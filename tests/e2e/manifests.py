@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.e2e.cluster import Obj
+from tests.e2e.cluster_api import Obj
 
 DRIVER = "neuron.aws.com"
 

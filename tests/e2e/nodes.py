@@ -13,14 +13,15 @@ from typing import Any
 from consts import DRIVER_NAME, LABEL_INSTANCE_TYPE
 from neuron_dra.agent.preparer import Step
 from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
-from tests.e2e.cluster import Cluster, Component, KubeletSide
+from tests.e2e.cluster import Cluster
+from tests.e2e.kubeletside import KUBELETSIDE_CDI_ANNOTATION, KubeletSide
+from tests.e2e.processes import Component
 
 Obj = dict[str, Any]
 PLUGIN = [sys.executable, "-m", "neuron_dra"]
 # The same command, killing itself after one step of a claim (see crashing_plugin.py).
-CRASHING_PLUGIN = [sys.executable, str(Path(__file__).with_name("crashing_plugin.py"))]
-CDI_ANNOTATION = "kubeletside.neuron.test/cdi-devices"
-ERROR_ANNOTATION = "kubeletside.neuron.test/prepare-error"
+# -P: the script's directory stays off sys.path, where tests/e2e modules would shadow others.
+CRASHING_PLUGIN = [sys.executable, "-P", str(Path(__file__).with_name("crashing_plugin.py"))]
 
 
 @dataclass
@@ -116,7 +117,7 @@ def add_simulated_node(
 
 def container_view(pod: Obj, container: str) -> Obj:
     """What the kubelet side resolved through CDI for one container: env and device nodes."""
-    views = json.loads(pod["metadata"]["annotations"][CDI_ANNOTATION])
+    views = json.loads(pod["metadata"]["annotations"][KUBELETSIDE_CDI_ANNOTATION])
     view: Obj = views[container]
     return view
 

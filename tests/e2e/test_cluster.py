@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.build import BINARIES, Binaries
-from tests.e2e.cluster import KUBELETSIDE_ERROR_ANNOTATION, Cluster, processes_running
+from tests.e2e.cluster import Cluster
+from tests.e2e.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
 from tests.e2e.manifests import (
     DRIVER,
     allocated_devices,
@@ -14,6 +15,7 @@ from tests.e2e.manifests import (
     pod,
     resource_slice,
 )
+from tests.e2e.processes import processes_running
 
 pytestmark = pytest.mark.e2e
 

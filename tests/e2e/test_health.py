@@ -13,8 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.build import Binaries
-from tests.e2e.cluster import DEFAULT_RUNTIME_CONFIG, Cluster, free_port
+from tests.e2e.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node
+from tests.e2e.processes import free_port
 from tests.e2e.workloads import claim_spec, submit, unschedulable_reason
 from tests.sysfs_tree import write
 

@@ -24,7 +24,8 @@ import yaml
 
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
-from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster, free_port
+from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
+from tests.e2e.processes import free_port
 
 pytestmark = pytest.mark.e2e
 

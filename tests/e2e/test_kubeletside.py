@@ -12,14 +12,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.cluster import (
+from tests.e2e.cluster import Cluster
+from tests.e2e.kubeletside import (
     KUBELETSIDE_CDI_ANNOTATION,
     KUBELETSIDE_ERROR_ANNOTATION,
-    Cluster,
-    Component,
     KubeletSide,
 )
 from tests.e2e.manifests import DRIVER, claim_spec, device_class, pod
+from tests.e2e.processes import Component
 
 pytestmark = pytest.mark.e2e
 

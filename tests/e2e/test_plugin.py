@@ -23,8 +23,8 @@ from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
+from tests.e2e.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
 from tests.e2e.nodes import (
-    ERROR_ANNOTATION,
     SimulatedNode,
     add_simulated_node,
     container_view,
@@ -249,9 +249,12 @@ def test_bad_config_keeps_the_pod_pending_and_says_why(
     cluster.create(claim)
     create_in(cluster, ns, [pod_using("p", "bad", node, claim=True)])
     pod = cluster.wait_for_pod(
-        "p", ns, lambda p: ERROR_ANNOTATION in p["metadata"].get("annotations", {}), "an error"
+        "p",
+        ns,
+        lambda p: KUBELETSIDE_ERROR_ANNOTATION in p["metadata"].get("annotations", {}),
+        "an error",
     )
-    error = pod["metadata"]["annotations"][ERROR_ANNOTATION]
+    error = pod["metadata"]["annotations"][KUBELETSIDE_ERROR_ANNOTATION]
     assert message in error and f"claim {ns}/bad (" in error
     assert pod["status"].get("phase") == "Pending"
     assert not nodes[node].cdi_files()
