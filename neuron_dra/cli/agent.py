@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from consts import (
     ENV_CDI_ROOT,
@@ -16,13 +16,11 @@ from consts import (
     ENV_NODE_NAME,
     ENV_POD_UID,
 )
-from neuron_dra.cli.node import add_sysfs_root
+from neuron_dra.cli.node import SubParsers, add_sysfs_root
 from neuron_dra.resources.slices import UltraServerDevices
 
 if TYPE_CHECKING:
     from neuron_dra.agent.run import RunOptions
-
-SubParsers = Any  # argparse's _SubParsersAction, which typeshed keeps private
 
 
 def add_command(subparsers: SubParsers) -> None:

@@ -11,12 +11,10 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from neuron_dra.cli.node import SubParsers
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources.slices import UltraServerDevices
-
-SubParsers = Any  # argparse's _SubParsersAction, which typeshed keeps private
 
 
 def add_commands(subparsers: SubParsers) -> None:
