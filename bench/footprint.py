@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -26,10 +25,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.distribution import TOOL_MODULES, build_wheel  # noqa: E402
+
 RESULTS = REPO / "bench" / "results" / "latest.json"
 # What `neuron-dra run` imports before it starts: the CLI module, then the agent it runs.
 RUN_PATH = "import neuron_dra.cli, neuron_dra.agent.run"
-TOOL_MODULES = ("neuron_dra.tools", "celpy", "lark", "pendulum", "jmespath", "re2")
 
 
 def pip(*args: str) -> None:
@@ -102,17 +104,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="neuron-dra-footprint-") as tmp:
         work = Path(tmp)
-        # From a copy: building writes scratch files beside the sources.
-        src = work / "src"
-        src.mkdir()
-        for name in ("pyproject.toml", "README.md", "neuron_dra", "api", "consts"):
-            path = REPO / name
-            if path.is_dir():
-                shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(path, src / name)
-        pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(work), str(src))
-        (wheel,) = work.glob("neuron_dra-*.whl")
+        wheel = build_wheel(work)
         agent = install(wheel, work / "agent")
         tools = install(wheel, work / "tools", "tools")
         figures: dict[str, Any] = {

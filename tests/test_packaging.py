@@ -15,7 +15,6 @@ fast; the pins themselves are checked against the wheel's metadata.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -27,30 +26,15 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("neuron_dra", "api", "consts")
-SOURCES = ("pyproject.toml", "README.md", *PACKAGES)
+from tests.distribution import PACKAGES, REPO, build_wheel
+
+# An example both tool commands run on, from the installed command, outside the checkout.
+SPEC = str(REPO / "examples" / "specs" / "inf2-2-connected.yaml")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("wheel")
-    src = work / "src"
-    src.mkdir()
-    for name in SOURCES:
-        path = REPO / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(path, src / name)
-    out = work / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(out), str(src)],
-        check=True, cwd=work,
-    )  # fmt: skip
-    (found,) = out.glob("neuron_dra-*.whl")
-    return found
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def installed_venv(wheel: Path, root: Path, dependencies: Path) -> Path:
@@ -183,10 +167,9 @@ def test_installed_wheel_runs_outside_the_source_tree(venv: Path, tmp_path: Path
     inventory = json.loads(run("neuron-dra", "discover", "--sysfs-root", node, "-o", "json"))
     assert inventory["instanceType"] == "inf2.xlarge"
     # The tools with their extra: nothing they read may lie in the checkout.
-    spec = str(REPO / "examples" / "specs" / "inf2-2-connected.yaml")
-    allocated = json.loads(run("neuron-dra", "simulate", spec, "--node=inf2.48xlarge=1", "-o=json"))
+    allocated = json.loads(run("neuron-dra", "simulate", SPEC, "--node=inf2.48xlarge=1", "-o=json"))
     assert [c["allocated"] for c in allocated["claims"]] == [True]
-    assert run("neuron-dra", "lint", spec).strip().endswith("0 errors, 0 warnings")
+    assert run("neuron-dra", "lint", SPEC).strip().endswith("0 errors, 0 warnings")
 
 
 def test_the_agent_runs_without_the_tools_extra(agent_venv: Path, tmp_path: Path) -> None:
@@ -204,8 +187,7 @@ def test_the_agent_runs_without_the_tools_extra(agent_venv: Path, tmp_path: Path
     )  # fmt: skip
     assert (probe.returncode, probe.stdout.strip()) == (0, "None"), probe.stderr
     assert "--healthcheck-port" in run("neuron-dra", "run", "--help").stdout
-    spec = str(REPO / "examples" / "specs" / "inf2-2-connected.yaml")
-    for command in (["simulate", spec, "--node=inf2.48xlarge=1"], ["lint", spec]):
+    for command in (["simulate", SPEC, "--node=inf2.48xlarge=1"], ["lint", SPEC]):
         result = run("neuron-dra", *command)
         assert (result.returncode, result.stdout) == (2, "")
         assert result.stderr.splitlines() == [

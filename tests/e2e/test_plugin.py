@@ -21,6 +21,7 @@ from consts import LABEL_ULTRASERVER_NODE_ID_4, LABEL_ULTRASERVER_SERVER_ID_4
 from neuron_dra.agent.preparer import Step
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from tests.distribution import TOOL_MODULES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
@@ -37,9 +38,6 @@ REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "examples" / "specs"
 Obj = dict[str, Any]
 STEPS: tuple[Step, ...] = ("after-plan", "after-cdi-write", "after-checkpoint")
-# The tools and what their extra installs: `neuron-dra run` never loads any of them.
-TOOL_MODULES = ("neuron_dra.tools", "neuron_dra.hardware.fakenode",
-                "celpy", "lark", "pendulum", "jmespath", "re2")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
