@@ -2,9 +2,10 @@
 
 The kubelet finds the plugin through the registration socket in its
 plugins_registry directory, asks GetInfo for the DRA socket and the versions
-spoken, then calls NodePrepareResources / NodeUnprepareResources there. A
-kubelet restart re-reads the registry directory; if the registration socket
-vanishes (a cleaned directory) it is served again.
+spoken, then calls NodePrepareResources / NodeUnprepareResources there and
+watches device health (`resourcehealth`). A kubelet restart re-reads the
+registry directory; if the registration socket vanishes (a cleaned directory)
+it is served again.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,8 @@ from api.kubelet.dra.v1 import api_pb2 as dra_v1
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from api.kubelet.dra.v1beta1 import api_pb2 as dra_v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
-from api.kubelet.drahealth.v1alpha1 import api_pb2 as drahealth
-from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_grpc
+from api.kubelet.drahealth.v1 import api_pb2_grpc as drahealth_v1_grpc
+from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_v1alpha1_grpc
 from api.kubelet.grpchealth.v1 import api_pb2 as health_pb
 from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg_pb
@@ -33,19 +33,24 @@ from consts import DRIVER_NAME
 from neuron_dra.agent.claims import ClaimRef
 from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir
 from neuron_dra.agent.preparer import Outcome, Preparer
+from neuron_dra.agent.resourcehealth import ResourceHealth, ResourceHealthV1alpha1
 
 log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
 PLUGIN_TYPE = "DRAPlugin"
-# The kubelet picks the first DRA version it speaks, so the newest comes first; the
-# health service is listed too (kubelets that do not know it ignore the entry).
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
+# The kubelet takes the first DRA version in this list that it speaks, so the newest
+# comes first. Kubelets skip entries they do not know: up to 1.36 they ignore the health
+# entries (and watch v1alpha1 when their gate is on); 1.37 takes v1 over v1alpha1 by its
+# own preference, which this order repeats.
+SUPPORTED_VERSIONS = (
+    "v1.DRAPlugin",
+    "v1beta1.DRAPlugin",
+    "v1.DRAResourceHealth",
+    "v1alpha1.DRAResourceHealth",
+)
 SOCKET_CHECK_INTERVAL_S = 1.0
-# The kubelet marks health stale after ~30 s without a message; resend well before.
-HEALTH_RESEND_S = 10.0
-HEALTH_CHECK_TIMEOUT_S = 30
 
 
 def socket_paths(registrar_dir: Path, plugins_dir: Path, pod_uid: str | None) -> tuple[Path, Path]:
@@ -137,50 +142,6 @@ class Registration(reg_grpc.RegistrationServicer):
         return reg_pb.RegistrationStatusResponse()
 
 
-class ResourceHealth(drahealth_grpc.DRAResourceHealthServicer):
-    """Streams every device's health to the kubelet: on connect, on change, and periodically."""
-
-    def __init__(self, pool: str) -> None:
-        self._pool = pool
-        self._devices: dict[str, tuple[bool, str]] = {}  # name -> (healthy, message)
-        self._updated = 0
-        self._updates = 0  # counts changes, so a stream knows whether it missed one
-        self._changed = asyncio.Condition()
-
-    async def update(self, devices: dict[str, tuple[bool, str]]) -> None:
-        async with self._changed:
-            if devices != self._devices:
-                self._devices = dict(devices)
-                self._updated = int(time.time())
-                self._updates += 1
-                self._changed.notify_all()
-
-    def _snapshot(self) -> drahealth.NodeWatchResourcesResponse:
-        response = drahealth.NodeWatchResourcesResponse()
-        for name, (healthy, message) in sorted(self._devices.items()):
-            response.devices.add(
-                device=drahealth.DeviceIdentifier(pool_name=self._pool, device_name=name),
-                health=drahealth.HEALTHY if healthy else drahealth.UNHEALTHY,
-                last_updated_time=self._updated,
-                health_check_timeout_seconds=HEALTH_CHECK_TIMEOUT_S,
-                message=message,
-            )
-        return response
-
-    async def NodeWatchResources(  # noqa: N802
-        self, request: drahealth.NodeWatchResourcesRequest, context: Context
-    ) -> AsyncIterator[drahealth.NodeWatchResourcesResponse]:
-        while True:
-            async with self._changed:
-                snapshot, seen = self._snapshot(), self._updates
-            # Never yield holding the lock: a slow reader would block every update().
-            yield snapshot
-            async with self._changed:
-                if self._updates == seen:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._changed.wait(), HEALTH_RESEND_S)
-
-
 class Health(health_grpc.HealthServicer):
     """Liveness for the kubelet's gRPC probe: serving while the DRA socket is up."""
 
@@ -254,8 +215,11 @@ class KubeletPlugin:
         self._dra_server = grpc.aio.server()
         dra_v1_grpc.add_DRAPluginServicer_to_server(self._dra, self._dra_server)
         dra_v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1(self._dra), self._dra_server)
-        drahealth_grpc.add_DRAResourceHealthServicer_to_server(
+        drahealth_v1_grpc.add_DRAResourceHealthServicer_to_server(
             self.resource_health, self._dra_server
+        )
+        drahealth_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(
+            ResourceHealthV1alpha1(self.resource_health), self._dra_server
         )
         await _serve_unix(self._dra_server, self.dra_socket)
         await self.health.set_serving(True)

@@ -20,6 +20,7 @@ from neuron_dra.agent.labels import ultraserver_labels
 from neuron_dra.agent.metrics import Metrics, Sample
 from neuron_dra.agent.preparer import Preparer, StepHook, no_step_hook
 from neuron_dra.agent.publisher import SlicePublisher
+from neuron_dra.agent.resourcehealth import health_entries
 from neuron_dra.hardware.discovery import DEVICES_DIR, boot_id, discover, log_findings
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources import limits
@@ -250,11 +251,9 @@ class Agent:
             log.warning("event not recorded: %s", err)
 
     async def _publish_health(self) -> None:
-        problems = self.health.problems
-        await self.plugin.resource_health.update({
-            d.name: (d.index not in problems, problems[d.index].kind if d.index in problems else "")
-            for d in self.inventory.devices
-        })  # fmt: skip
+        await self.plugin.resource_health.update(
+            health_entries(self.inventory, self.health.problems)
+        )
 
     def _gauges(self) -> list[Sample]:
         allocated = {d.device for c in self.preparer.prepared.values() for d in c.devices}

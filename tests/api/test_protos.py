@@ -17,6 +17,7 @@ from api.kubelet.dra.v1 import api_pb2 as dra_v1
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from api.kubelet.dra.v1beta1 import api_pb2 as dra_v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
+from api.kubelet.drahealth.v1 import api_pb2 as health_v1
 from api.kubelet.drahealth.v1alpha1 import api_pb2 as health
 from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg
@@ -46,12 +47,35 @@ def test_all_protos_share_one_descriptor_pool() -> None:
         "api/kubelet/dra/v1/api.proto": dra_v1.DESCRIPTOR,
         "api/kubelet/dra/v1beta1/api.proto": dra_v1beta1.DESCRIPTOR,
         "api/kubelet/drahealth/v1alpha1/api.proto": health.DESCRIPTOR,
+        "api/kubelet/drahealth/v1/api.proto": health_v1.DESCRIPTOR,
     }
     pool = descriptor_pool.Default()
     for name, descriptor in files.items():
         assert descriptor.name == name
         assert pool.FindFileByName(name) is descriptor
     assert dra_v1.Device.DESCRIPTOR is not dra_v1beta1.Device.DESCRIPTOR
+    for message in ("DeviceHealth", "DeviceIdentifier", "NodeWatchResourcesResponse"):
+        assert pool.FindMessageTypeByName(f"v1.{message}").file is health_v1.DESCRIPTOR
+        assert pool.FindMessageTypeByName(f"v1alpha1.{message}").file is health.DESCRIPTOR
+    assert pool.FindEnumTypeByName("v1.HealthStatus").file is health_v1.DESCRIPTOR
+    assert pool.FindEnumTypeByName("v1alpha1.HealthStatus").file is health.DESCRIPTOR
+
+
+def test_both_health_protos_load_into_a_fresh_process_in_either_order() -> None:
+    # A clash in the default pool shows at import time, and only in the
+    # process that imports the second file; the test process imported both
+    # long ago, in one fixed order.
+    v1, v1alpha1 = "api.kubelet.drahealth.v1.api_pb2", "api.kubelet.drahealth.v1alpha1.api_pb2"
+    for first, second in ((v1, v1alpha1), (v1alpha1, v1)):
+        result = subprocess.run(
+            [sys.executable, "-c", f"import {first}, {second}, {first}_grpc, {second}_grpc"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
 
 
 def test_service_and_package_names_match_kubelet() -> None:
@@ -63,6 +87,7 @@ def test_service_and_package_names_match_kubelet() -> None:
             "DRAPlugin"
         ]: "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
         health.DESCRIPTOR.services_by_name["DRAResourceHealth"]: "v1alpha1.DRAResourceHealth",
+        health_v1.DESCRIPTOR.services_by_name["DRAResourceHealth"]: "v1.DRAResourceHealth",
     }
     for service, full_name in services.items():
         assert service.full_name == full_name
@@ -70,11 +95,12 @@ def test_service_and_package_names_match_kubelet() -> None:
         "GetInfo",
         "NotifyRegistrationStatus",
     }
-    watch = health.DESCRIPTOR.services_by_name["DRAResourceHealth"].methods_by_name[
-        "NodeWatchResources"
-    ]
-    assert watch.server_streaming
-    assert not watch.client_streaming
+    for module in (health, health_v1):
+        watch = module.DESCRIPTOR.services_by_name["DRAResourceHealth"].methods_by_name[
+            "NodeWatchResources"
+        ]
+        assert watch.server_streaming
+        assert not watch.client_streaming
 
 
 def _field_numbers(message: type[Message]) -> dict[str, int]:
@@ -100,16 +126,40 @@ def test_field_numbers_match_kubelet() -> None:
     device_fields = {"request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4}
     assert _field_numbers(dra_v1beta1.Device) == device_fields
     assert _field_numbers(dra_v1.Device) == {**device_fields, "share_id": 5}
-    assert _field_numbers(health.DeviceIdentifier) == {"pool_name": 1, "device_name": 2}
-    assert _field_numbers(health.DeviceHealth) == {
-        "device": 1,
-        "health": 2,
-        "last_updated_time": 3,
-        "health_check_timeout_seconds": 4,
-        "message": 5,
-    }
-    assert _field_numbers(health.NodeWatchResourcesResponse) == {"devices": 1}
-    assert (health.UNKNOWN, health.HEALTHY, health.UNHEALTHY) == (0, 1, 2)
+    for drahealth in (health, health_v1):
+        assert _field_numbers(drahealth.NodeWatchResourcesRequest) == {}
+        assert _field_numbers(drahealth.DeviceIdentifier) == {"pool_name": 1, "device_name": 2}
+        assert _field_numbers(drahealth.DeviceHealth) == {
+            "device": 1,
+            "health": 2,
+            "last_updated_time": 3,
+            "health_check_timeout_seconds": 4,
+            "message": 5,
+        }
+        assert _field_numbers(drahealth.NodeWatchResourcesResponse) == {"devices": 1}
+        assert (drahealth.UNKNOWN, drahealth.HEALTHY, drahealth.UNHEALTHY) == (0, 1, 2)
+
+
+def test_health_v1_and_v1alpha1_share_one_wire_format() -> None:
+    v1_update = health_v1.NodeWatchResourcesResponse(
+        devices=[
+            health_v1.DeviceHealth(
+                device=health_v1.DeviceIdentifier(pool_name="node-a", device_name="neuron1"),
+                health=health_v1.UNHEALTHY,
+                last_updated_time=1_700_000_000,
+                health_check_timeout_seconds=30,
+                message="MemEccUncorrected",
+            )
+        ]
+    )
+    wire = v1_update.SerializeToString()
+    old = health.NodeWatchResourcesResponse.FromString(wire)
+    (device,) = old.devices
+    assert (device.device.pool_name, device.device.device_name) == ("node-a", "neuron1")
+    assert device.health == health.UNHEALTHY
+    assert (device.last_updated_time, device.health_check_timeout_seconds) == (1_700_000_000, 30)
+    assert device.message == "MemEccUncorrected"
+    assert old.SerializeToString() == wire
 
 
 def test_v1_device_with_share_id_parses_as_v1beta1() -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -12,6 +13,8 @@ from api.kubelet.dra.v1 import api_pb2 as v1
 from api.kubelet.dra.v1 import api_pb2_grpc as v1_grpc
 from api.kubelet.dra.v1beta1 import api_pb2 as v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from api.kubelet.drahealth.v1 import api_pb2 as drahealth_v1
+from api.kubelet.drahealth.v1 import api_pb2_grpc as drahealth_v1_grpc
 from api.kubelet.drahealth.v1alpha1 import api_pb2 as drahealth
 from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_grpc
 from api.kubelet.grpchealth.v1 import api_pb2 as health
@@ -19,9 +22,12 @@ from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from neuron_dra.agent.checkpoint import CheckpointStore
+from neuron_dra.agent.health import Problem
 from neuron_dra.agent.kubelet import SOCKET_CHECK_INTERVAL_S, KubeletPlugin
 from neuron_dra.agent.preparer import Preparer
+from neuron_dra.agent.resourcehealth import health_entries
 from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import FakeUltraServer
 from tests.claim_objects import allocated_claim, neuron_config, opaque
 from tests.sysfs_tree import FakeNode
 
@@ -86,7 +92,8 @@ def test_registration_dra_and_sockets(tmp_path: Path, fake_node: FakeNode) -> No
                 "DRAPlugin", "neuron.aws.com", str(plugin.dra_socket)
             )  # fmt: skip
             assert list(info.supported_versions) == [
-                "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"
+                "v1.DRAPlugin", "v1beta1.DRAPlugin",
+                "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth",
             ]  # fmt: skip
             await stub.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True))
             assert plugin.registration.registered.is_set()
@@ -194,3 +201,135 @@ def test_device_health_stream(tmp_path: Path, fake_node: FakeNode) -> None:
             stream.cancel()
 
     with_plugin(tmp_path, fake_node("inf2.48xlarge"), body)
+
+
+def test_registration_advertises_health_v1_before_v1alpha1(
+    tmp_path: Path, fake_node: FakeNode
+) -> None:
+    async def body(plugin: KubeletPlugin) -> None:
+        async with grpc.aio.insecure_channel(f"unix://{plugin.registration_socket}") as channel:
+            info = await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest())
+        versions = list(info.supported_versions)
+        health = [v for v in versions if v.endswith(".DRAResourceHealth")]
+        assert health == ["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]
+        # The kubelet takes the first DRA entry it speaks; health must not come before.
+        assert versions[0] == "v1.DRAPlugin"
+        assert max(versions.index(v) for v in versions if v.endswith(".DRAPlugin")) < min(
+            versions.index(v) for v in health
+        )
+
+    with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
+
+
+def _devices(response: drahealth.NodeWatchResourcesResponse) -> list[tuple[str, str, int, str]]:
+    return [
+        (d.device.pool_name, d.device.device_name, d.health, d.message) for d in response.devices
+    ]
+
+
+def test_v1_and_v1alpha1_health_clients_get_the_same_updates(
+    tmp_path: Path, fake_node: FakeNode
+) -> None:
+    async def body(plugin: KubeletPlugin) -> None:
+        await plugin.resource_health.update(
+            {"neurondevice0": (True, ""), "neurondevice1": (True, "")}
+        )
+        async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
+            new = drahealth_v1_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+                drahealth_v1.NodeWatchResourcesRequest()
+            )
+            old = drahealth_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+                drahealth.NodeWatchResourcesRequest()
+            )
+            new_updates, old_updates = aiter(new), aiter(old)
+            seen: list[tuple[bytes, bytes]] = []
+            for devices in (
+                {"neurondevice0": (True, ""), "neurondevice1": (False, "MemEccUncorrected")},
+                {"neurondevice0": (False, "DeviceMissing"), "neurondevice1": (True, "")},
+            ):
+                v1, v1alpha1 = await asyncio.gather(anext(new_updates), anext(old_updates))
+                assert isinstance(v1, drahealth_v1.NodeWatchResourcesResponse)
+                assert isinstance(v1alpha1, drahealth.NodeWatchResourcesResponse)
+                seen.append((v1.SerializeToString(), v1alpha1.SerializeToString()))
+                await plugin.resource_health.update(devices)
+            v1, v1alpha1 = await asyncio.gather(anext(new_updates), anext(old_updates))
+            seen.append((v1.SerializeToString(), v1alpha1.SerializeToString()))
+            new.cancel()
+            old.cancel()
+        # Same bytes: same devices, health, messages and timestamps, from one state.
+        assert [a for a, _ in seen] == [b for _, b in seen]
+        last = drahealth.NodeWatchResourcesResponse.FromString(seen[-1][1])
+        assert _devices(last) == [
+            ("node-a", "neurondevice0", drahealth.UNHEALTHY, "DeviceMissing"),
+            ("node-a", "neurondevice1", drahealth.HEALTHY, ""),
+        ]
+        assert {d.health_check_timeout_seconds for d in last.devices} == {30}
+
+    with_plugin(tmp_path, fake_node("inf2.48xlarge"), body)
+
+
+def _problem(kind: str) -> Problem:
+    return Problem(kind, f"{kind} detail", since=1_700_000_000.0)
+
+
+def test_whole_node_device_health_follows_its_devices(fake_node: FakeNode) -> None:
+    ultraserver = FakeUltraServer("us-1", 2)
+    inventory = discover(fake_node("trn2u.48xlarge", ultraserver=ultraserver)).inventory
+    assert inventory.ultraserver is not None and len(inventory.devices) == 16
+
+    healthy = health_entries(inventory, {})
+    assert healthy["neuronnode"] == (True, "")
+    assert set(healthy) == {d.name for d in inventory.devices} | {"neuronnode"}
+    assert all(ok for ok, _ in healthy.values())
+
+    one = health_entries(inventory, {3: _problem("MemEccUncorrected")})
+    assert one["neurondevice3"] == (False, "MemEccUncorrected")
+    assert one["neuronnode"] == (False, "unhealthy devices: neurondevice3 (MemEccUncorrected)")
+    assert [name for name, (ok, _) in one.items() if not ok] == ["neurondevice3", "neuronnode"]
+
+    two = health_entries(
+        inventory, {12: _problem("DeviceMissing"), 2: _problem("SramEccUncorrected")}
+    )
+    assert two["neuronnode"] == (
+        False,
+        "unhealthy devices: neurondevice2 (SramEccUncorrected), neurondevice12 (DeviceMissing)",
+    )
+
+    # A device gone from the inventory still makes the node unhealthy, as its taint does.
+    fewer = dataclasses.replace(inventory, devices=inventory.devices[:-1])
+    gone = health_entries(fewer, {15: _problem("DeviceMissing")})
+    assert "neurondevice15" not in gone
+    assert gone["neuronnode"] == (False, "unhealthy devices: neurondevice15 (DeviceMissing)")
+
+
+def test_only_ultraserver_nodes_get_a_whole_node_health_entry(fake_node: FakeNode) -> None:
+    inventory = discover(fake_node("trn2.48xlarge")).inventory
+    assert inventory.ultraserver is None
+    entries = health_entries(inventory, {0: _problem("MemEccUncorrected")})
+    assert sorted(entries) == sorted(d.name for d in inventory.devices)
+    assert entries["neurondevice0"] == (False, "MemEccUncorrected")
+
+
+def test_whole_node_device_health_reaches_the_kubelet(tmp_path: Path, fake_node: FakeNode) -> None:
+    root = fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-1", 2))
+    inventory = discover(root).inventory
+
+    async def body(plugin: KubeletPlugin) -> None:
+        await plugin.resource_health.update(health_entries(inventory, {}))
+        async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
+            stream = drahealth_v1_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+                drahealth_v1.NodeWatchResourcesRequest()
+            )
+            updates = aiter(stream)
+            first = {d.device.device_name: d.health for d in (await anext(updates)).devices}
+            assert first["neuronnode"] == drahealth_v1.HEALTHY
+            await plugin.resource_health.update(
+                health_entries(inventory, {5: _problem("MemEccUncorrected")})
+            )
+            second = {d.device.device_name: d for d in (await anext(updates)).devices}
+            node = second["neuronnode"]
+            assert (node.device.pool_name, node.health) == ("node-a", drahealth_v1.UNHEALTHY)
+            assert node.message == "unhealthy devices: neurondevice5 (MemEccUncorrected)"
+            stream.cancel()
+
+    with_plugin(tmp_path, root, body)
