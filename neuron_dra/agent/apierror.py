@@ -9,3 +9,8 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}" if status else message)
         self.status = status
+
+    @property
+    def no_answer(self) -> bool:
+        """The server did not decide (unreachable, overloaded, failing): ask again later."""
+        return self.status in (0, 429) or self.status >= 500

@@ -94,6 +94,10 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    async def server_version(self) -> str:
+        """The API server's gitVersion (GET /version), e.g. v1.37.2; '' if it names none."""
+        return str((await self._call("GET", "/version")).get("gitVersion") or "")
+
     async def create_event(self, namespace: str, body: Json) -> Json:
         return await self._call("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)
 

@@ -6,6 +6,13 @@ is back within one round trip. API outages are retried with capped
 exponential backoff; nothing here ever gives up or crashes the process.
 Every write bumps the pool generation, which tells the scheduler which slices
 of the pool are current.
+
+What the slices may contain depends on what the API server serves, which a
+control-plane upgrade or downgrade changes under a running driver (a 1.34 pool
+layout is invalid on 1.35 and the reverse). The publisher does not know those
+features; it calls the `reprobe` it is given when the server may have changed:
+when a write is refused as invalid, and when the server's version differs after
+a watch ended or an API error. Then it rebuilds and rewrites the pool.
 """
 
 from __future__ import annotations
@@ -13,11 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import logging
 import random
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.kube import ApiError, Json, Kube
@@ -25,16 +32,30 @@ from neuron_dra.agent.kube import ApiError, Json, Kube
 log = logging.getLogger(__name__)
 
 BuildSlices = Callable[[int, str | None], list[Json]]  # (generation, node uid) -> slices
+# Re-learn what the API server serves; True when that changes the desired slices.
+# Raises ApiError when the server gives no answer.
+Reprobe = Callable[[], Awaitable[bool]]
 
 BACKOFF_INITIAL_S = 0.2
 BACKOFF_MAX_S = 10.0  # recovery after an outage within ~10 s; ~0.1 req/s per node meanwhile
 
 
 class SlicePublisher:
-    def __init__(self, kube: Kube, node_name: str, build: BuildSlices) -> None:
+    def __init__(
+        self, kube: Kube, node_name: str, build: BuildSlices, reprobe: Reprobe | None = None
+    ) -> None:
         self._kube = kube
         self._node = node_name
         self._build = build
+        self._reprobe = reprobe
+        self._server_version: str | None = None
+        self._follow_version = reprobe is not None
+        self._version_due = self._follow_version  # learn it before the first write
+        self._reprobe_due = False
+        self._refused = False  # the last write was refused as invalid
+        # The server refused to update a slice in place although the layout is right:
+        # replace such a slice by deleting and re-creating it.
+        self._recreate = False
         self._wake = asyncio.Event()
         self.published = asyncio.Event()  # set once the API server holds the desired slices
         self.writes = 0
@@ -43,9 +64,10 @@ class SlicePublisher:
         self._generation = 0
         self.last_publish: float | None = None
 
-    def refresh(self, build: BuildSlices) -> None:
-        """New desired slices (the inventory changed): reconcile soon."""
+    def refresh(self, build: BuildSlices, *, reprobe: bool = False) -> None:
+        """New desired slices (the inventory changed): reconcile soon, re-probing first if asked."""
         self._build = build
+        self._reprobe_due = self._reprobe_due or (reprobe and self._reprobe is not None)
         self._wake.set()
 
     async def run(self) -> None:
@@ -53,6 +75,7 @@ class SlicePublisher:
         node_uid: str | None = None
         while True:
             try:
+                await self._follow_server()
                 if node_uid is None:
                     node_uid = (await self._kube.get_node(self._node))["metadata"]["uid"]
                 version = await self.reconcile(node_uid)
@@ -61,6 +84,10 @@ class SlicePublisher:
             except asyncio.CancelledError:
                 raise
             except ApiError as err:
+                # An outage may hide a control-plane upgrade; a refused write may be one.
+                self._version_due = self._follow_version
+                if err.status == 422 and self._reprobe is not None:
+                    self._refused = self._reprobe_due = True
                 log.warning(
                     "ResourceSlices not in sync, retrying in %.1fs: %s", delay, err,
                     extra={"node": self._node},
@@ -80,6 +107,7 @@ class SlicePublisher:
         existing = sorted(current.items, key=lambda s: str(s["metadata"]["name"]))
         desired = self._build(0, node_uid)
         if _same(existing, desired):
+            self._recreate = False
             self.published.set()
             return current.resource_version
         seen = max((s["spec"]["pool"]["generation"] for s in existing), default=0)
@@ -92,11 +120,12 @@ class SlicePublisher:
                 "name": old["metadata"]["name"],
                 "resourceVersion": old["metadata"]["resourceVersion"],
             }
-            await self._kube.replace_resource_slice(old["metadata"]["name"], body)
+            await self._replace(old, body, new)
         for new in desired[len(existing) :]:
             await self._kube.create_resource_slice(new)
         for old in existing[len(desired) :]:
             await self._kube.delete_resource_slice(old["metadata"]["name"])
+        self._recreate = False
         self.writes += 1
         self.last_publish = time.time()
         log.info(
@@ -105,6 +134,49 @@ class SlicePublisher:
         )
         self.published.set()
         return (await self._kube.list_resource_slices(self._node, DRIVER_NAME)).resource_version
+
+    async def _replace(self, old: Json, body: Json, new: Json) -> None:
+        name = old["metadata"]["name"]
+        try:
+            await self._kube.replace_resource_slice(name, body)
+        except ApiError as err:
+            if err.status != 422 or not self._recreate:
+                raise
+            log.warning(
+                "the API server refuses to update ResourceSlice %s in place, re-creating it: %s",
+                name, err, extra={"node": self._node},
+            )  # fmt: skip
+            await self._kube.delete_resource_slice(name)
+            await self._kube.create_resource_slice(new)
+
+    async def _follow_server(self) -> None:
+        """Re-probe the server's features when it may have changed under the driver."""
+        if self._reprobe is None:
+            return
+        if self._version_due:
+            try:
+                version = await self._kube.server_version()
+            except ApiError as err:
+                if err.no_answer:
+                    raise  # the server is away: back off, then ask again
+                log.warning("API server version refused; upgrades are noticed by refusals: %s", err)
+                self._follow_version = False
+                version = self._server_version or ""
+            self._version_due = False
+            if self._server_version is not None and version != self._server_version:
+                log.info(
+                    "API server version changed from %s to %s: probing its features again",
+                    self._server_version, version, extra={"node": self._node},
+                )  # fmt: skip
+                self._reprobe_due = True
+            self._server_version = version
+        if self._reprobe_due:
+            changed = await self._reprobe()
+            self._reprobe_due = False
+            # Refused, yet the layout stands (its slices just passed dry-run creates): the
+            # refusal is about the stored objects, which the next pass re-creates.
+            self._recreate = self._refused and not changed
+            self._refused = False
 
     async def _watch(self, version: str, node_uid: str | None) -> None:
         """Return when the slices may differ from the desired ones."""
@@ -120,7 +192,9 @@ class SlicePublisher:
                     return
                 event = next_event.result()
                 if event is None:
-                    return  # the server closed the watch; list again
+                    # The server closed the watch (every few minutes, or on its way down).
+                    self._version_due = self._follow_version
+                    return
                 if event.get("type") != "BOOKMARK":
                     return
                 next_event = asyncio.ensure_future(anext(events, None))
@@ -139,16 +213,12 @@ class SlicePublisher:
 
 
 def _same(existing: list[Json], desired: list[Json]) -> bool:
-    if len(existing) != len(desired):
-        return False
-    return all(
-        _comparable(old["spec"]) == _comparable(new["spec"])
-        and old["metadata"].get("ownerReferences") == new["metadata"].get("ownerReferences")
-        for old, new in zip(existing, desired, strict=True)
-    )
+    """Equal but for the generation, in any order: the server's names order the slices."""
+    return sorted(map(_comparable, existing)) == sorted(map(_comparable, desired))
 
 
-def _comparable(spec: Json) -> Any:
-    spec = copy.deepcopy(spec)
+def _comparable(obj: Json) -> str:
+    spec = copy.deepcopy(obj["spec"])
     spec["pool"].pop("generation", None)
-    return spec
+    owners = obj["metadata"].get("ownerReferences")
+    return json.dumps([spec, owners], sort_keys=True)

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from consts import COUNTER_DEVICES, COUNTER_SET_NODE, DRIVER_NAME, TAINT_UNHEALTHY
-from neuron_dra.agent import leader
+from consts import DRIVER_NAME
+from neuron_dra.agent import features, leader
 from neuron_dra.agent.checkpoint import CheckpointStore
 from neuron_dra.agent.health import Change, HealthMonitor
 from neuron_dra.agent.kube import ApiError, Json, Kube
@@ -24,6 +24,7 @@ from neuron_dra.agent.resourcehealth import health_entries
 from neuron_dra.hardware.discovery import DEVICES_DIR, boot_id, discover, log_findings
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources import limits
+from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
 
 log = logging.getLogger("neuron_dra")
@@ -61,8 +62,7 @@ class Agent:
         self._kube = kube
         self._started = started
         self.inventory = self._discover()
-        self._mode = UltraServerDevices.BOTH
-        self._taints = True
+        self._uses: features.Uses | None = None  # what the slices may use: see `_reprobe`
         self.metrics = Metrics()
         self.metrics.gauges = self._gauges
         self.health = HealthMonitor(
@@ -82,7 +82,7 @@ class Agent:
             after_step=after_step,
             metrics=self.metrics,
         )
-        self.publisher = SlicePublisher(kube, options.node_name, self._build)
+        self.publisher = SlicePublisher(kube, options.node_name, self._build, self._reprobe)
         self.plugin = KubeletPlugin(
             self.preparer,
             pool=options.node_name,
@@ -113,10 +113,12 @@ class Agent:
             await stop.wait()
         finally:
             log.info("stopping")
-            await self.plugin.stop()
+            # Tasks first: while the DRA server drains open streams, the registration
+            # supervisor would otherwise serve the socket that stop() just removed.
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.plugin.stop()
 
     async def _publish(self) -> None:
         await self._probe_features()
@@ -130,17 +132,54 @@ class Agent:
         delay = 0.2
         while True:
             try:
-                self._mode, self._taints = await asyncio.gather(
-                    self._ultraserver_mode(),
-                    _serves(self._kube, self.options.node_name, _TAINT_PROBE, "taints"),
-                )
-                break
+                await self._reprobe()
+                return
             except ApiError as err:
                 log.warning("API server not answering feature probes, retrying: %s", err)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
-        if not self._taints:
-            log.warning("the API server drops device taints: unhealthy devices are withdrawn")
+
+    async def _reprobe(self) -> bool:
+        """Learn what the API server serves; True when the slices change with it.
+
+        Raises ApiError when the server gives no answer. The publisher calls it again
+        whenever the server may have changed (a refused write, a new version), so a
+        control-plane upgrade or downgrade re-lays the pool.
+        """
+        version = await features.server_version(self._kube)
+        taints = await features.probe_taints(self._kube, self.options.node_name)
+        uses = features.Uses(*await self._counters(taints), taints)
+        auto = self.options.ultraserver_devices == "auto"
+        for level, line in features.log_lines(
+            version, self.options.node_name, self._uses, uses, auto=auto
+        ):
+            log.log(level, line)
+        changed, self._uses = uses != (self._uses or features.Uses()), uses
+        return changed
+
+    async def _counters(self, taints: bool) -> tuple[UltraServerDevices, CounterLayout | None]:
+        """Which kinds an UltraServer node publishes, and where their shared counters go."""
+        wanted = self.options.ultraserver_devices
+        if wanted in (UltraServerDevices.NODE, UltraServerDevices.DEVICES):
+            return UltraServerDevices(wanted), None  # one kind: nothing shared
+        if self.inventory.ultraserver is None or not self.inventory.devices:
+            return UltraServerDevices.BOTH, None  # no node device: nothing shared
+
+        def build(layout: CounterLayout) -> list[Json]:
+            uses = features.Uses(UltraServerDevices.BOTH, layout, taints)
+            return self._slices(1, None, uses)
+
+        answers = await features.probe_counter_layout(self._kube, build)
+        layout = features.choose_layout(answers)
+        if layout is not None:
+            return UltraServerDevices.BOTH, layout
+        if wanted == UltraServerDevices.BOTH:
+            log.warning(
+                "the API server drops shared counters, yet --ultraserver-devices=both: the "
+                "whole-node device and its devices may be allocated together"
+            )
+            return UltraServerDevices.BOTH, features.accepted_layout(answers)
+        return UltraServerDevices.NODE, None
 
     def _discover(self) -> NodeInventory:
         result = discover(self.options.sysfs_root)
@@ -154,31 +193,22 @@ class Agent:
         return found or "unknown"
 
     def _build(self, generation: int, node_uid: str | None) -> list[Json]:
+        return self._slices(generation, node_uid, self._uses or features.Uses())
+
+    def _slices(self, generation: int, node_uid: str | None, uses: features.Uses) -> list[Json]:
         unhealthy = tuple(
             Unhealthy(device, p.kind, self.options.unhealthy_effect)
             for device, p in sorted(self.health.problems.items())
         )
+        # Without counters every layout gives the same slices: any will do.
+        layout = uses.layout or CounterLayout.BESIDE_DEVICES
         options = SliceOptions(
-            self.options.node_name, node_uid, generation, self._mode, unhealthy, self._taints
+            self.options.node_name, node_uid, generation, uses.mode, unhealthy, uses.taints, layout
         )
         slices = build_slices(self.inventory, options)
-        for problem in (p for s in slices for p in limits.validate_slice(s)):
+        for problem in limits.validate_pool(slices, layout):
             log.error("slice breaks a resource.k8s.io/v1 limit: %s", problem)
         return slices
-
-    async def _ultraserver_mode(self) -> UltraServerDevices:
-        wanted = self.options.ultraserver_devices
-        if wanted != "auto":
-            return UltraServerDevices(wanted)
-        if self.inventory.ultraserver is None:
-            return UltraServerDevices.BOTH  # no node device: nothing to choose
-        if await _serves(self._kube, self.options.node_name, _COUNTER_PROBE, "sharedCounters"):
-            return UltraServerDevices.BOTH
-        log.warning(
-            "the API server drops shared counters (DRAPartitionableDevices off): publishing "
-            "only the whole-node device; use --ultraserver-devices=devices for single devices"
-        )
-        return UltraServerDevices.NODE
 
     async def _label_node(self) -> None:
         labels: dict[str, str | None] | None = None
@@ -198,8 +228,10 @@ class Agent:
             inventory = await asyncio.to_thread(self._discover)
             if inventory != self.inventory:
                 log.info("Neuron hardware changed; republishing")
+                # UltraServer membership decides whether the pool has counters to lay out.
+                reprobe = inventory.ultraserver != self.inventory.ultraserver
                 self.inventory = inventory
-                self.publisher.refresh(self._build)
+                self.publisher.refresh(self._build, reprobe=reprobe)
 
     async def _watch_health(self) -> None:
         while True:
@@ -299,44 +331,6 @@ class Agent:
             "registered with the kubelet and ResourceSlices published",
             extra={"startup_s": round(time.monotonic() - self._started, 3)},
         )
-
-
-_COUNTER_PROBE: Json = {
-    "sharedCounters": [{"name": COUNTER_SET_NODE, "counters": {COUNTER_DEVICES: {"value": "1"}}}],
-    "devices": [],
-}
-_TAINT_PROBE: Json = {
-    "devices": [
-        {
-            "name": "probe",
-            "taints": [{"key": TAINT_UNHEALTHY, "value": "probe", "effect": "NoSchedule"}],
-        }
-    ]
-}
-
-
-async def _serves(kube: Kube, node: str, spec: Json, field: str) -> bool:
-    """Dry-run a slice using `field`: a server with its feature gate off drops it silently."""
-    probe: Json = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"generateName": f"{node}-{DRIVER_NAME}-probe-"},
-        "spec": {
-            "driver": DRIVER_NAME,
-            "nodeName": node,
-            "pool": {"name": f"{node}-probe", "generation": 1, "resourceSliceCount": 1},
-            **spec,
-        },
-    }
-    try:
-        created = await kube.create_resource_slice(probe, dry_run=True)
-    except ApiError as err:
-        if err.status == 0 or err.status >= 500:
-            raise  # no answer: the caller retries
-        log.warning("probe for ResourceSlice %s refused, assuming not served: %s", field, err)
-        return False
-    found = created.get("spec", {})
-    return bool(found.get(field) or any(d.get(field) for d in found.get("devices") or []))
 
 
 def _now() -> str:

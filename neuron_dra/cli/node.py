@@ -16,6 +16,7 @@ from neuron_dra.hardware.devicegroups import group_ids
 from neuron_dra.hardware.discovery import Discovery, discover, log_findings
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources import limits
+from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 
 SubParsers = Any  # argparse's _SubParsersAction, which typeshed keeps private
@@ -50,6 +51,14 @@ def add_commands(subparsers: SubParsers) -> None:
         help="UltraServer nodes: publish devices and the whole-node device with shared "
         "counters (both), or only one kind where the cluster lacks counters",
     )
+    cmd.add_argument(
+        "--counter-layout",
+        type=CounterLayout,
+        default=CounterLayout.OWN_SLICE,
+        choices=list(CounterLayout),
+        help="where shared counters go: own-slice (Kubernetes 1.35 and later, the default) or "
+        "beside-devices (1.34); the running driver asks its API server",
+    )
     cmd.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
     cmd.set_defaults(command=_slices)
 
@@ -78,9 +87,10 @@ def _slices(args: argparse.Namespace) -> int:
         node_name=args.node_name,
         node_uid=args.node_uid,
         ultraserver_devices=args.ultraserver_devices,
+        counter_layout=args.counter_layout,
     )
     slices = build_slices(inventory, options)
-    problems = [f"slice {i}: {e}" for i, s in enumerate(slices) for e in limits.validate_slice(s)]
+    problems = limits.validate_pool(slices, options.counter_layout)
     for problem in problems:
         log.error("slice breaks a resource.k8s.io/v1 limit: %s", problem)
     if args.output == "json":

@@ -1,15 +1,28 @@
-"""The resource.k8s.io/v1 (Kubernetes 1.34) validation rules for ResourceSlices.
+"""The resource.k8s.io/v1 validation rules for ResourceSlices and their pools.
 
 Used before anything is published, so a slice the API server would reject is
 caught with a precise path in the driver's own log, and by tests that run every
 instance type's slices through it.
+
+Shared counters are the one place where releases disagree, so those rules come
+per `CounterLayout`: Kubernetes 1.34 wants a device's counters in the device's
+own slice, 1.35 and later refuse a slice that holds both counters and devices.
+Every other rule is the strictest of the releases the driver supports (1.34 to
+1.37): a node without counters publishes the same slices whatever the release,
+and those slices must stay valid across a control-plane upgrade.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
+# 1.35+ allow 128 devices, 64 once any device has taints or consumes counters. 1.34 allows
+# 128 either way; the driver keeps tainted slices to 64 there too, so they survive an
+# upgrade. (Slices with counters follow `CounterRules.max_devices`.)
 MAX_DEVICES = 128
 MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
@@ -18,10 +31,65 @@ MAX_DOMAIN_LENGTH = 63
 MAX_ID_LENGTH = 32
 MAX_DRIVER_NAME_LENGTH = 63
 MAX_POOL_NAME_LENGTH = 253
-MAX_SHARED_COUNTERS = 32
-MAX_COUNTERS_PER_DEVICE = 32
-MAX_DEVICE_COUNTERS_PER_SLICE = 1024
-MAX_TAINTS_PER_DEVICE = 4
+MAX_TAINTS_PER_DEVICE = 4  # 1.34; 16 from 1.35
+
+
+class CounterLayout(StrEnum):
+    """Where a pool's shared counters live: each Kubernetes release accepts only one."""
+
+    # Kubernetes 1.34: a device consumes counters of its own slice only, so the counters
+    # sit in the pool's first slice, beside the devices.
+    BESIDE_DEVICES = "beside-devices"
+    # 1.35 and later: a slice carries counters or devices, never both, so the counters
+    # get a slice of their own, the pool's first; devices may use any set of the pool.
+    OWN_SLICE = "own-slice"
+
+
+@dataclass(frozen=True)
+class CounterRules:
+    """Shared-counter limits of one layout; None where that release has no such limit."""
+
+    separate: bool  # counters and devices never in one slice
+    max_devices: int  # per slice, once a device of it consumes counters
+    max_sets_per_slice: int | None
+    max_counters_per_slice: int | None  # summed over the slice's counter sets
+    max_counters_per_set: int | None
+    max_consumptions_per_device: int | None  # counter sets one device draws on
+    max_counters_per_consumption: int | None
+    max_counters_per_device: int | None  # summed over the device's consumptions
+    max_consumed_counters_per_slice: int | None  # summed over the slice's devices
+
+
+COUNTER_RULES: dict[CounterLayout, CounterRules] = {
+    # k8s.io/api v0.34 resource/v1: ResourceSliceMaxSharedCounters, ...MaxCountersPerDevice,
+    # ...MaxDeviceCountersPerSlice.
+    CounterLayout.BESIDE_DEVICES: CounterRules(
+        separate=False,
+        # 1.34's one limit. A pool in this layout is re-laid on any upgrade anyway, and
+        # its devices must share the counters' slice: the more fit, the better.
+        max_devices=128,
+        max_sets_per_slice=None,
+        max_counters_per_slice=32,
+        max_counters_per_set=None,
+        max_consumptions_per_device=None,
+        max_counters_per_consumption=None,
+        max_counters_per_device=32,
+        max_consumed_counters_per_slice=1024,
+    ),
+    # v0.35-v0.37: ResourceSliceMaxCounterSets, ...MaxCountersPerCounterSet,
+    # ...MaxDeviceCounterConsumptionsPerDevice, ...MaxCountersPerDeviceCounterConsumption.
+    CounterLayout.OWN_SLICE: CounterRules(
+        separate=True,
+        max_devices=64,
+        max_sets_per_slice=8,
+        max_counters_per_slice=None,
+        max_counters_per_set=32,
+        max_consumptions_per_device=2,
+        max_counters_per_consumption=32,
+        max_counters_per_device=None,
+        max_consumed_counters_per_slice=None,
+    ),
+}
 
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_LABEL_PART = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
@@ -34,9 +102,18 @@ _SEMVER = re.compile(
 )
 _QUANTITY = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?")
 
+CounterSets = dict[str, set[str]]  # counter set name -> its counter names
 
-def validate_slice(obj: dict[str, Any]) -> list[str]:
-    """Every way `obj` breaks a v1 ResourceSlice rule, as 'path: problem' strings."""
+
+def validate_slice(
+    obj: dict[str, Any], layout: CounterLayout = CounterLayout.BESIDE_DEVICES
+) -> list[str]:
+    """Every way `obj` breaks a v1 ResourceSlice rule, as 'path: problem' strings.
+
+    With the own-slice layout a device's counter sets live in another slice of the
+    pool: `validate_pool` checks those references.
+    """
+    rules = COUNTER_RULES[layout]
     errors: list[str] = []
     spec = obj.get("spec", {})
     driver = spec.get("driver", "")
@@ -48,15 +125,27 @@ def validate_slice(obj: dict[str, Any]) -> list[str]:
     ]
     if len(selectors) != 1:
         errors.append(f"spec: exactly one node selection field must be set, found {selectors}")
+    # Present at all counts, as in Go: `devices: []` beside counters is refused too.
+    if (
+        rules.separate
+        and spec.get("sharedCounters") is not None
+        and spec.get("devices") is not None
+    ):
+        errors.append("spec: only one of sharedCounters or devices is allowed")
 
-    counter_sets = _check_shared_counters(spec.get("sharedCounters", []), errors)
-    devices = spec.get("devices", [])
-    limited = any(d.get("taints") or d.get("consumesCounters") for d in devices)
-    limit = MAX_DEVICES_WITH_TAINTS_OR_COUNTERS if limited else MAX_DEVICES
+    counter_sets = _check_shared_counters(spec.get("sharedCounters") or [], rules, errors)
+    devices = spec.get("devices") or []
+    limit = MAX_DEVICES
+    if any(d.get("consumesCounters") for d in devices):
+        limit = rules.max_devices
+    elif any(d.get("taints") for d in devices):
+        limit = MAX_DEVICES_WITH_TAINTS_OR_COUNTERS
     if len(devices) > limit:
         errors.append(f"spec.devices: {len(devices)} devices, at most {limit} allowed")
     names: set[str] = set()
-    consumptions = 0
+    consumed = 0
+    # Beside devices, a device may only use this slice's sets; otherwise the pool's.
+    visible = None if rules.separate else counter_sets
     for i, device in enumerate(devices):
         path = f"spec.devices[{i}]"
         name = device.get("name", "")
@@ -65,9 +154,63 @@ def validate_slice(obj: dict[str, Any]) -> list[str]:
         if name in names:
             errors.append(f"{path}.name: duplicate {name!r}")
         names.add(name)
-        consumptions += _check_device(path, device, driver, counter_sets, errors)
-    if consumptions > MAX_DEVICE_COUNTERS_PER_SLICE:
-        errors.append(f"spec.devices: {consumptions} counter consumptions, at most 1024 allowed")
+        _check_device(path, device, driver, errors)
+        consumed += _check_consumptions(path, device, rules, visible, errors)
+    _at_most(
+        "spec.devices", consumed, rules.max_consumed_counters_per_slice, "counter consumptions",
+        errors,
+    )  # fmt: skip
+    return errors
+
+
+def validate_pool(
+    slices: Sequence[dict[str, Any]], layout: CounterLayout = CounterLayout.BESIDE_DEVICES
+) -> list[str]:
+    """Every rule the slices of one pool break, alone or together ('slice N: path: problem').
+
+    Beyond each slice's own rules: one driver, node, pool and generation; a slice
+    count that counts them all; device and counter set names unique in the pool;
+    and, in the own-slice layout, every counter a device consumes defined in the pool.
+    """
+    errors = [f"slice {i}: {e}" for i, s in enumerate(slices) for e in validate_slice(s, layout)]
+    specs = [s.get("spec", {}) for s in slices]
+    for field in ("driver", "nodeName", "pool.name", "pool.generation"):
+        outer, _, inner = field.rpartition(".")
+        values = {str((spec.get(outer, {}) if outer else spec).get(inner)) for spec in specs}
+        if len(values) > 1:
+            errors.append(f"pool: the slices disagree on spec.{field}: {sorted(values)}")
+    for i, spec in enumerate(specs):
+        count = spec.get("pool", {}).get("resourceSliceCount")
+        if count != len(slices):
+            errors.append(
+                f"slice {i}: spec.pool.resourceSliceCount: {count}, the pool has {len(slices)}"
+            )
+
+    # Names repeated inside one slice are that slice's error, reported above.
+    sets: CounterSets = {}
+    set_slice: dict[str, int] = {}
+    device_slice: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        for j, counter_set in enumerate(spec.get("sharedCounters") or []):
+            name = str(counter_set.get("name", ""))
+            if set_slice.setdefault(name, i) != i:
+                errors.append(
+                    f"slice {i}: spec.sharedCounters[{j}].name: {name!r} is also in slice "
+                    f"{set_slice[name]}: counter set names are unique in a pool"
+                )
+            sets.setdefault(name, set(counter_set.get("counters") or {}))
+        for j, device in enumerate(spec.get("devices") or []):
+            name = str(device.get("name", ""))
+            if device_slice.setdefault(name, i) != i:
+                errors.append(
+                    f"slice {i}: spec.devices[{j}].name: {name!r} is also in slice "
+                    f"{device_slice[name]}: device names are unique in a pool"
+                )
+    if COUNTER_RULES[layout].separate:
+        for i, spec in enumerate(specs):
+            for j, device in enumerate(spec.get("devices") or []):
+                path = f"slice {i}: spec.devices[{j}]"
+                _check_references(path, device, sets, "the pool's sharedCounters", errors)
     return errors
 
 
@@ -86,30 +229,30 @@ def _check_pool(pool: dict[str, Any], errors: list[str]) -> None:
         errors.append("spec.pool.resourceSliceCount: must be a positive integer")
 
 
-def _check_shared_counters(sets: list[dict[str, Any]], errors: list[str]) -> dict[str, set[str]]:
-    found: dict[str, set[str]] = {}
+def _check_shared_counters(
+    sets: list[dict[str, Any]], rules: CounterRules, errors: list[str]
+) -> CounterSets:
+    found: CounterSets = {}
     total = 0
+    _at_most("spec.sharedCounters", len(sets), rules.max_sets_per_slice, "counter sets", errors)
     for i, counter_set in enumerate(sets):
+        path = f"spec.sharedCounters[{i}]"
         name = counter_set.get("name", "")
         if not _DNS_LABEL.fullmatch(name) or name in found:
-            errors.append(f"spec.sharedCounters[{i}].name: {name!r} is not a unique DNS label")
-        counters = counter_set.get("counters", {})
+            errors.append(f"{path}.name: {name!r} is not a unique DNS label")
+        counters = counter_set.get("counters") or {}
+        if not counters:
+            errors.append(f"{path}.counters: required")
+        _at_most(f"{path}.counters", len(counters), rules.max_counters_per_set, "counters", errors)
         for counter, value in counters.items():
-            _check_counter(f"spec.sharedCounters[{i}].counters[{counter}]", counter, value, errors)
+            _check_counter(f"{path}.counters[{counter}]", counter, value, errors)
         total += len(counters)
         found[name] = set(counters)
-    if total > MAX_SHARED_COUNTERS:
-        errors.append(f"spec.sharedCounters: {total} counters, at most 32 allowed")
+    _at_most("spec.sharedCounters", total, rules.max_counters_per_slice, "counters", errors)
     return found
 
 
-def _check_device(
-    path: str,
-    device: dict[str, Any],
-    driver: str,
-    counter_sets: dict[str, set[str]],
-    errors: list[str],
-) -> int:
+def _check_device(path: str, device: dict[str, Any], driver: str, errors: list[str]) -> None:
     attributes = device.get("attributes", {})
     capacity = device.get("capacity", {})
     if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
@@ -132,24 +275,63 @@ def _check_device(
     if len(device.get("taints", [])) > MAX_TAINTS_PER_DEVICE:
         errors.append(f"{path}.taints: more than {MAX_TAINTS_PER_DEVICE}")
 
-    consumptions = 0
+
+def _check_consumptions(
+    path: str,
+    device: dict[str, Any],
+    rules: CounterRules,
+    visible: CounterSets | None,
+    errors: list[str],
+) -> int:
+    """The device's counter consumptions; `visible`: the sets it may use (None: not known here)."""
+    consumptions = device.get("consumesCounters") or []
+    _at_most(
+        f"{path}.consumesCounters", len(consumptions), rules.max_consumptions_per_device,
+        "counter sets", errors,
+    )  # fmt: skip
     used_sets: set[str] = set()
-    for j, consumption in enumerate(device.get("consumesCounters", [])):
+    total = 0
+    for j, consumption in enumerate(consumptions):
         cpath = f"{path}.consumesCounters[{j}]"
         counter_set = consumption.get("counterSet", "")
+        if not _DNS_LABEL.fullmatch(counter_set):
+            errors.append(f"{cpath}.counterSet: {counter_set!r} is not a DNS label")
         if counter_set in used_sets:
             errors.append(f"{cpath}.counterSet: {counter_set!r} listed twice")
         used_sets.add(counter_set)
-        if counter_set not in counter_sets:
-            errors.append(f"{cpath}.counterSet: {counter_set!r} is not in spec.sharedCounters")
-        for counter, value in consumption.get("counters", {}).items():
+        counters = consumption.get("counters") or {}
+        if not counters:
+            errors.append(f"{cpath}.counters: required")
+        _at_most(
+            f"{cpath}.counters", len(counters), rules.max_counters_per_consumption, "counters",
+            errors,
+        )  # fmt: skip
+        for counter, value in counters.items():
             _check_counter(f"{cpath}.counters[{counter}]", counter, value, errors)
-            if counter not in counter_sets.get(counter_set, set()):
+        total += len(counters)
+    _at_most(f"{path}.consumesCounters", total, rules.max_counters_per_device, "counters", errors)
+    if visible is not None:
+        _check_references(path, device, visible, "spec.sharedCounters", errors)
+    return total
+
+
+def _check_references(
+    path: str, device: dict[str, Any], sets: CounterSets, where: str, errors: list[str]
+) -> None:
+    for j, consumption in enumerate(device.get("consumesCounters") or []):
+        cpath = f"{path}.consumesCounters[{j}]"
+        counter_set = consumption.get("counterSet", "")
+        if counter_set not in sets:
+            errors.append(f"{cpath}.counterSet: {counter_set!r} is not in {where}")
+            continue
+        for counter in consumption.get("counters") or {}:
+            if counter not in sets[counter_set]:
                 errors.append(f"{cpath}.counters[{counter}]: not a counter of {counter_set!r}")
-            consumptions += 1
-    if consumptions > MAX_COUNTERS_PER_DEVICE:
-        errors.append(f"{path}.consumesCounters: {consumptions} counters, at most 32")
-    return consumptions
+
+
+def _at_most(path: str, found: int, limit: int | None, what: str, errors: list[str]) -> None:
+    if limit is not None and found > limit:
+        errors.append(f"{path}: {found} {what}, at most {limit} allowed")
 
 
 def _check_qualified_name(path: str, name: str, errors: list[str]) -> None:

@@ -8,6 +8,11 @@ whole node. It must never be allocated while any of the node's devices is,
 nor the reverse. With partitionable devices (shared counters) both kinds are
 published and draw on one counter of the node's devices; where the cluster
 does not serve counters the operator chooses per node which kind to publish.
+
+Where the counters go depends on the Kubernetes release (see
+`limits.CounterLayout`): beside the devices in the pool's first slice (1.34), or
+in a slice of their own ahead of the device slices (1.35 on). The agent learns
+which one the API server accepts; the builder only lays the pool out.
 """
 
 from __future__ import annotations
@@ -49,12 +54,12 @@ from neuron_dra.hardware import devicegroups
 from neuron_dra.hardware.instance_types import Shape
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
 from neuron_dra.hardware.topology import torus_position
+from neuron_dra.resources import limits
+from neuron_dra.resources.limits import CounterLayout
 
 Json = dict[str, Any]
 
 API_VERSION = "resource.k8s.io/v1"
-MAX_DEVICES = 128
-MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
 
 
 class UltraServerDevices(StrEnum):
@@ -81,6 +86,10 @@ class SliceOptions:
     unhealthy: tuple[Unhealthy, ...] = ()
     # Where the API server drops device taints, unhealthy devices are withdrawn instead.
     device_taints: bool = True
+    # Only pools with shared counters differ by layout. The 1.34 layout by default: what
+    # the callers publishing slices themselves (tests, tools) have always been given; the
+    # agent sets the layout its API server accepts.
+    counter_layout: CounterLayout = CounterLayout.BESIDE_DEVICES
 
 
 def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
@@ -110,17 +119,31 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
             taken = len(inventory.devices) if device["name"] == NODE_DEVICE_NAME else 1
             device["consumesCounters"] = [_consumption(taken)]
 
-    limited = counters or any("taints" in d for d in devices)
-    per_slice = MAX_DEVICES_WITH_TAINTS_OR_COUNTERS if limited else MAX_DEVICES
-    chunks = [devices[i : i + per_slice] for i in range(0, len(devices), per_slice)] or [[]]
-    slices = [_slice(options, chunk, len(chunks)) for chunk in chunks]
+    per_slice = limits.MAX_DEVICES
     if counters:
-        slices[0]["spec"]["sharedCounters"] = [
-            {
-                "name": COUNTER_SET_NODE,
-                "counters": {COUNTER_DEVICES: {"value": str(len(inventory.devices))}},
-            }
+        # Beside devices (1.34) one counter set cannot serve devices of other slices: no
+        # Neuron node comes near the 128 devices that fit beside it.
+        per_slice = limits.COUNTER_RULES[options.counter_layout].max_devices
+    elif any("taints" in d for d in devices):
+        per_slice = limits.MAX_DEVICES_WITH_TAINTS_OR_COUNTERS
+    chunks = [devices[i : i + per_slice] for i in range(0, len(devices), per_slice)] or [[]]
+    if not counters:
+        return [_slice(options, len(chunks), {"devices": chunk}) for chunk in chunks]
+    shared = [
+        {
+            "name": COUNTER_SET_NODE,
+            "counters": {COUNTER_DEVICES: {"value": str(len(inventory.devices))}},
+        }
+    ]
+    if options.counter_layout is CounterLayout.OWN_SLICE:
+        # No `devices` key at all: an empty list beside counters is refused too.
+        count = len(chunks) + 1
+        return [
+            _slice(options, count, {"sharedCounters": shared}),
+            *(_slice(options, count, {"devices": chunk}) for chunk in chunks),
         ]
+    slices = [_slice(options, len(chunks), {"devices": chunk}) for chunk in chunks]
+    slices[0]["spec"]["sharedCounters"] = shared
     return slices
 
 
@@ -132,7 +155,8 @@ def _tainted(device: Json, unhealthy: Unhealthy | None) -> Json:
     return device
 
 
-def _slice(options: SliceOptions, devices: list[Json], count: int) -> Json:
+def _slice(options: SliceOptions, count: int, content: Json) -> Json:
+    """One slice of the pool; `content` holds its devices or its shared counters."""
     metadata: Json = {"generateName": f"{options.node_name}-{DRIVER_NAME}-"}
     if options.node_uid:
         metadata["ownerReferences"] = [
@@ -156,7 +180,7 @@ def _slice(options: SliceOptions, devices: list[Json], count: int) -> Json:
                 "generation": options.generation,
                 "resourceSliceCount": count,
             },
-            "devices": devices,
+            **content,
         },
     }
 

@@ -25,12 +25,20 @@ def test_fake_node_then_slices(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert (code, out.strip()) == (0, str(root))
     code, out, _ = run(capsys, "slices", "--sysfs-root", str(root), "--node-name", "n1")
     assert code == 0
-    [published] = list(yaml.safe_load_all(out))
+    # Kubernetes 1.35+ by default: the counters in a slice of their own, then the devices.
+    counters, published = yaml.safe_load_all(out)
+    assert counters["spec"]["sharedCounters"] and "devices" not in counters["spec"]
+    assert published["spec"]["pool"]["resourceSliceCount"] == 2
     names = [d["name"] for d in published["spec"]["devices"]]
     assert names[-1] == "neuronnode" and len(names) == 17
     node = published["spec"]["devices"][-1]["attributes"]
     assert node["ultraserverServerId4"] == {"string": "us-9"}
     assert node["logicalNeuronCore"] == {"int": 1}
+    args = ("slices", "--sysfs-root", str(root), "--node-name", "n1")
+    code, out, _ = run(capsys, *args, "--counter-layout", "beside-devices")
+    [beside] = yaml.safe_load_all(out)  # 1.34: one slice, counters beside the devices
+    assert (code, beside["spec"]["devices"]) == (0, published["spec"]["devices"])
+    assert beside["spec"]["sharedCounters"] == counters["spec"]["sharedCounters"]
 
 
 def test_discover_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ import pytest
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from neuron_dra.resources.limits import validate_slice
+from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
+from neuron_dra.resources.limits import CounterLayout, validate_pool, validate_slice
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
 from tests.sysfs_tree import FakeNode, write
 
@@ -36,11 +38,25 @@ def partition(devices: dict[str, Json], attribute: str) -> set[frozenset[int]]:
     return {frozenset(g) for g in groups.values()}
 
 
-@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
-def test_every_instance_type_passes_the_v1_limits(fake_node: FakeNode, name: str) -> None:
+NODES = [(name, None) for name in sorted(INSTANCE_TYPES)] + [
+    ("trn2u.48xlarge", FakeUltraServer("us-1", 3))
+]
+
+
+@pytest.mark.parametrize("layout", list(CounterLayout))
+@pytest.mark.parametrize(("name", "ultraserver"), NODES)
+def test_every_instance_type_passes_the_v1_limits(
+    fake_node: FakeNode, name: str, ultraserver: FakeUltraServer | None, layout: CounterLayout
+) -> None:
+    root = fake_node(name, ultraserver=ultraserver)
     for mode in UltraServerDevices:
-        for s in slices_of(fake_node(name), ultraserver_devices=mode, node_uid="u-1"):
-            assert validate_slice(s) == []
+        for unhealthy in ((), (Unhealthy(0, "MemEccUncorrected"),)):
+            slices = slices_of(
+                root, ultraserver_devices=mode, node_uid="u-1", unhealthy=unhealthy,
+                counter_layout=layout,
+            )  # fmt: skip
+            assert validate_pool(slices, layout) == []
+            assert all(validate_slice(s, layout) == [] for s in slices)
 
 
 @pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
@@ -276,3 +292,183 @@ def test_the_whole_node_device_carries_its_devices_taint(fake_node: FakeNode) ->
     unhealthy = (Unhealthy(9, "nc_hang"),)
     devices = devices_of(slices_of(fake_node("trn2u.48xlarge"), unhealthy=unhealthy))
     assert devices["neuronnode"]["taints"][0]["value"] == "nc_hang"
+
+
+# --- where the shared counters go ----------------------------------------------
+
+COUNTER_SET = [{"name": "neuron-node", "counters": {"devices": {"value": "16"}}}]
+
+
+def test_counters_beside_devices_stay_in_the_one_slice(fake_node: FakeNode) -> None:
+    root = fake_node("trn2u.48xlarge")
+    default = slices_of(root)
+    assert default == slices_of(root, counter_layout=CounterLayout.BESIDE_DEVICES)
+    [s] = default
+    assert s["spec"]["sharedCounters"] == COUNTER_SET
+    assert s["spec"]["pool"]["resourceSliceCount"] == 1
+    assert len(s["spec"]["devices"]) == 17
+
+
+def test_counters_in_their_own_slice_lead_the_pool(fake_node: FakeNode) -> None:
+    root = fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-1", 2))
+    counters, devices = slices_of(root, node_uid="u-1", counter_layout=CounterLayout.OWN_SLICE)
+    assert counters["spec"] == {
+        "driver": "neuron.aws.com",
+        "nodeName": "node-a",
+        "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 2},
+        "sharedCounters": COUNTER_SET,
+    }  # no `devices` key at all: 1.35+ refuse even an empty list beside counters
+    assert counters["metadata"] == devices["metadata"]
+    assert "sharedCounters" not in devices["spec"]
+    assert devices["spec"]["pool"] == counters["spec"]["pool"]
+    published = devices_of([devices])
+    assert len(published) == 17
+    assert published["neuronnode"]["consumesCounters"] == [
+        {"counterSet": "neuron-node", "counters": {"devices": {"value": "16"}}}
+    ]
+    # The devices are the same in both layouts; only the counters moved.
+    beside = slices_of(root, node_uid="u-1", counter_layout=CounterLayout.BESIDE_DEVICES)
+    assert devices_of(beside) == published
+
+
+@pytest.mark.parametrize(("name", "ultraserver"), NODES)
+def test_the_layout_matters_only_where_counters_are_published(
+    fake_node: FakeNode, name: str, ultraserver: FakeUltraServer | None
+) -> None:
+    root = fake_node(name, ultraserver=ultraserver)
+    for mode in UltraServerDevices:
+        beside = slices_of(root, ultraserver_devices=mode)
+        own = slices_of(root, ultraserver_devices=mode, counter_layout=CounterLayout.OWN_SLICE)
+        if any("sharedCounters" in s["spec"] for s in beside):
+            assert (len(beside), len(own)) == (1, 2)
+        else:
+            assert own == beside
+
+
+def test_both_layouts_are_deterministic_to_the_byte(fake_node: FakeNode) -> None:
+    root = fake_node("trn2u.48xlarge")
+    for layout in CounterLayout:
+        first, second = (json.dumps(slices_of(root, counter_layout=layout)) for _ in range(2))
+        assert first == second
+
+
+def big_ultraserver_node(devices: int) -> NodeInventory:
+    """More devices than one slice holds: no instance type has them, the rules still apply."""
+    return NodeInventory(
+        instance_type=None,
+        driver_version="2.24.7.0",
+        lnc=None,
+        devices=tuple(NeuronDevice(i, 8, ()) for i in range(devices)),
+        ultraserver=UltraServer("us-0", "us-0", 0, 0, (1, 2, 4)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("layout", "shape"),
+    [
+        # (devices per slice, counter sets per slice), in pool order
+        (CounterLayout.BESIDE_DEVICES, [(101, 1)]),  # 1.34: the devices of the counters' slice
+        (CounterLayout.OWN_SLICE, [(None, 1), (64, 0), (37, 0)]),
+    ],
+)
+def test_a_pool_of_many_devices_counts_its_slices(
+    layout: CounterLayout, shape: list[tuple[int | None, int]]
+) -> None:
+    options = SliceOptions("node-a", counter_layout=layout)
+    slices = build_slices(big_ultraserver_node(100), options)
+    found = [
+        (
+            len(s["spec"]["devices"]) if "devices" in s["spec"] else None,
+            len(s["spec"].get("sharedCounters", [])),
+        )
+        for s in slices
+    ]
+    assert found == shape
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {len(shape)}
+    assert validate_pool(slices, layout) == []
+
+
+def test_each_release_refuses_the_other_layout(fake_node: FakeNode) -> None:
+    root = fake_node("trn2u.48xlarge")
+    beside = slices_of(root, counter_layout=CounterLayout.BESIDE_DEVICES)
+    own = slices_of(root, counter_layout=CounterLayout.OWN_SLICE)
+    assert validate_pool(beside, CounterLayout.OWN_SLICE) == [
+        "slice 0: spec: only one of sharedCounters or devices is allowed"
+    ]
+    problems = validate_pool(own, CounterLayout.BESIDE_DEVICES)
+    assert len(problems) == 17
+    assert problems[0] == (
+        "slice 1: spec.devices[0].consumesCounters[0].counterSet: 'neuron-node' "
+        "is not in spec.sharedCounters"
+    )
+
+
+def own_slice_pool(fake_node: FakeNode) -> list[Json]:
+    return slices_of(fake_node("trn2u.48xlarge"), counter_layout=CounterLayout.OWN_SLICE)
+
+
+@pytest.mark.parametrize(
+    ("break_it", "error"),
+    [
+        (lambda p: p[0]["spec"].update(devices=[]),
+         "slice 0: spec: only one of sharedCounters or devices is allowed"),
+        (lambda p: p.pop(0), "is not in the pool's sharedCounters"),
+        (lambda p: p[0]["spec"]["sharedCounters"][0].update(name="other"),
+         "'neuron-node' is not in the pool's sharedCounters"),
+        (lambda p: p[1]["spec"].update(sharedCounters=[]),
+         "slice 1: spec: only one of sharedCounters or devices is allowed"),
+        (lambda p: p.append(copy.deepcopy(p[0])),
+         "'neuron-node' is also in slice 0: counter set names are unique in a pool"),
+        (lambda p: p.append(copy.deepcopy(p[1])),
+         "'neurondevice0' is also in slice 1: device names are unique in a pool"),
+        (lambda p: p[1]["spec"]["pool"].update(resourceSliceCount=1),
+         "slice 1: spec.pool.resourceSliceCount: 1, the pool has 2"),
+        (lambda p: p[1]["spec"]["pool"].update(generation=2),
+         "pool: the slices disagree on spec.pool.generation"),
+        (lambda p: p[0]["spec"].update(sharedCounters=[
+             {"name": f"set{i}", "counters": {"c": {"value": "1"}}} for i in range(9)]),
+         "slice 0: spec.sharedCounters: 9 counter sets, at most 8 allowed"),
+        (lambda p: p[0]["spec"]["sharedCounters"][0].update(
+             counters={f"c{i}": {"value": "1"} for i in range(33)}),
+         "slice 0: spec.sharedCounters[0].counters: 33 counters, at most 32 allowed"),
+        (lambda p: p[1]["spec"]["devices"][0]["consumesCounters"].extend(
+             {"counterSet": f"set{i}", "counters": {"c": {"value": "1"}}} for i in range(2)),
+         "slice 1: spec.devices[0].consumesCounters: 3 counter sets, at most 2 allowed"),
+    ],
+)  # fmt: skip
+def test_the_pool_check_catches_own_slice_violations(
+    fake_node: FakeNode, break_it: Any, error: str
+) -> None:
+    pool = own_slice_pool(fake_node)
+    assert validate_pool(pool, CounterLayout.OWN_SLICE) == []
+    break_it(pool)
+    problems = validate_pool(pool, CounterLayout.OWN_SLICE)
+    assert any(error in p for p in problems), problems
+
+
+def test_the_1_34_rules_count_counters_per_slice(fake_node: FakeNode) -> None:
+    [s] = slices_of(fake_node("trn2u.48xlarge"))
+    s["spec"]["sharedCounters"] = [
+        {"name": f"set{i}", "counters": {f"c{j}": {"value": "1"} for j in range(11)}}
+        for i in range(3)
+    ]
+    problems = validate_slice(s, CounterLayout.BESIDE_DEVICES)
+    assert "spec.sharedCounters: 33 counters, at most 32 allowed" in problems
+    # Three sets of 11 break no rule of 1.35+, where only a set's own size is capped.
+    assert not any("spec.sharedCounters:" in p for p in validate_slice(s, CounterLayout.OWN_SLICE))
+
+
+def test_counters_beside_devices_cannot_span_slices() -> None:
+    # Past 128 devices the 1.34 layout has no valid form; the check says so.
+    options = SliceOptions("node-a", counter_layout=CounterLayout.BESIDE_DEVICES)
+    slices = build_slices(big_ultraserver_node(200), options)
+    problems = validate_pool(slices, CounterLayout.BESIDE_DEVICES)
+    assert problems[0] == (
+        "slice 1: spec.devices[0].consumesCounters[0].counterSet: 'neuron-node' "
+        "is not in spec.sharedCounters"
+    )
+    options = SliceOptions("node-a", counter_layout=CounterLayout.OWN_SLICE)
+    assert (
+        validate_pool(build_slices(big_ultraserver_node(200), options), options.counter_layout)
+        == []
+    )

@@ -1,0 +1,164 @@
+"""Deciding what the API server serves from its answers to dry runs.
+
+The answers here come from a model of each release's ResourceSlice handling
+(fields of a disabled gate dropped, then the release's validation), applied to
+the slices the driver really builds; the decisions are pure functions of them.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import pytest
+
+from neuron_dra.agent.features import (
+    Answer,
+    Uses,
+    accepted_layout,
+    choose_layout,
+    judge,
+    log_lines,
+)
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import FakeUltraServer
+from neuron_dra.resources.limits import CounterLayout, validate_slice
+from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
+from tests.sysfs_tree import FakeNode
+
+Json = dict[str, Any]
+OWN, BESIDE = CounterLayout.OWN_SLICE, CounterLayout.BESIDE_DEVICES
+BOTH, NODE = UltraServerDevices.BOTH, UltraServerDevices.NODE
+
+
+def served(release_layout: CounterLayout, gate: bool, body: Json) -> Json | None:
+    """What a server answers a dry-run create of `body`: the object, or None (422).
+
+    `release_layout`: the layout that release validates (1.34: beside; 1.35+: own slice);
+    `gate`: DRAPartitionableDevices, whose fields a server without it drops first.
+    """
+    obj = copy.deepcopy(body)
+    if not gate:
+        obj["spec"].pop("sharedCounters", None)
+        for device in obj["spec"].get("devices") or []:
+            device.pop("consumesCounters", None)
+    return None if validate_slice(obj, release_layout) else obj
+
+
+def answer(root: Any, layout: CounterLayout, release: CounterLayout, gate: bool) -> Answer:
+    options = SliceOptions("us-0", counter_layout=layout)
+    sent = build_slices(discover(root).inventory, options)
+    returned: list[Json | None] = []
+    for body in sent:  # as the probe does: stop at the first refusal
+        returned.append(served(release, gate, body))
+        if returned[-1] is None:
+            break
+    return judge(sent, returned)
+
+
+@pytest.mark.parametrize(
+    ("release", "gate", "answers", "chosen"),
+    [
+        # 1.34 and 1.35 as shipped: the gate is off, the fields vanish in either layout.
+        (BESIDE, False, {OWN: Answer.DROPPED, BESIDE: Answer.DROPPED}, None),
+        (OWN, False, {OWN: Answer.DROPPED, BESIDE: Answer.DROPPED}, None),
+        # 1.34 with the gate on: a device may only use its own slice's counters.
+        (BESIDE, True, {OWN: Answer.REFUSED, BESIDE: Answer.KEPT}, BESIDE),
+        # 1.35+ with the gate on (1.36 and 1.37 by default): counters or devices per slice.
+        (OWN, True, {OWN: Answer.KEPT, BESIDE: Answer.REFUSED}, OWN),
+    ],
+)
+def test_the_layout_each_release_keeps(
+    fake_node: FakeNode,
+    release: CounterLayout,
+    gate: bool,
+    answers: dict[CounterLayout, Answer],
+    chosen: CounterLayout | None,
+) -> None:
+    root = fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-a", 0))
+    got = {layout: answer(root, layout, release, gate) for layout in CounterLayout}
+    assert got == answers
+    assert choose_layout(got) is chosen
+    if chosen is None:  # accepted without counters: what a forced `both` still publishes
+        assert accepted_layout(got) is OWN
+
+
+def test_judge_needs_every_slice_and_every_counter() -> None:
+    counters: Json = {"spec": {"sharedCounters": [{"name": "neuron-node", "counters": {}}]}}
+    devices: Json = {"spec": {"devices": [{"name": "d0", "consumesCounters": [
+        {"counterSet": "neuron-node", "counters": {}}]}]}}  # fmt: skip
+    sent: list[Json] = [counters, devices]
+    assert judge(sent, sent) is Answer.KEPT
+    assert judge(sent, [counters, None]) is Answer.REFUSED
+    assert judge(sent, [None]) is Answer.REFUSED  # the probe stops at the first refusal
+    assert judge(sent, [counters, {"spec": {"devices": [{"name": "d0"}]}}]) is Answer.DROPPED
+    assert judge(sent, [{"spec": {}}, devices]) is Answer.DROPPED
+
+
+def test_the_newest_layout_wins_when_both_keep_counters() -> None:
+    assert choose_layout({OWN: Answer.KEPT, BESIDE: Answer.KEPT}) is OWN
+    assert choose_layout({OWN: Answer.REFUSED}) is None
+    assert accepted_layout({OWN: Answer.REFUSED, BESIDE: Answer.REFUSED}) is None
+
+
+def test_an_upgrade_is_one_line_naming_version_and_layouts() -> None:
+    before, after = Uses(BOTH, BESIDE), Uses(BOTH, OWN)
+    assert log_lines("v1.36.3", "trn2u-0", before, after, auto=True) == [
+        (
+            logging.INFO,
+            "API server v1.36.3 serves counters in their own slice: re-laying pool trn2u-0 "
+            "(was: counters beside devices)",
+        )
+    ]
+    assert log_lines("v1.34.4", "trn2u-0", after, before, auto=True) == [
+        (
+            logging.INFO,
+            "API server v1.34.4 serves counters beside devices: re-laying pool trn2u-0 "
+            "(was: counters in their own slice)",
+        )
+    ]
+
+
+def test_losing_counters_warns_and_says_what_is_published() -> None:
+    lines = log_lines("v1.35.4", "n", Uses(BOTH, OWN), Uses(NODE, None), auto=True)
+    assert lines == [
+        (
+            logging.WARNING,
+            "API server v1.35.4 serves no shared counters: re-laying pool n "
+            "(was: counters in their own slice); publishing only the whole-node device",
+        )
+    ]
+    lines = log_lines("v1.36.3", "n", Uses(NODE, None), Uses(BOTH, OWN), auto=True)
+    assert lines == [
+        (
+            logging.INFO,
+            "API server v1.36.3 serves counters in their own slice: re-laying pool n "
+            "(was: no shared counters)",
+        )
+    ]
+
+
+def test_first_probe_and_unchanged_probes() -> None:
+    [(level, line)] = log_lines("v1.37.2", "n", None, Uses(BOTH, OWN), auto=True)
+    assert level == logging.INFO
+    assert line == (
+        "API server v1.37.2 serves shared counters: publishing pool n with counters in "
+        "their own slice"
+    )
+    [(level, line)] = log_lines("v1.34.4", "n", None, Uses(NODE, None), auto=True)
+    assert level == logging.WARNING and "publishing only the whole-node device" in line
+    assert log_lines("v1.34.4", "n", None, Uses(NODE, None), auto=False) == []
+    assert log_lines("v1.34.4", "n", None, Uses(BOTH, None), auto=True) == []  # no UltraServer
+    assert log_lines("v1.37.2", "n", Uses(BOTH, OWN), Uses(BOTH, OWN), auto=True) == []
+
+
+def test_taints_are_reported_when_they_come_and_go() -> None:
+    [(level, line)] = log_lines("v", "n", None, Uses(taints=False), auto=True)
+    assert (level, line) == (
+        logging.WARNING,
+        "the API server drops device taints: unhealthy devices are withdrawn",
+    )
+    assert log_lines("v", "n", Uses(taints=False), Uses(taints=False), auto=True) == []
+    [(level, line)] = log_lines("v", "n", Uses(taints=False), Uses(), auto=True)
+    assert level == logging.INFO and "serves device taints" in line
