@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint demo bench clean
+.PHONY: test test-versions lint demo bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,17 @@ lint: $(STAMP)
 # them is ~40x faster than on a disk mounted with `discard`.
 TEST_TMPDIR := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)
 
+# Everything on the newest Kubernetes release, then the tests that differ between
+# releases on the oldest one.
 test: lint
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/pytest
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/python -m tests.e2e.versions --oldest
+
+# The tests that differ between releases on every supported one (and a 1.33
+# kubelet), and the README's compatibility table from the outcome.
+test-versions: $(STAMP)
+	TMPDIR=$(TEST_TMPDIR) NEURON_DRA_UPGRADE_TO=v1.36.3 \
+		$(BIN)/python -m tests.e2e.versions --readme README.md
 
 demo: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python scripts/demo.py

@@ -171,6 +171,11 @@ apply() {
 }
 
 echo "installing the neuron.aws.com DRA driver, image $image${dry_run_args[*]:+ (dry run)}"
+# v1beta1 is off by default on every release (and deprecated from 1.35): the seed's
+# v1beta1 spellings work only where an operator turned it on, so say which applies.
+if ! grep -qx 'resource.k8s.io/v1beta1' <<<"$api_versions"; then
+    echo "note: resource.k8s.io/v1beta1 is not served here: write claims in resource.k8s.io/v1 (examples/specs/*.yaml; examples/specs/v1beta1/ would be refused)"
+fi
 render "${CLUSTER_MANIFESTS[@]}" | apply || die 1 "kubectl apply failed"
 if $dry_run && ! kubectl get namespace "$NAMESPACE" >/dev/null 2>&1; then
     # The dry run did not create the namespace, so the namespaced objects are

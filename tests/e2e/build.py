@@ -1,9 +1,11 @@
 """Build the real Kubernetes binaries the end-to-end tests run against.
 
-The Go modules under ``tests/e2e/go`` pin the versions; the binaries go to a
-cache outside the checkout, keyed by Kubernetes and Go version, so that only
-the first run pays for compilation. ``python -m tests.e2e.build`` builds (or
-reuses) them and prints the bin dir as the last line of stdout.
+The Go modules under ``tests/e2e/go`` pin the versions: ``go/k8s/go.mod`` the
+default release, ``go/releases/<version>/`` every other supported one. The
+binaries go to a cache outside the checkout, keyed by Kubernetes and Go
+version, so that only the first run pays for compilation.
+``python -m tests.e2e.build`` builds (or reuses) them and prints the bin dir as
+the last line of stdout.
 """
 
 from __future__ import annotations
@@ -24,15 +26,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-K8S_VERSION = "v1.34.4"
-"""Default Kubernetes version; ``NEURON_DRA_K8S_VERSION`` overrides it."""
+K8S_VERSION = "v1.37.2"
+"""Default Kubernetes release; ``NEURON_DRA_K8S_VERSION`` overrides it."""
+
+RELEASES = ("v1.34.4", "v1.35.4", "v1.36.3", "v1.37.2")
+"""Releases run whole: control plane and kubelet side of the same release."""
+
+KUBELET_ONLY_RELEASES = ("v1.33.13",)
+"""Releases whose kubelet side runs under the oldest control plane, as Kubernetes'
+version skew policy allows (``NEURON_DRA_KUBELET_VERSION``)."""
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 K8S_MODULE_DIR = GO_DIR / "k8s"
 ETCD_MODULE_DIR = GO_DIR / "etcd"
+RELEASES_DIR = GO_DIR / "releases"
 
 # Bump when the way binaries are built changes, so stale caches are rebuilt.
-_BUILD_FORMAT = "1"
+_BUILD_FORMAT = "2"
 
 STAGING_MODULES = (
     "api",
@@ -73,18 +83,40 @@ _K8S_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", 
 # minimal upstream-helper DRA plugin used to test it.
 _LOCAL_COMMANDS = ("kubeletside", "drastub")
 BINARIES = ("etcd", *_K8S_COMMANDS, *_LOCAL_COMMANDS)
+# A kubelet-only release (older than the control plane) needs only the kubelet
+# stand-in; drastub is a plugin and comes from the control plane's release.
+KUBELET_BINARIES = ("kubeletside",)
 
 
 @dataclass(frozen=True)
 class Binaries:
-    """Paths of the built executables."""
+    """Paths of the built executables: the control plane's, and the kubelet
+    side's, which may come from an older release."""
 
     bin_dir: Path
+    version: str = K8S_VERSION
+    kubelet_dir: Path | None = None  # default: bin_dir
+    kubelet_version: str | None = None  # default: version
 
     def path(self, name: str) -> Path:
         if name not in BINARIES:
             raise KeyError(name)
+        if name in KUBELET_BINARIES and self.kubelet_dir is not None:
+            return self.kubelet_dir / name
         return self.bin_dir / name
+
+    @property
+    def kubelet_release(self) -> str:
+        return self.kubelet_version or self.version
+
+    @property
+    def minor(self) -> int:
+        """The control plane's minor version: 37 for v1.37.2."""
+        return minor(self.version)
+
+    @property
+    def kubelet_minor(self) -> int:
+        return minor(self.kubelet_release)
 
     @property
     def etcd(self) -> Path:
@@ -115,11 +147,29 @@ class Binaries:
         return self.path("drastub")
 
 
-def k8s_version() -> str:
-    version = os.environ.get("NEURON_DRA_K8S_VERSION", K8S_VERSION)
+def _checked(version: str) -> str:
     if not re.fullmatch(r"v1\.\d+\.\d+", version):
         raise ValueError(f"Kubernetes version must look like v1.Y.Z, got {version!r}")
     return version
+
+
+def k8s_version() -> str:
+    return _checked(os.environ.get("NEURON_DRA_K8S_VERSION", K8S_VERSION))
+
+
+def kubelet_version() -> str:
+    """The kubelet side's release: the control plane's unless set apart."""
+    return _checked(os.environ.get("NEURON_DRA_KUBELET_VERSION") or k8s_version())
+
+
+def minor(version: str) -> int:
+    return int(_checked(version).split(".")[1])
+
+
+def release_tags(version: str) -> str:
+    """Build tags k8s1.33 ... k8s1.Y for release 1.Y, cumulative like Go's release
+    tags, so a file says `//go:build k8s1.35` for "1.35 and later"."""
+    return ",".join(f"k8s1.{m}" for m in range(33, minor(version) + 1))
 
 
 def staging_version(version: str) -> str:
@@ -142,18 +192,26 @@ def cache_root() -> Path:
     return root / "neuron-dra"
 
 
-def bin_dir(version: str | None = None, go: str | None = None) -> Path:
+def bin_dir(
+    version: str | None = None, go: str | None = None, *, kubelet_only: bool = False
+) -> Path:
     version = version or k8s_version()
     go = go or go_version()
-    return cache_root() / f"k8s-{version}-{go}" / "bin"
+    kind = "kubelet" if kubelet_only else "k8s"
+    return cache_root() / f"{kind}-{version}-{go}" / "bin"
+
+
+def _requirements(module: Path) -> list[dict[str, str]]:
+    """The `require` entries of the module's go.mod."""
+    out = subprocess.run(
+        ["go", "mod", "edit", "-json"],
+        cwd=module, env=_go_env(), check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return list(json.loads(out).get("Require") or [])
 
 
 def committed_k8s_version() -> str:
-    out = subprocess.run(
-        ["go", "mod", "edit", "-json"],
-        cwd=K8S_MODULE_DIR, env=_go_env(), check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    for req in json.loads(out).get("Require") or []:
+    for req in _requirements(K8S_MODULE_DIR):
         if req["Path"] == "k8s.io/kubernetes":
             return str(req["Version"])
     raise RuntimeError(f"{K8S_MODULE_DIR}/go.mod does not require k8s.io/kubernetes")
@@ -175,20 +233,23 @@ def ldflags(version: str) -> str:
     return " ".join(flags)
 
 
-def _source_files() -> list[Path]:
+def _source_files(version: str) -> list[Path]:
     files: list[Path] = []
     for module in (K8S_MODULE_DIR, ETCD_MODULE_DIR):
         files += [module / "go.mod", module / "go.sum"]
         files += sorted(p for p in module.rglob("*.go") if p.is_file())
+    pinned = RELEASES_DIR / version
+    files += [pinned / name for name in ("go.mod", "go.sum") if (pinned / name).is_file()]
     return files
 
 
-def stamp(version: str, go: str) -> str:
+def stamp(version: str, go: str, *, kubelet_only: bool = False) -> str:
     """Hash of everything that determines the binaries' content."""
     digest = hashlib.sha256()
-    for part in (_BUILD_FORMAT, version, go, ldflags(version)):
+    parts = (_BUILD_FORMAT, version, go, ldflags(version), release_tags(version), str(kubelet_only))
+    for part in parts:
         digest.update(part.encode() + b"\0")
-    for path in _source_files():
+    for path in _source_files(version):
         digest.update(str(path.relative_to(GO_DIR)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -214,23 +275,45 @@ def _run(cmd: list[str], cwd: Path) -> None:
         )
 
 
+def _copy_module(module: Path, version: str) -> None:
+    shutil.copytree(K8S_MODULE_DIR, module, dirs_exist_ok=True)
+    if version in KUBELET_ONLY_RELEASES:
+        # drastub publishes resource.k8s.io/v1 slices, which such a release lacks.
+        shutil.rmtree(module / "cmd" / "drastub")
+
+
 @contextmanager
 def _k8s_module(version: str) -> Iterator[Path]:
-    """The k8s wrapper module at ``version``: the committed one, or a
-    generated copy in a temp dir when another version is requested."""
+    """The k8s wrapper module at ``version``: the committed one; a copy with the
+    release's pinned go.mod and go.sum from ``go/releases/<version>``; or, for a
+    release not pinned there, a copy whose go.mod is generated (needs the
+    module proxy)."""
     if version == committed_k8s_version():
         yield K8S_MODULE_DIR
         return
     with tempfile.TemporaryDirectory(prefix="neuron-dra-k8s-") as tmp:
         module = Path(tmp)
-        shutil.copytree(K8S_MODULE_DIR, module, dirs_exist_ok=True)
-        staging = staging_version(version)
-        edits = [f"-require=k8s.io/kubernetes@{version}"]
-        edits += [f"-replace=k8s.io/{m}=k8s.io/{m}@{staging}" for m in STAGING_MODULES]
-        _log(f"generating go.mod for Kubernetes {version} in {module}")
-        _run(["go", "mod", "edit", *edits], module)
-        _run(["go", "mod", "tidy"], module)
+        _copy_module(module, version)
+        pinned = RELEASES_DIR / version
+        if (pinned / "go.mod").is_file():
+            for name in ("go.mod", "go.sum"):
+                shutil.copyfile(pinned / name, module / name)
+        else:
+            pin_release(module, version)
         yield module
+
+
+def pin_release(module: Path, version: str) -> None:
+    """Point the module in ``module`` at Kubernetes ``version`` and tidy it."""
+    staging = staging_version(version)
+    # Start from no requirements: versions another release needed (a newer
+    # kube-openapi, say) must not be carried into an older one by MVS.
+    edits = [f"-droprequire={r['Path']}" for r in _requirements(module)]
+    edits.append(f"-require=k8s.io/kubernetes@{version}")
+    edits += [f"-replace=k8s.io/{m}=k8s.io/{m}@{staging}" for m in STAGING_MODULES]
+    _log(f"generating go.mod for Kubernetes {version} in {module}")
+    _run(["go", "mod", "edit", *edits], module)
+    _run(["go", "mod", "tidy"], module)
 
 
 @contextmanager
@@ -245,49 +328,66 @@ def _locked(directory: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def is_fresh(target: Path, expected_stamp: str) -> bool:
+def is_fresh(target: Path, expected_stamp: str, names: tuple[str, ...] = BINARIES) -> bool:
     stamp_file = target.parent / "stamp"
     if not stamp_file.is_file() or stamp_file.read_text().strip() != expected_stamp:
         return False
-    return all(os.access(target / name, os.X_OK) for name in BINARIES)
+    return all(os.access(target / name, os.X_OK) for name in names)
 
 
 def build(force: bool = False) -> Binaries:
-    """Build all binaries unless an up-to-date set is cached; return them."""
-    version = k8s_version()
+    """The binaries of the selected releases (``NEURON_DRA_K8S_VERSION``,
+    ``NEURON_DRA_KUBELET_VERSION``), built unless cached."""
+    version, kubelet = k8s_version(), kubelet_version()
+    control_plane = build_release(version, force=force)
+    if kubelet == version:
+        return control_plane
+    side = build_release(kubelet, kubelet_only=True, force=force)
+    return Binaries(control_plane.bin_dir, version, side.bin_dir, kubelet)
+
+
+def build_release(version: str, *, kubelet_only: bool = False, force: bool = False) -> Binaries:
+    """Build one release's binaries (only the kubelet side's with
+    ``kubelet_only``) unless an up-to-date set is cached; return them."""
     go = go_version()
-    target = bin_dir(version, go)
-    expected = stamp(version, go)
+    target = bin_dir(version, go, kubelet_only=kubelet_only)
+    expected = stamp(version, go, kubelet_only=kubelet_only)
+    names = KUBELET_BINARIES if kubelet_only else BINARIES
     with _locked(target.parent):
-        if not force and is_fresh(target, expected):
+        if not force and is_fresh(target, expected, names):
             _log(f"up to date: {target}")
-            return Binaries(target)
+            return Binaries(target, version)
         target.mkdir(parents=True, exist_ok=True)
         (target.parent / "stamp").unlink(missing_ok=True)
         started = time.monotonic()
         flags = ["-trimpath", f"-ldflags={ldflags(version)}"]
         with _k8s_module(version) as k8s_dir:
-            jobs: list[tuple[str, Path, str]] = [
-                (name, k8s_dir, f"k8s.io/kubernetes/cmd/{name}") for name in _K8S_COMMANDS
-            ]
-            jobs += [(name, k8s_dir, f"./cmd/{name}") for name in _LOCAL_COMMANDS]
-            jobs.append(("etcd", ETCD_MODULE_DIR, "go.etcd.io/etcd/server/v3"))
-            for name, module, package in jobs:
+            jobs: list[tuple[str, Path, str, list[str]]] = []
+            if not kubelet_only:
+                jobs += [
+                    (name, k8s_dir, f"k8s.io/kubernetes/cmd/{name}", []) for name in _K8S_COMMANDS
+                ]
+            tags = [f"-tags={release_tags(version)}"]
+            local = KUBELET_BINARIES if kubelet_only else _LOCAL_COMMANDS
+            jobs += [(name, k8s_dir, f"./cmd/{name}", tags) for name in local]
+            if not kubelet_only:
+                jobs.append(("etcd", ETCD_MODULE_DIR, "go.etcd.io/etcd/server/v3", []))
+            for name, module, package, extra in jobs:
                 t0 = time.monotonic()
                 _log(f"building {name} (Kubernetes {version}, {go}) ...")
                 # Build next to the target and rename, so a binary is
                 # either complete or absent.
                 tmp_out = target / f".{name}.tmp"
-                _run(["go", "build", *flags, "-o", str(tmp_out), package], module)
+                _run(["go", "build", *flags, *extra, "-o", str(tmp_out), package], module)
                 tmp_out.replace(target / name)
                 _log(f"built {name} in {time.monotonic() - t0:.1f}s")
-        if stamp(version, go) != expected:
+        if stamp(version, go, kubelet_only=kubelet_only) != expected:
             # Sources changed while building: leave the set marked stale.
             _log("sources changed during the build; the next run rebuilds")
         else:
             (target.parent / "stamp").write_text(expected + "\n")
         _log(f"all binaries built in {time.monotonic() - started:.1f}s: {target}")
-        return Binaries(target)
+        return Binaries(target, version)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,13 +396,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--print-dir", action="store_true", help="only print the bin dir, do not build"
     )
+    parser.add_argument(
+        "--pin",
+        metavar="VERSION",
+        help="write go/releases/VERSION/go.mod and go.sum for a release (needs the module proxy)",
+    )
     args = parser.parse_args(argv)
+    if args.pin:
+        pin(_checked(args.pin))
+        return 0
     if args.print_dir:
         print(bin_dir())
         return 0
     binaries = build(force=args.force)
     print(binaries.bin_dir)
     return 0
+
+
+def pin(version: str) -> None:
+    """Record the module graph of ``version`` so its builds never depend on
+    what the module proxy resolves on the day."""
+    with tempfile.TemporaryDirectory(prefix="neuron-dra-k8s-") as tmp:
+        module = Path(tmp)
+        _copy_module(module, version)
+        pin_release(module, version)
+        target = RELEASES_DIR / version
+        target.mkdir(parents=True, exist_ok=True)
+        for name in ("go.mod", "go.sum"):
+            shutil.copyfile(module / name, target / name)
+    _log(f"pinned {version} in {target}")
 
 
 if __name__ == "__main__":

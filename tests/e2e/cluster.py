@@ -17,6 +17,7 @@ Usable from pytest (see ``conftest.py``) and from scripts::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import shutil
@@ -294,6 +295,30 @@ class Cluster(ClusterApi):
         """Stop kube-apiserver: every client sees an outage until start_apiserver()."""
         [component] = [c for c in self.components if c.name == "kube-apiserver"]
         self.stop_process(component)
+
+    def upgrade(
+        self,
+        binaries: Binaries,
+        feature_gates: Mapping[str, bool] | None = None,
+        timeout: float = 90.0,
+    ) -> None:
+        """Run the control plane of another release on the same etcd and address, the
+        way a cluster is upgraded (or downgraded): the API server first, then the
+        scheduler and controller manager. Kubelet sides keep their release."""
+        for name in ("kube-controller-manager", "kube-scheduler", "kube-apiserver"):
+            [component] = [c for c in self.components if c.name == name]
+            self.stop_process(component)
+        self.binaries = dataclasses.replace(
+            binaries,
+            kubelet_dir=self.binaries.path("kubeletside").parent,
+            kubelet_version=self.binaries.kubelet_release,
+        )
+        self.feature_gates = dict(feature_gates or {})
+        self._start_apiserver(timeout, port=self.apiserver_port)
+        self._start_scheduler()
+        self._start_controller_manager()
+        for name in ("kube-scheduler", "kube-controller-manager"):
+            self._wait_component_healthy(name, timeout)
 
     def start_apiserver(self, timeout: float = 60.0) -> None:
         """Start kube-apiserver again, on the same address, after stop_apiserver()."""

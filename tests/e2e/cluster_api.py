@@ -18,6 +18,7 @@ from typing import Any, TypeVar, cast
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from neuron_dra.resources.limits import CounterLayout
 from tests.e2e.build import Binaries
 
 T = TypeVar("T")
@@ -111,6 +112,33 @@ class ClusterApi(ABC):
         meta = obj.get("metadata", {})
         path = self.path(obj["apiVersion"], obj["kind"], namespace=meta.get("namespace"))
         return cast(Obj, self.request("POST", path, obj))
+
+    def counter_layout(self) -> CounterLayout:
+        """Where this server wants shared counters, asked by a dry run: 1.34 takes
+        them beside the devices that consume them, 1.35 and later refuse that."""
+        beside: Obj = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"generateName": "layout-probe-"},
+            "spec": {
+                "driver": "probe.example.com",
+                "nodeName": "layout-probe",
+                "pool": {"name": "layout-probe", "generation": 1, "resourceSliceCount": 1},
+                "sharedCounters": [{"name": "set", "counters": {"c": {"value": "1"}}}],
+                "devices": [
+                    {"name": "d", "consumesCounters": [
+                        {"counterSet": "set", "counters": {"c": {"value": "1"}}}]}
+                ],
+            },
+        }  # fmt: skip
+        try:
+            self.request("POST", self.path("resource.k8s.io/v1", "ResourceSlice"), beside,
+                         query={"dryRun": "All"})  # fmt: skip
+        except ApiException as err:
+            if err.status != 422:
+                raise
+            return CounterLayout.OWN_SLICE
+        return CounterLayout.BESIDE_DEVICES
 
     def apply(self, obj: Obj, field_manager: str = "e2e") -> Obj:
         """Server-side apply (create or update)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,14 @@ def cluster(e2e_binaries: Binaries) -> Iterator[Cluster]:
     """A control plane shared by the session; tests use their own names."""
     with Cluster(e2e_binaries) as running:
         yield running
+
+
+@pytest.fixture(autouse=True)
+def _versions_check(request: pytest.FixtureRequest, record_property: Any) -> None:
+    """Name the compatibility-table row of a `versions` test in its report."""
+    marker = request.node.get_closest_marker("versions")
+    if marker is not None:
+        record_property("check", marker.kwargs["check"])
 
 
 @pytest.hookimpl(wrapper=True)

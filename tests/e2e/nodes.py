@@ -80,6 +80,10 @@ class SimulatedNode:
             field_selector=f"spec.nodeName={self.name},spec.driver={DRIVER_NAME}",
         )
 
+    def device_names(self) -> list[str]:
+        """The devices the node's slices publish, sorted."""
+        return sorted(d["name"] for s in self.slices() for d in s["spec"].get("devices") or [])
+
     def cdi_files(self) -> list[str]:
         return sorted(p.name for p in self.cdi_dir.iterdir() if p.name.startswith(DRIVER_NAME))
 

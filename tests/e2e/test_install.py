@@ -198,6 +198,7 @@ def test_runs_through_a_symlink(cluster: Cluster, tmp_path: Path) -> None:
 
 
 def test_install_applies_every_manifest(cluster: Cluster, installed: str) -> None:
+    assert "v1beta1" not in installed  # served here: the seed's spellings apply
     assert all(state(cluster).values()), state(cluster)
     assert {k[1] for k in KEYS} >= {
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "DaemonSet",
@@ -420,6 +421,13 @@ def test_plugin_writes_only_its_own_nodes_slices(
     cluster.delete("resource.k8s.io/v1", "ResourceSlice", foreign)
 
 
+def test_plugin_reads_the_server_version_without_a_rule(cluster: Cluster, installed: str) -> None:
+    """What the publisher reads to notice a control-plane upgrade or downgrade."""
+    version = as_plugin(cluster, "GET", "/version", node="policy-a")
+    assert version.status == 200, version.message
+    assert version.body["gitVersion"] == cluster.binaries.version
+
+
 def test_plugin_cannot_create_device_classes(cluster: Cluster, installed: str) -> None:
     device_class = {
         "apiVersion": "resource.k8s.io/v1",
@@ -502,6 +510,17 @@ def test_uninstall_removes_everything(cluster: Cluster, installed: str) -> None:
 
 
 # ------------------------------------------------------------- old clusters
+
+
+def test_cluster_without_v1beta1_says_so_in_one_line(e2e_binaries: Binaries) -> None:
+    """resource.k8s.io/v1beta1 off, as every release ships it. The install goes on."""
+    gates = "resource.k8s.io/v1beta1=false"
+    with Cluster(
+        e2e_binaries, controllers=["serviceaccount-controller"], runtime_config=gates
+    ) as shipped:
+        output = ok(run_script(shipped, IMAGE, "--dry-run"))
+    [note] = [line for line in output.splitlines() if "v1beta1" in line]
+    assert note.startswith("note: resource.k8s.io/v1beta1 is not served here"), note
 
 
 def test_cluster_without_resource_v1(e2e_binaries: Binaries) -> None:

@@ -51,13 +51,16 @@ def topo(e2e_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> It
     with Cluster(e2e_binaries, feature_gates=gates) as cluster:
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
         sysfs = tmp_path_factory.mktemp("sysfs")
+        layout = cluster.counter_layout()
         for name, (instance_type, version, us_node) in NODES.items():
             node = cluster.add_node(name, {"node.kubernetes.io/instance-type": instance_type})
             ultraserver = FakeUltraServer("us-x", us_node) if us_node is not None else None
             root = build_fake_node(
                 sysfs / name, instance_type, driver_version=version, ultraserver=ultraserver
             )
-            options = SliceOptions(name, node["metadata"]["uid"], 1, UltraServerDevices.BOTH)
+            options = SliceOptions(
+                name, node["metadata"]["uid"], 1, UltraServerDevices.BOTH, counter_layout=layout
+            )
             for obj in build_slices(discover(root).inventory, options):
                 created = cluster.create(obj)
                 assert created["spec"].get("sharedCounters") == obj["spec"].get("sharedCounters")

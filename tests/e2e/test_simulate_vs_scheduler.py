@@ -78,6 +78,7 @@ def real(e2e_binaries: Binaries) -> Iterator[Cluster]:
 def publish(real: Cluster, tmp: Path, nodes: list[tuple[str, int]]) -> tuple[str, list[SimNode]]:
     """Nodes labelled with a fresh example id, their slices on the server and in the simulator."""
     example = f"x{next(_ids)}"
+    layout = real.counter_layout()
     sim_nodes = []
     for instance_type, count in nodes:
         spec = INSTANCE_TYPES[instance_type]
@@ -88,7 +89,9 @@ def publish(real: Cluster, tmp: Path, nodes: list[tuple[str, int]]) -> tuple[str
             unit = FakeUltraServer(f"{example}-us-{i // 4}", i % 4) if spec.ultraserver else None
             root = build_fake_node(tmp / name, instance_type, ultraserver=unit)
             inventory = discover(root).inventory
-            options = SliceOptions(name, node["metadata"]["uid"], 1, UltraServerDevices.BOTH)
+            options = SliceOptions(
+                name, node["metadata"]["uid"], 1, UltraServerDevices.BOTH, counter_layout=layout
+            )
             slices = build_slices(inventory, options)
             for obj in slices:
                 real.create(obj)

@@ -25,20 +25,26 @@ def claim_spec(count: int | None, *, group: int | None = None, cel: str | None =
     return spec
 
 
-def submit(cluster: Cluster, spec: Obj, node: str | None = None) -> str:
-    """A claim with `spec` and a pod using it (pinned to `node`); returns the name of both.
+def submit(cluster: Cluster, spec: Obj, node: str | None = None, *, template: bool = False) -> str:
+    """A pod using a claim with `spec` (pinned to `node`); returns the pod's name.
 
-    The pod's reference is named like the claim: the 1.34 kubelet looks device health
-    up by comparing the container's claim reference with the ResourceClaim's name.
+    By default the claim is created by name and the pod's reference is named like it:
+    the 1.34 kubelet looks device health up by comparing the container's claim
+    reference with the ResourceClaim's name. With `template`, the claim comes from a
+    ResourceClaimTemplate as most workloads write it, which the 1.35 kubelet needs
+    for device health (it finds the claim through the pod's resourceClaimStatuses).
     """
     name = next(_names)
     metadata = {"name": name, "namespace": "default"}
-    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                    "metadata": metadata, "spec": spec})  # fmt: skip
+    kind = "ResourceClaimTemplate" if template else "ResourceClaim"
+    body = {"spec": spec} if template else spec
+    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": kind,
+                    "metadata": metadata, "spec": body})  # fmt: skip
+    source = "resourceClaimTemplateName" if template else "resourceClaimName"
     pod_spec: Obj = {
         "automountServiceAccountToken": False,
         "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": name}]}}],
-        "resourceClaims": [{"name": name, "resourceClaimName": name}],
+        "resourceClaims": [{"name": name, source: name}],
     }
     if node:
         pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node}

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,12 +50,11 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	pluginwatcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	kubefeatures "k8s.io/kubernetes/pkg/features"
-	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
-	plugincache "k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
@@ -143,14 +143,14 @@ func (r *reporter) write(e ReportEntry) {
 // registrations show up in the log, the report and the status endpoint. All
 // decisions stay with the wrapped handler.
 type registrationTracker struct {
-	inner    plugincache.PluginHandler
+	inner    pluginHandler
 	report   *reporter
 	mu       sync.Mutex
 	endpoint map[string]string
 }
 
-func (t *registrationTracker) ValidatePlugin(name, endpoint string, versions []string) error {
-	err := t.inner.ValidatePlugin(name, endpoint, versions)
+func (t *registrationTracker) validate(ctx context.Context, name, endpoint string, versions []string) error {
+	err := t.inner.validate(ctx, name, endpoint, versions)
 	klog.InfoS("Validate DRA plugin", "driver", name, "endpoint", endpoint, "versions", versions, "err", err)
 	if err != nil {
 		t.report.write(ReportEntry{Event: "plugin-rejected", Driver: name, Endpoint: endpoint, Error: err.Error()})
@@ -158,8 +158,8 @@ func (t *registrationTracker) ValidatePlugin(name, endpoint string, versions []s
 	return err
 }
 
-func (t *registrationTracker) RegisterPlugin(name, endpoint string, versions []string, timeout *time.Duration) error {
-	err := t.inner.RegisterPlugin(name, endpoint, versions, timeout)
+func (t *registrationTracker) register(ctx context.Context, name, endpoint string, versions []string, timeout *time.Duration) error {
+	err := t.inner.register(ctx, name, endpoint, versions, timeout)
 	klog.InfoS("Register DRA plugin", "driver", name, "endpoint", endpoint, "versions", versions, "err", err)
 	entry := ReportEntry{Event: "plugin-registered", Driver: name, Endpoint: endpoint}
 	if err != nil {
@@ -177,8 +177,8 @@ func (t *registrationTracker) RegisterPlugin(name, endpoint string, versions []s
 	return err
 }
 
-func (t *registrationTracker) DeRegisterPlugin(name, endpoint string) {
-	t.inner.DeRegisterPlugin(name, endpoint)
+func (t *registrationTracker) deregister(ctx context.Context, name, endpoint string) {
+	t.inner.deregister(ctx, name, endpoint)
 	klog.InfoS("Deregister DRA plugin", "driver", name, "endpoint", endpoint)
 	t.report.write(ReportEntry{Event: "plugin-deregistered", Driver: name, Endpoint: endpoint})
 	t.mu.Lock()
@@ -203,7 +203,7 @@ type kubeletSide struct {
 	client     kubernetes.Interface
 	podLister  corelisters.PodLister
 	podsSynced cache.InformerSynced
-	draManager *dra.Manager
+	draManager draManager
 	recorder   record.EventRecorder
 	report     *reporter
 	tracker    *registrationTracker
@@ -252,7 +252,10 @@ func run(opts options) error {
 	startupWipe := make(chan struct{})
 	var startupWipeOnce sync.Once
 	var rep *reporter
-	base := klog.Background()
+	// A text logger of its own under the tap, installed as klog's global
+	// logger too: the 1.33 DRA manager logs its start-up wipe through the
+	// global logger, later ones through the logger they are given.
+	base := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(verbosity())))
 	logger := logr.New(&tapSink{inner: base.GetSink(), tap: func(names []string, msg string, kv []any) {
 		if msg != "Deleted ResourceSlices" && msg != "ResourceSlices not found, nothing to delete." {
 			return
@@ -264,6 +267,7 @@ func run(opts options) error {
 			rep.write(ReportEntry{Event: "slices-wiped", Detail: formatKV(kv)})
 		}
 	}}).WithValues("node", opts.nodeName)
+	klog.SetLoggerWithOptions(logger, klog.ContextualLogger(true))
 	ctx = klog.NewContext(ctx, logger)
 
 	regDir := filepath.Join(opts.rootDir, "plugins_registry")
@@ -334,27 +338,27 @@ func run(opts options) error {
 		return err
 	}
 
-	k.draManager, err = dra.NewManager(logger, client, opts.rootDir)
+	k.draManager, err = newDRAManager(logger, client, opts.rootDir, opts.nodeName)
 	if err != nil {
 		return fmt.Errorf("create DRA manager: %w", err)
 	}
 	sourcesReady := kubeletconfig.NewSourcesReady(func(sets.Set[string]) bool { return k.podsSynced() })
-	getNode := func() (*v1.Node, error) {
+	getNode := nodeGetter(ctx, func(ctx context.Context) (*v1.Node, error) {
 		return client.CoreV1().Nodes().Get(ctx, opts.nodeName, metav1.GetOptions{})
-	}
+	})
 	// Start also wipes this node's ResourceSlices in the background, as the
 	// kubelet does at start-up.
 	if err := k.draManager.Start(ctx, k.activePods, getNode, sourcesReady); err != nil {
 		return fmt.Errorf("start DRA manager: %w", err)
 	}
-	k.tracker = &registrationTracker{inner: k.draManager.GetWatcherHandler(), report: rep, endpoint: map[string]string{}}
+	k.tracker = &registrationTracker{inner: adaptHandler(k.draManager.GetWatcherHandler()), report: rep, endpoint: map[string]string{}}
 
 	pm := pluginmanager.NewPluginManager(regDir, recorder)
-	pm.AddHandler(pluginwatcherapi.DRAPlugin, k.tracker)
+	pm.AddHandler(pluginwatcherapi.DRAPlugin, pluginHandlerOf(ctx, k.tracker))
 
 	factory.Start(ctx.Done())
-	go pm.Run(sourcesReady, ctx.Done())
-	go k.forwardHealthUpdates(ctx)
+	go runPluginManager(ctx, pm, sourcesReady)
+	go watchHealth(ctx, k.draManager, k.podsWithNewHealth)
 
 	var ready sync.WaitGroup
 	ready.Add(1)
@@ -461,23 +465,16 @@ func (k *kubeletSide) activePods() []*v1.Pod {
 	return out
 }
 
-// forwardHealthUpdates re-syncs pods whose devices changed health, which is
+// podsWithNewHealth re-syncs pods whose devices changed health, which is
 // how the kubelet refreshes allocatedResourcesStatus.
-func (k *kubeletSide) forwardHealthUpdates(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case u := <-k.draManager.Updates():
-			for _, uid := range u.PodUIDs {
-				k.mu.Lock()
-				key, ok := k.uidToKey[types.UID(uid)]
-				k.mu.Unlock()
-				klog.InfoS("Device health changed", "podUID", uid, "pod", key)
-				if ok {
-					k.queue.Add(key)
-				}
-			}
+func (k *kubeletSide) podsWithNewHealth(uids []string) {
+	for _, uid := range uids {
+		k.mu.Lock()
+		key, ok := k.uidToKey[types.UID(uid)]
+		k.mu.Unlock()
+		klog.InfoS("Device health changed", "podUID", uid, "pod", key)
+		if ok {
+			k.queue.Add(key)
 		}
 	}
 }
@@ -747,7 +744,7 @@ func (k *kubeletSide) markRunning(ctx context.Context, pod *v1.Pod) error {
 	status.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, status.InitContainerStatuses, true, now)
 	status.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, status.ContainerStatuses, false, now)
 	if utilfeature.DefaultFeatureGate.Enabled(kubefeatures.ResourceHealthStatus) {
-		k.draManager.UpdateAllocatedResourcesStatus(pod, status)
+		updateHealthStatus(ctx, k.draManager, pod, status)
 	}
 	updated := pod.DeepCopy()
 	updated.Status = *status
@@ -803,6 +800,15 @@ func containerStatuses(pod *v1.Pod, containers []v1.Container, old []v1.Containe
 		out = append(out, s)
 	}
 	return out
+}
+
+// verbosity is klog's -v flag.
+func verbosity() int {
+	v, err := strconv.Atoi(flag.Lookup("v").Value.String())
+	if err != nil {
+		return 0
+	}
+	return v
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,208 @@
+"""What differs between Kubernetes releases, checked on each one the driver supports.
+
+The cluster runs with the feature gates the release ships on by default; the one
+exception is ResourceHealthStatus, alpha (off) in 1.34 and 1.35, turned on so that
+device health can reach pod status there too. `make test-versions` runs this module
+(and the other tests marked `versions`) on every release in `tests.e2e.build` and
+writes the compatibility table in the README; each test's `check` names its row.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consts import DRIVER_NAME, NODE_DEVICE_NAME, RESOURCE_TYPE_NODE
+from neuron_dra.hardware.fakenode import FakeUltraServer
+from neuron_dra.resources import limits
+from neuron_dra.resources.limits import CounterLayout
+from tests.e2e.build import Binaries
+from tests.e2e.cluster import Cluster
+from tests.e2e.nodes import SimulatedNode, add_simulated_node
+from tests.e2e.test_plugin import cluster_of
+from tests.e2e.workloads import claim_spec, submit, unschedulable_reason
+from tests.sysfs_tree import write
+
+REPO = Path(__file__).resolve().parents[2]
+Obj = dict[str, Any]
+POLL_S = 0.2
+WHOLE = f"device.attributes['{DRIVER_NAME}'].resourceType == '{RESOURCE_TYPE_NODE}'"
+
+# Real nodes, one per shape of topology: (name, instance type, UltraServer node id).
+NODES = (
+    ("inf1", "inf1.24xlarge", None),
+    ("inf2", "inf2.48xlarge", None),
+    ("trn1", "trn1.32xlarge", None),
+    ("trn2s", "trn2.3xlarge", None),
+    ("trn2", "trn2.48xlarge", None),
+    ("us-0", "trn2u.48xlarge", 0),
+    ("us-1", "trn2u.48xlarge", 1),
+)
+
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def release(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
+    gates = {"ResourceHealthStatus": True} if e2e_binaries.minor < 36 else {}
+    with Cluster(e2e_binaries, feature_gates=gates) as cluster:
+        cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
+        found = {}
+        for name, instance_type, us_node in NODES:
+            ultraserver = FakeUltraServer("us-v", us_node) if us_node is not None else None
+            found[name] = add_simulated_node(
+                cluster, name, instance_type, ultraserver=ultraserver,
+                extra_args=[f"--health-interval={POLL_S}"],
+            )  # fmt: skip
+        yield found
+
+
+def devices_of(node: SimulatedNode) -> list[Obj]:
+    return [d for s in node.slices() for d in s["spec"].get("devices") or []]
+
+
+def layout_of(slices: list[Obj]) -> CounterLayout:
+    apart = any(s["spec"].get("sharedCounters") and not s["spec"].get("devices") for s in slices)
+    return CounterLayout.OWN_SLICE if apart else CounterLayout.BESIDE_DEVICES
+
+
+def counters_served(nodes: dict[str, SimulatedNode]) -> bool:
+    return any(d.get("consumesCounters") for d in devices_of(nodes["us-0"]))
+
+
+@pytest.mark.versions(check="registration")
+def test_every_plugin_registers_with_the_kubelet(
+    release: dict[str, SimulatedNode], record_property: Any
+) -> None:
+    for node in release.values():
+        [entry] = node.side.report_events("plugin-registered")
+        assert entry["driver"] == DRIVER_NAME
+    # A 1.33 kubelet speaks v1beta1 only: every prepare below went through it.
+    kubelet = release["trn2"].cluster.binaries.kubelet_minor
+    record_property("detail", "DRA gRPC v1beta1" if kubelet < 34 else "DRA gRPC v1")
+
+
+@pytest.mark.versions(check="slices")
+def test_slices_are_published_valid_and_complete(
+    release: dict[str, SimulatedNode], record_property: Any
+) -> None:
+    for name, instance_type, _ in NODES:
+        node = release[name]
+        slices = node.slices()
+        pool = {s["spec"]["pool"]["resourceSliceCount"] for s in slices}
+        assert pool == {len(slices)}, f"{name}: pool of {len(slices)} slices says {pool}"
+        # Checked by the rules of the layout this release accepted.
+        assert limits.validate_pool(slices, layout_of(slices)) == [], (name, instance_type)
+        names = [d["name"] for d in devices_of(node)]
+        assert len(names) == len(set(names))
+    us = [d["name"] for d in devices_of(release["us-0"])]
+    counter_slices = [s for s in release["us-0"].slices() if s["spec"].get("sharedCounters")]
+    if counters_served(release):
+        # Every device and the whole node, exclusive through shared counters.
+        assert sorted(us) == sorted([*(f"neurondevice{i}" for i in range(16)), NODE_DEVICE_NAME])
+        assert counter_slices
+        record_property("detail", f"counters {layout_of(release['us-0'].slices())}")
+    else:
+        assert us == [NODE_DEVICE_NAME]
+        record_property("detail", "no counters served: UltraServer publishes neuronnode only")
+
+
+@pytest.mark.versions(check="node-exclusive")
+def test_neuronnode_and_its_devices_never_go_to_two_claims(
+    release: dict[str, SimulatedNode], record_property: Any
+) -> None:
+    cluster = cluster_of(release)
+    node = release["us-1"]
+    whole = claim_spec(1, cel=WHOLE)
+    holder = submit(cluster, whole, node.name)
+    cluster.wait_for_pod_running(holder, timeout=60)
+    refused = submit(cluster, claim_spec(1), node.name)
+    assert "cannot allocate all claims" in unschedulable_reason(cluster, refused)
+    cluster.delete("v1", "Pod", holder, "default")
+    cluster.wait_for_pod_gone(holder, timeout=60)
+    cluster.delete("resource.k8s.io/v1", "ResourceClaim", holder, "default")
+    if counters_served(release):
+        # The device claim gets a device now, and the whole node is refused in turn.
+        cluster.wait_for_pod_running(refused, timeout=60)
+        assert "cannot allocate all claims" in unschedulable_reason(
+            cluster, submit(cluster, whole, node.name)
+        )
+    record_property("detail", "shared counters" if counters_served(release) else "neuronnode only")
+
+
+def break_device(node: SimulatedNode, device: int) -> None:
+    write(node.sysfs, f"sys/devices/virtual/neuron_device/neuron{device}/stats/hardware/"
+                      "mem_ecc_uncorrected", "1\n")  # fmt: skip
+
+
+@pytest.mark.versions(check="taint")
+def test_an_unhealthy_device_is_never_allocated(
+    release: dict[str, SimulatedNode], record_property: Any
+) -> None:
+    cluster, node = cluster_of(release), release["trn2"]
+    break_device(node, 7)
+
+    def out_of_service() -> str | None:
+        found = [d for d in devices_of(node) if d["name"] == "neurondevice7"]
+        if not found:
+            return "withdrawn"
+        return "tainted" if found[0].get("taints") else None
+
+    how = cluster.wait_for("neurondevice7 out of service", out_of_service, 10)
+    pick = f"device.attributes['{DRIVER_NAME}'].deviceId == 7"
+    assert "cannot allocate all claims" in unschedulable_reason(
+        cluster, submit(cluster, claim_spec(1, cel=pick), node.name)
+    )
+    record_property("detail", how)
+
+
+@pytest.mark.versions(check="health")
+def test_device_health_reaches_pod_status(
+    release: dict[str, SimulatedNode], record_property: Any
+) -> None:
+    cluster = cluster_of(release)
+    if cluster.binaries.kubelet_minor < 34:
+        pytest.skip("the 1.33 kubelet reports no DRA device health")
+    node, us = release["trn2"], release["us-0"]
+    pick = f"device.attributes['{DRIVER_NAME}'].deviceId == 3"
+    # Each kubelet finds a pod's claims its own way (see the README): 1.34 only by a
+    # reference named like the claim, 1.35 only through a template, 1.36+ either.
+    template = cluster.binaries.kubelet_minor >= 35
+    holder = submit(cluster, claim_spec(1, cel=pick), node.name, template=template)
+    whole = claim_spec(1, cel=WHOLE)
+    us_holder = submit(cluster, whole, us.name, template=template)
+    for pod in (holder, us_holder):
+        cluster.wait_for_pod_running(pod, timeout=60)
+    break_device(node, 3)
+
+    def health(pod: Obj) -> list[tuple[str, str]]:
+        statuses = pod["status"].get("containerStatuses") or [{}]
+        return [(r["resourceID"].rsplit("-", 1)[-1], r.get("health", ""))
+                for s in statuses[0].get("allocatedResourcesStatus") or []
+                for r in s.get("resources") or []]  # fmt: skip
+
+    found = cluster.wait_for_pod(
+        holder, predicate=lambda p: ("neurondevice3", "Unhealthy") in health(p),
+        what="neurondevice3 Unhealthy in pod status", timeout=60,
+    )  # fmt: skip
+    assert health(found) == [("neurondevice3", "Unhealthy")]
+    # The whole-node device has a status of its own, not Unknown.
+    found = cluster.wait_for_pod(
+        us_holder, predicate=lambda p: health(p) == [("neuronnode", "Healthy")],
+        what="neuronnode Healthy in pod status", timeout=60,
+    )  # fmt: skip
+    claims = "claims from templates" if template else "claims by name"
+    record_property("detail", f"{health_service(node)}, {claims}")
+
+
+def health_service(node: SimulatedNode) -> str:
+    """The health service the kubelet chose, as the plugin logged it."""
+    assert node.plugin is not None
+    found = re.findall(r"kubelet watches device health api=(\S+)", node.plugin.log_path.read_text())
+    assert found, "the kubelet never opened a health stream"
+    return str(found[-1])

@@ -1,0 +1,148 @@
+"""Run the tests marked `versions` on every supported release and tabulate them.
+
+    python -m tests.e2e.versions                      # all releases
+    python -m tests.e2e.versions --release v1.34.4    # one (repeatable)
+    python -m tests.e2e.versions --oldest             # the oldest, as `make test` does
+    python -m tests.e2e.versions --readme README.md   # and rewrite its table
+
+Each release runs in its own pytest process (the binaries are chosen by
+environment); a test's `versions(check=...)` marker names its row, and what it
+recorded as `detail` says how that release did it. Exits non-zero when any test
+failed, so `make test` can run it for the oldest release.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.e2e.build import KUBELET_ONLY_RELEASES, RELEASES
+
+REPO = Path(__file__).resolve().parents[2]
+BEGIN, END = "<!-- compatibility:begin -->", "<!-- compatibility:end -->"
+
+
+@dataclass(frozen=True)
+class Combination:
+    control_plane: str
+    kubelet: str
+
+    @property
+    def label(self) -> str:
+        if self.kubelet == self.control_plane:
+            return self.control_plane
+        return f"{self.kubelet} kubelet, {self.control_plane}"
+
+
+COMBINATIONS = (
+    *(Combination(v, v) for v in RELEASES),
+    *(Combination(RELEASES[0], v) for v in KUBELET_ONLY_RELEASES),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    check: str
+    test: str
+    status: str  # passed, failed, skipped
+    detail: str
+
+
+def run(combination: Combination, extra: Sequence[str] = ()) -> list[Outcome]:
+    env = dict(os.environ)
+    env["NEURON_DRA_K8S_VERSION"] = combination.control_plane
+    env["NEURON_DRA_KUBELET_VERSION"] = combination.kubelet
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "junit.xml"
+        # xunit1: the report keeps each test's recorded properties (check, detail).
+        command = [sys.executable, "-m", "pytest", "tests/e2e", "-m", "versions", "-q",
+                   "-p", "no:cacheprovider", "-o", "junit_family=xunit1",
+                   f"--junitxml={report}", *extra]  # fmt: skip
+        print(f"== {combination.label}: {' '.join(command[2:])}", flush=True)
+        subprocess.run(command, cwd=REPO, env=env, check=False)
+        if not report.exists():
+            return [Outcome("(session)", "(session)", "failed", "pytest wrote no report")]
+        return outcomes(ET.parse(report).getroot())
+
+
+def outcomes(root: ET.Element) -> list[Outcome]:
+    found = []
+    for case in root.iter("testcase"):
+        props = {p.get("name"): p.get("value") or "" for p in case.iter("property")}
+        status = "passed"
+        detail = props.get("detail", "")
+        for tag in ("failure", "error", "skipped"):
+            element = case.find(tag)
+            if element is not None:
+                status = "skipped" if tag == "skipped" else "failed"
+                message = element.get("message") or ""
+                detail = message.removeprefix("Skipped: ").splitlines()[0] if message else tag
+        check = props.get("check", "(unmarked)")
+        found.append(Outcome(check, case.get("name", "?"), status, detail))
+    return found
+
+
+def cell(results: list[Outcome]) -> str:
+    if not results:
+        return "not run"
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        return "**FAIL** " + "; ".join(f"{r.test}: {r.detail}"[:120] for r in failed)
+    if all(r.status == "skipped" for r in results):
+        return "n/a: " + results[0].detail
+    details = sorted({r.detail for r in results if r.status == "passed" and r.detail})
+    return "ok" + (" (" + "; ".join(details) + ")" if details else "")
+
+
+def table(results: dict[Combination, list[Outcome]]) -> str:
+    checks = sorted({o.check for found in results.values() for o in found})
+    columns = list(results)
+    today = datetime.date.today().isoformat()
+    lines = [
+        f"Measured {today} on {platform.machine()} with `make test-versions` "
+        f"({sum(len(v) for v in results.values())} test runs).",
+        "",
+        "| check | " + " | ".join(c.label for c in columns) + " |",
+        "| --- |" + " --- |" * len(columns),
+    ]
+    for check in checks:
+        row = [cell([o for o in results[c] if o.check == check]) for c in columns]
+        lines.append(f"| {check} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def rewrite(readme: Path, text: str) -> None:
+    content = readme.read_text()
+    start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
+    readme.write_text(content[:start] + "\n" + text + "\n" + content[end:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--release", action="append", help="a control-plane release to run")
+    parser.add_argument("--oldest", action="store_true", help="only the oldest release")
+    parser.add_argument("--readme", type=Path, help="rewrite the table in this file")
+    args, extra = parser.parse_known_args(argv)
+    wanted = [RELEASES[0]] if args.oldest else args.release
+    chosen = [c for c in COMBINATIONS if not wanted or c.control_plane in wanted]
+    if wanted:
+        chosen = [c for c in chosen if c.kubelet == c.control_plane]
+    results = {combination: run(combination, extra) for combination in chosen}
+    text = table(results)
+    print(text)
+    if args.readme:
+        rewrite(args.readme, text)
+    return 1 if any(o.status == "failed" for v in results.values() for o in v) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
