@@ -187,25 +187,21 @@ def validate_pool(
             )
 
     # Names repeated inside one slice are that slice's error, reported above.
-    sets: CounterSets = {}
-    set_slice: dict[str, int] = {}
-    device_slice: dict[str, int] = {}
+    first: dict[str, dict[str, int]] = {"sharedCounters": {}, "devices": {}}
     for i, spec in enumerate(specs):
-        for j, counter_set in enumerate(spec.get("sharedCounters") or []):
-            name = str(counter_set.get("name", ""))
-            if set_slice.setdefault(name, i) != i:
-                errors.append(
-                    f"slice {i}: spec.sharedCounters[{j}].name: {name!r} is also in slice "
-                    f"{set_slice[name]}: counter set names are unique in a pool"
-                )
-            sets.setdefault(name, set(counter_set.get("counters") or {}))
-        for j, device in enumerate(spec.get("devices") or []):
-            name = str(device.get("name", ""))
-            if device_slice.setdefault(name, i) != i:
-                errors.append(
-                    f"slice {i}: spec.devices[{j}].name: {name!r} is also in slice "
-                    f"{device_slice[name]}: device names are unique in a pool"
-                )
+        for field, noun in (("sharedCounters", "counter set"), ("devices", "device")):
+            for j, item in enumerate(spec.get(field) or []):
+                name = str(item.get("name", ""))
+                if first[field].setdefault(name, i) != i:
+                    errors.append(
+                        f"slice {i}: spec.{field}[{j}].name: {name!r} is also in slice "
+                        f"{first[field][name]}: {noun} names are unique in a pool"
+                    )
+    sets: CounterSets = {}
+    for spec in specs:
+        for counter_set in spec.get("sharedCounters") or []:
+            counters = set(counter_set.get("counters") or {})
+            sets.setdefault(str(counter_set.get("name", "")), counters)
     if COUNTER_RULES[layout].separate:
         for i, spec in enumerate(specs):
             for j, device in enumerate(spec.get("devices") or []):
