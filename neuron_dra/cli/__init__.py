@@ -8,6 +8,8 @@ agent and nothing of the tools. May use every layer.
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 import time
 from collections.abc import Sequence
@@ -22,10 +24,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(args.log_level, args.log_format)
     try:
         code: int = args.command(args)
+        # Flushed here, not at exit, so a closed pipe is caught below and not
+        # reported by the interpreter as an ignored exception.
+        sys.stdout.flush()
     except ValueError as err:
         print(f"neuron-dra: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # a connection of the command's own, which must not go unseen
+        # The reader went away (`neuron-dra lint ... | head`): what it wanted was
+        # written. Python's recipe: point stdout at devnull so the flush at exit
+        # cannot fail again, and exit 1 as Python itself does on EPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return code
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no real file behind stdout: not a pipe
+        return False
 
 
 def parser() -> argparse.ArgumentParser:

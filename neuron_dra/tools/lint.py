@@ -6,42 +6,49 @@ and which instance types a request can land on is found by evaluating its
 selectors against those devices, not by reading the expression. Errors are
 mistakes that keep a claim from ever being allocated or prepared; warnings
 are requests that work only somewhere, or only on some clusters.
+
+Every problem of every file is reported: a malformed request, selector, file
+or DeviceClass is a finding, and the checks that do not depend on it still run.
 """
 
 from __future__ import annotations
 
-import difflib
-import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from api.config import ConfigError, NeuronConfig, decode
 from consts import DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN
-from neuron_dra.hardware.discovery import discover
-from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
-from neuron_dra.hardware.instance_types import INSTANCE_TYPES, Shape
-from neuron_dra.hardware.topology import connected_sets
-from neuron_dra.resources.slices import SliceOptions, build_slices
-from neuron_dra.tools.cel import CelCompileError, CelEvalError, DeviceView, compile_selector
-from neuron_dra.tools.cel import referenced_attributes as cel_attributes
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.tools.cel import CelCompileError, compile_selector
+from neuron_dra.tools.published import (
+    OUR_DOMAINS,
+    matching_types,
+    narrow,
+    published,
+    suggest,
+    unpublished,
+    usable,
+)
 from neuron_dra.tools.simulate import (
     Alternative,
     ClaimSpec,
+    Constraint,
     DeviceClass,
     InputError,
+    Request,
     default_classes,
-    load_documents,
     parse_claim_spec,
     parse_device_class,
 )
 
 Json = dict[str, Any]
 
-OUR_DOMAINS = (DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN)
 BETA_VERSIONS = ("resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2")
+KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 GROUP_PREFIX = f"{GROUP_ATTRIBUTE_DOMAIN}/devicegroup"
 
 
@@ -57,62 +64,61 @@ class Finding:
         return f"{self.file}: {level}: {self.where}: {self.message}"
 
 
-@dataclass(frozen=True)
-class Published:
-    """What the driver publishes, over every instance type of the catalogue."""
-
-    names: Mapping[str, frozenset[str]]  # domain -> attribute names
-    devices: Mapping[str, tuple[DeviceView, ...]]  # instance type -> its devices
-    group_sizes: Mapping[str, frozenset[int]]  # instance type -> N of devicegroupN_id
-
-
-@cache
-def published() -> Published:
-    names: dict[str, set[str]] = {}
-    devices: dict[str, tuple[DeviceView, ...]] = {}
-    sizes: dict[str, frozenset[int]] = {}
-    with tempfile.TemporaryDirectory(prefix="neuron-dra-lint-") as tmp:
-        for instance_type, spec in INSTANCE_TYPES.items():
-            unit = FakeUltraServer() if spec.ultraserver else None
-            root = build_fake_node(Path(tmp) / instance_type, instance_type, ultraserver=unit)
-            inventory = discover(root).inventory
-            views = []
-            for obj in build_slices(inventory, SliceOptions(instance_type)):
-                for device in obj["spec"]["devices"]:
-                    views.append(DeviceView.from_slice_device(DRIVER_NAME, device))
-            devices[instance_type] = tuple(views)
-            sizes[instance_type] = frozenset(inventory.connected_sets())
-            for view in views:
-                for domain, attrs in view.attributes.items():
-                    names.setdefault(domain, set()).update(attrs)
-    return Published({d: frozenset(n) for d, n in names.items()}, devices, sizes)
-
-
-def suggest(name: str, known: Iterable[str]) -> str | None:
-    """The closest published name; case is ignored, as typos often get it wrong."""
-    by_lower = {k.lower(): k for k in known}
-    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
-    return by_lower[close[0]] if close else None
-
-
 def lint_files(files: Sequence[Path], instance_types: Sequence[str] = ()) -> list[Finding]:
-    try:
-        docs = load_documents(files)
-    except InputError as err:
-        return [Finding(str(files[0]) if files else "-", "input", str(err), True)]
+    loaded = [(path, *_load(path)) for path in files]
+    docs = [doc for _, file_docs, _ in loaded for _, doc in file_docs]
     classes = {c.name: c for c in default_classes()}
-    for _, doc in docs:
-        if doc.get("kind") == "DeviceClass" and _resource(doc):
-            device_class = parse_device_class(doc)
-            classes[device_class.name] = device_class
+    for doc in docs:
+        if doc.get("kind") == "DeviceClass" and _resource(doc) and _name(doc):
+            device_class = _device_class(doc)
+            if device_class is not None:
+                classes[device_class.name] = device_class
     findings: list[Finding] = []
-    for where, doc in docs:
-        findings.extend(lint_document(where, doc, classes, instance_types))
+    for _, file_docs, problem in loaded:
+        for where, doc in file_docs:
+            findings.extend(lint_document(where, doc, classes, instance_types))
+        findings.extend(problem)  # after the documents read before it
     return findings
+
+
+def _load(path: Path) -> tuple[list[tuple[str, Json]], list[Finding]]:
+    """A file's documents (Lists unpacked); an unreadable rest of it is one finding."""
+    file = str(path)
+    docs: list[tuple[str, Json]] = []
+    try:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind"):
+                items = (doc.get("items") or []) if doc.get("kind") == "List" else [doc]
+                docs.extend((file, item) for item in items if isinstance(item, dict))
+    except OSError as err:
+        return docs, [Finding(file, "input", err.strerror or str(err), True)]
+    except UnicodeDecodeError as err:
+        return docs, [Finding(file, "input", f"not UTF-8 text: {err.reason}", True)]
+    except yaml.YAMLError as err:
+        return docs, [Finding(file, "YAML", _yaml_problem(err), True)]
+    return docs, []
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        reason = ", ".join(part for part in (err.context, err.problem) if part)
+        return f"line {mark.line + 1}, column {mark.column + 1}: {reason}"
+    return str(err)
 
 
 def _resource(doc: Mapping[str, Any]) -> bool:
     return str(doc.get("apiVersion", "")).startswith("resource.k8s.io/")
+
+
+def _name(doc: Mapping[str, Any]) -> str | None:
+    metadata = doc.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return str(name) if name else None
+
+
+def _device_class(doc: Mapping[str, Any]) -> DeviceClass | None:
+    return parse_device_class(doc) if isinstance(doc.get("spec") or {}, Mapping) else None
 
 
 def lint_document(
@@ -122,33 +128,26 @@ def lint_document(
     instance_types: Sequence[str] = (),
 ) -> list[Finding]:
     kind = str(doc.get("kind"))
-    if not _resource(doc) or kind not in ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass"):
+    if not _resource(doc) or kind not in KINDS:
         return []
-    name = str((doc.get("metadata") or {}).get("name", "?"))
-    checker = _Checker(file, f"{kind} {name}", classes, instance_types)
+    name = _name(doc)
+    checker = _Checker(file, f"{kind} {name or '?'}", classes, instance_types)
+    metadata = doc.get("metadata")
+    if not name and not (isinstance(metadata, Mapping) and metadata.get("generateName")):
+        checker.error("metadata.name is missing")
     version = str(doc.get("apiVersion"))
     if version in BETA_VERSIONS:
         checker.warn(
             f"apiVersion {version}: Kubernetes 1.34 serves it only when enabled "
             f"(--runtime-config={version}=true); use resource.k8s.io/v1"
         )
+    spec = checker.mapping(doc.get("spec"), "spec")
     if kind == "DeviceClass":
-        device_class = parse_device_class(doc)
-        for i, expression in enumerate(device_class.selectors):
-            checker.selector(f"selectors[{i}]", expression)
-        checker.configs(device_class.config, set(), None)
+        checker.device_class(parse_device_class({"metadata": {"name": name}, "spec": spec}))
         return checker.findings
-    spec = (
-        ((doc.get("spec") or {}).get("spec") or {})
-        if kind == "ResourceClaimTemplate"
-        else (doc.get("spec") or {})
-    )
-    try:
-        claim = parse_claim_spec(spec, "spec")
-    except InputError as err:
-        checker.error(str(err))
-        return checker.findings
-    checker.claim(claim)
+    if kind == "ResourceClaimTemplate":
+        spec = checker.mapping(spec.get("spec"), "spec.spec")
+    checker.claim(checker.claim_spec(spec))
     return checker.findings
 
 
@@ -165,6 +164,10 @@ class _Checker:
         self.classes = classes
         self.instance_types = tuple(instance_types)
         self.findings: list[Finding] = []
+        # Per request alternative: the instance types it can land on, and those it is pinned to.
+        self.types: dict[str, tuple[str, ...]] = {}
+        self.pinned: dict[str, tuple[str, ...]] = {}
+        self.unreadable: set[str] = set()  # requests that exist but could not be read
 
     def error(self, message: str, part: str = "") -> None:
         self.findings.append(Finding(self.file, self._at(part), message, True))
@@ -175,48 +178,111 @@ class _Checker:
     def _at(self, part: str) -> str:
         return f"{self.where}: {part}" if part else self.where
 
+    def mapping(self, value: object, field: str) -> Mapping[str, Any]:
+        """`value` if it is a mapping; anything else but null is an error and reads as empty."""
+        if isinstance(value, Mapping):
+            return value
+        if value is not None:
+            self.error(f"{field} is a {_json_type(value)}, not a mapping")
+        return {}
+
     # --- selectors ------------------------------------------------------------
 
-    def selector(self, part: str, expression: str) -> bool:
-        """Compile and check the names; False when evaluating it would tell nothing more."""
-        try:
-            compile_selector(expression)
-        except CelCompileError as err:
-            self.error(f"CEL {err}", part)
-            return False
-        known = published().names
+    def selectors(
+        self, part: str, expressions: Sequence[str], base: Sequence[str] = ()
+    ) -> tuple[tuple[str, ...], bool]:
+        """Instance types the usable selectors (and `base`) accept, and whether all were usable.
+
+        A selector that does not compile or names an attribute never published
+        is reported and left out, so the rest still tells where the request can
+        land: the types of the full set are among those.
+        """
+        accepted = [e for e in base if usable(e)]
+        unknown: list[tuple[str, str, str]] = []
         clean = True
-        for domain, name in sorted(cel_attributes(expression)):
-            if domain in OUR_DOMAINS and name not in known.get(domain, frozenset()):
-                hint = suggest(name, known.get(domain, ()))
-                tip = f"; did you mean {hint!r}?" if hint else ""
-                self.error(f"attribute {domain}/{name} is never published by the driver{tip}", part)
+        for i, expression in enumerate(expressions):
+            at = f"{part}selectors[{i}]"
+            try:
+                compile_selector(expression)
+            except CelCompileError as err:
+                self.error(f"CEL {err}", at)
                 clean = False
-        return clean
+                continue
+            missing = unpublished(expression)
+            unknown.extend((at, domain, name) for domain, name in missing)
+            if missing:
+                clean = False
+            else:
+                accepted.append(expression)
+        types = matching_types(tuple(accepted))
+        pinned = self.instance_types or (types if narrow(types) else ())
+        known = published().names_on(pinned)
+        for at, domain, name in unknown:
+            hint = suggest(name, known.get(domain, ()))
+            tip = f"; did you mean {hint!r}?" if hint else ""
+            self.error(f"attribute {domain}/{name} is never published by the driver{tip}", at)
+        return types, clean
+
+    # --- device classes -------------------------------------------------------
+
+    def device_class(self, device_class: DeviceClass) -> None:
+        types, _ = self.selectors("", device_class.selectors)
+        if self.configs(device_class.config, set(), None):
+            self._lnc(self.instance_types or types, "", "the class")
 
     # --- claims ---------------------------------------------------------------
+
+    def claim_spec(self, spec: Mapping[str, Any]) -> ClaimSpec:
+        """The claim's requests and constraints; each malformed one is reported and left out."""
+        devices = self.mapping(spec.get("devices"), "devices")
+        requests: list[Request] = []
+        for i, entry in enumerate(devices.get("requests") or []):
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            if not name:
+                self.error(f"requests[{i}] has no name")
+                continue
+            try:
+                # One request at a time, so one malformed request hides no other.
+                requests.extend(parse_claim_spec({"devices": {"requests": [entry]}}, "-").requests)
+            except InputError as err:
+                self.error(str(err).removeprefix("-: "))
+                self.unreadable.add(str(name))
+            except AttributeError as err:  # the parser reads fields of what must be mappings
+                found = _json_type(err.obj)
+                self.error(f"request {name!r} is malformed: a {found} where a mapping belongs")
+                self.unreadable.add(str(name))
+        known = {r.name for r in requests} | {a.name for r in requests for a in r.alternatives}
+        constraints = []
+        for i, entry in enumerate(devices.get("constraints") or []):
+            attribute = entry.get("matchAttribute") if isinstance(entry, Mapping) else None
+            if not attribute:
+                continue  # distinctAttribute and future kinds are not published by this driver
+            listed = tuple(str(r) for r in entry.get("requests") or ())
+            for request in listed:
+                if request not in known and request.split("/", 1)[0] not in self.unreadable:
+                    self.error(f"names unknown request {request!r}", f"constraints[{i}]")
+            qualified = attribute if "/" in attribute else f"{DRIVER_NAME}/{attribute}"
+            constraints.append(Constraint(listed, qualified))
+        config = tuple(devices.get("config") or ())
+        return ClaimSpec(tuple(requests), tuple(constraints), config)
 
     def claim(self, claim: ClaimSpec) -> None:
         names = {r.name for r in claim.requests} | {
             a.name for r in claim.requests for a in r.alternatives
         }
+        names |= self.unreadable  # reported already; a config naming one is not wrong too
         for request in claim.requests:
             for alt in request.alternatives:
                 self.request(claim, alt)
         for i, constraint in enumerate(claim.constraints):
-            domain, _, attribute = constraint.attribute.partition("/")
-            known = published().names.get(domain, frozenset())
-            if domain in OUR_DOMAINS and attribute not in known:
-                hint = suggest(attribute, known)
-                tip = f"; did you mean {domain}/{hint}?" if hint else ""
-                self.error(
-                    f"matchAttribute {constraint.attribute} is never published by the driver, "
-                    f"so no device satisfies the constraint{tip}",
-                    f"constraints[{i}]",
-                )
+            self._constraint(f"constraints[{i}]", constraint)
         lnc_requests = self.configs(claim.config, names, claim)
-        if lnc_requests:
-            self._lnc_types(claim, lnc_requests)
+        for request in claim.requests:
+            for alt in request.alternatives:
+                device_class = self.classes.get(alt.device_class)
+                from_class = device_class is not None and _sets_lnc(device_class.config)
+                if from_class or lnc_requests & {"*", request.name, alt.name}:
+                    self._lnc(self.instance_types or self.types[alt.name], f"request {alt.name}")
 
     def request(self, claim: ClaimSpec, alt: Alternative) -> None:
         part = f"request {alt.name}"
@@ -227,19 +293,14 @@ class _Checker:
                 "among the inputs; it must exist in the cluster",
                 part,
             )
-        expressions = list(device_class.selectors if device_class else ())
-        usable = True
-        for i, expression in enumerate(alt.selectors):
-            usable = self.selector(f"{part}: selectors[{i}]", expression) and usable
-        if not usable:
-            return
-        types = self._types(expressions + list(alt.selectors))
+        base = device_class.selectors if device_class else ()
+        types, clean = self.selectors(f"{part}: ", alt.selectors, base)
+        pinned = self.instance_types or (types if narrow(types) else ())
+        self.types[alt.name], self.pinned[alt.name] = types, pinned
         if not types:
-            self.warn("no device of any Neuron instance type matches the selectors", part)
+            if clean:
+                self.warn("no device of any Neuron instance type matches the selectors", part)
             return
-        pinned = self.instance_types or (
-            types if len(types) < len(INSTANCE_TYPES) and _narrow(types) else ()
-        )
         if alt.all or not pinned:
             return
         groups = [
@@ -249,57 +310,63 @@ class _Checker:
         for instance_type in pinned:
             self._count(part, alt.count, instance_type, groups)
 
+    def _constraint(self, part: str, constraint: Constraint) -> None:
+        domain, _, attribute = constraint.attribute.partition("/")
+        if domain not in OUR_DOMAINS or attribute in published().names.get(domain, ()):
+            return
+        # Suggest only what every instance type the constrained requests are pinned to has.
+        pinned = {t for alt, types in self.pinned.items() if constraint.applies(alt) for t in types}
+        hint = suggest(attribute, published().names_on(sorted(pinned)).get(domain, ()))
+        tip = f"; did you mean {domain}/{hint}?" if hint else ""
+        self.error(
+            f"matchAttribute {constraint.attribute} is never published by the driver, "
+            f"so no device satisfies the constraint{tip}",
+            part,
+        )
+
     def _count(self, part: str, count: int, instance_type: str, groups: list[str]) -> None:
         spec = INSTANCE_TYPES[instance_type]
         sizes = published().group_sizes[instance_type]
         if count > spec.devices:
             self.error(f"count {count}: {instance_type} has only {spec.devices} devices", part)
             return
+        everywhere = published().names.get(GROUP_ATTRIBUTE_DOMAIN, frozenset())
         for attribute in groups:
             size_text = attribute.removeprefix(GROUP_PREFIX).removesuffix("_id")
-            if not size_text.isdigit():
-                continue
+            if not size_text.isdigit() or attribute.partition("/")[2] not in everywhere:
+                continue  # never published anywhere: reported with the constraint
             size = int(size_text)
             if size not in sizes:
-                published_sizes = ", ".join(map(str, sorted(sizes)))
                 self.error(
                     f"matchAttribute {attribute}: {instance_type} has no connected sets of "
-                    f"{size} (sizes: {published_sizes})",
+                    f"{size} (sizes: {', '.join(map(str, sorted(sizes)))})",
                     part,
                 )
             elif count > size:
+                use = f"; use {GROUP_PREFIX}{count}_id" if count in sizes else ""
                 self.error(
                     f"count {count} with matchAttribute {attribute}: each value is shared by "
-                    f"exactly {size} devices, so {count} never share one",
+                    f"exactly {size} devices, so {count} never share one{use}",
                     part,
                 )
             elif count < size:
+                # Name a smaller group only where this instance type publishes one.
+                smaller = f" or devicegroup{count}_id" if count in sizes else ""
                 self.warn(
                     f"count {count} with matchAttribute {attribute}: {count} devices of a "
                     f"connected set of {size}, which are not a connected set themselves; "
-                    f"use count {size} or devicegroup{count}_id",
+                    f"use count {size}{smaller}",
                     part,
                 )
-        if spec.shape is Shape.TORUS and count not in connected_sets(spec.shape, spec.devices):
-            self.warn(
+        if count not in sizes:
+            # The Neuron scheduler extension refused such counts, in these words; the DRA
+            # allocator would instead hand out devices that are not one connected set.
+            self.error(
                 f"Instance type {instance_type} does not support requests for device: "
-                f"{count}. Please request a different number of devices.",
+                f"{count}. Please request a different number of devices. Its connected "
+                f"sets have {_alternatives(sorted(sizes))} devices.",
                 part,
             )
-
-    def _types(self, expressions: list[str]) -> list[str]:
-        """Instance types with at least one device every expression accepts."""
-        selectors = [compile_selector(e) for e in expressions]
-        out = []
-        for instance_type, views in published().devices.items():
-            for view in views:
-                try:
-                    if all(s.matches(view) for s in selectors):
-                        out.append(instance_type)
-                        break
-                except CelEvalError:
-                    continue
-        return out
 
     # --- configs --------------------------------------------------------------
 
@@ -310,11 +377,14 @@ class _Checker:
         lnc: set[str] = set()
         for i, entry in enumerate(entries):
             part = f"config[{i}]"
+            if not isinstance(entry, Mapping):
+                self.error(f"is a {_json_type(entry)}, not a mapping", part)
+                continue
             for request in entry.get("requests") or []:
                 if claim is not None and request not in names:
                     self.error(f"names request {request!r}, which the claim does not have", part)
             opaque = entry.get("opaque") or {}
-            if opaque.get("driver") != DRIVER_NAME:
+            if not isinstance(opaque, Mapping) or opaque.get("driver") != DRIVER_NAME:
                 continue
             try:
                 config = decode(opaque.get("parameters"))
@@ -325,28 +395,48 @@ class _Checker:
                 lnc.update(entry.get("requests") or names or {"*"})
         return lnc
 
-    def _lnc_types(self, claim: ClaimSpec, requests: set[str]) -> None:
-        for request in claim.requests:
-            for alt in request.alternatives:
-                if not (requests & {"*", request.name, alt.name}):
-                    continue
-                device_class = self.classes.get(alt.device_class)
-                expressions = [*(device_class.selectors if device_class else ()), *alt.selectors]
-                try:
-                    types = self.instance_types or tuple(self._types(expressions))
-                except CelCompileError:
-                    continue
-                without = sorted(t for t in types if not INSTANCE_TYPES[t].has_lnc)
-                if without:
-                    self.warn(
-                        "NeuronConfig.logicalNeuronCore is set, but the request can land on "
-                        f"{', '.join(without)}, which have no logical NeuronCores; the driver "
-                        "refuses to prepare it there",
-                        f"request {alt.name}",
-                    )
+    def _lnc(self, types: Sequence[str], part: str, subject: str = "the request") -> None:
+        """LNC set for a request (or class) that can land on `types`."""
+        without = sorted(t for t in types if not INSTANCE_TYPES[t].has_lnc)
+        if not without:
+            return
+        if len(without) < len(types):
+            self.warn(
+                f"NeuronConfig.logicalNeuronCore is set, but {subject} can land on "
+                f"{', '.join(without)}, which have no logical NeuronCores; the driver "
+                "refuses to prepare it there",
+                part,
+            )
+            return
+        with_lnc = _alternatives(sorted(t for t, s in INSTANCE_TYPES.items() if s.has_lnc), "and")
+        self.error(
+            f"NeuronConfig.logicalNeuronCore is set, but {subject} can only land on "
+            f"{', '.join(without)}, which have no logical NeuronCores, so the driver never "
+            f"prepares it; only {with_lnc} have them",
+            part,
+        )
 
 
-def _narrow(types: Sequence[str]) -> bool:
-    """Whether the selectors pin the hardware: every matching type is of one shape and size."""
-    shapes = {(INSTANCE_TYPES[t].shape, INSTANCE_TYPES[t].devices) for t in types}
-    return len(shapes) == 1
+def _sets_lnc(entries: Sequence[Json]) -> bool:
+    """Whether opaque configs (of a DeviceClass) set LNC; their errors are the class's."""
+    for entry in entries:
+        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
+        if isinstance(opaque, Mapping) and opaque.get("driver") == DRIVER_NAME:
+            try:
+                config = decode(opaque.get("parameters"))
+            except ConfigError:
+                continue
+            if isinstance(config, NeuronConfig) and config.logicalNeuronCore is not None:
+                return True
+    return False
+
+
+def _alternatives(items: Sequence[object], last: str = "or") -> str:
+    words = [str(s) for s in items]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
+
+
+def _json_type(value: object) -> str:
+    return {dict: "mapping", list: "list", str: "string", bool: "boolean"}.get(
+        type(value), "number" if isinstance(value, int | float) else type(value).__name__
+    )

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +75,47 @@ def test_bad_fake_node_arguments_are_errors(
         capsys, "fake-node", "--instance-type", "inf2.xlarge", "--out", str(tmp_path), "--lnc", "1"
     )
     assert code == 2 and "inf2.xlarge has no logical NeuronCores" in err
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_output_into_a_closed_pipe_ends_without_a_traceback(buffered: bool) -> None:
+    """As `neuron-dra lint ... | head -1` once head has exited: writes to stdout fail."""
+    read, write = os.pipe()
+    os.close(read)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    spec = Path(__file__).resolve().parents[3] / "examples" / "specs" / "l-trn2.yaml"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "neuron_dra", "lint", str(spec)],
+            stdout=write, stderr=subprocess.PIPE, text=True, env=env, check=False, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert result.stderr == ""
+    assert result.returncode == 1
+
+
+def test_lint_piped_into_head_ends_without_a_traceback(tmp_path: Path) -> None:
+    # More than a pipe's buffer of findings (missing files are the cheapest), so
+    # the writes outlast `head` whichever of the two runs first.
+    files = " ".join(shlex.quote(str(tmp_path / f"missing-{i:04}.yaml")) for i in range(1000))
+    result = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m neuron_dra lint {files} | head -1",
+        shell=True, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert result.stdout.endswith("missing-0000.yaml: error: input: No such file or directory\n")
+    assert result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+
+
+def test_a_broken_pipe_other_than_stdout_is_not_hidden(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def lose_a_connection(_: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("neuron_dra.cli.tools._lint", lose_a_connection)
+    with pytest.raises(BrokenPipeError):
+        main(["lint", str(tmp_path / "any.yaml")])

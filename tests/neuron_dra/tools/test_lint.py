@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from neuron_dra import cli
-from neuron_dra.tools.lint import Finding, lint_files, published, suggest
+from neuron_dra.tools.lint import Finding, lint_files
+from neuron_dra.tools.published import published, suggest
 
 REPO = Path(__file__).resolve().parents[3]
 SPECS = REPO / "examples" / "specs"
 EXAMPLES = sorted(SPECS.rglob("*.yaml"))
 ROW = (SPECS / "1x4-connected-devices.yaml").read_text()
 LNC = (SPECS / "lnc-setting-trn2.yaml").read_text()
-SEED_WARNING = (
+SEED_ERROR = (
     "Instance type trn1.32xlarge does not support requests for device: 7. "
-    "Please request a different number of devices."
+    "Please request a different number of devices. Its connected sets have 1, 4, 8 or 16 devices."
 )
+Json = dict[str, Any]
 
 
 def broken(tmp_path: Path, text: str, *replacements: tuple[str, str]) -> list[Finding]:
@@ -31,6 +37,29 @@ def broken(tmp_path: Path, text: str, *replacements: tuple[str, str]) -> list[Fi
 
 def messages(findings: list[Finding], *, error: bool) -> list[str]:
     return [f.message for f in findings if f.error is error]
+
+
+def pinned(instance_type: str) -> str:
+    return f"device.attributes['neuron.aws.com'].instanceType == '{instance_type}'"
+
+
+def template(expression: str, count: int, group: int | None = None, name: str = "t") -> Json:
+    """A ResourceClaimTemplate of one request, constrained to one devicegroup size if given."""
+    request = {"name": "neurons", "exactly": {
+        "deviceClassName": "neuron.aws.com", "count": count,
+        "selectors": [{"cel": {"expression": expression}}]}}  # fmt: skip
+    devices: Json = {"requests": [request]}
+    if group is not None:
+        attribute = f"resource.aws.com/devicegroup{group}_id"
+        devices["constraints"] = [{"requests": ["neurons"], "matchAttribute": attribute}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name}, "spec": {"spec": {"devices": devices}}}  # fmt: skip
+
+
+def lint_docs(tmp_path: Path, *docs: Json, instance_types: Sequence[str] = ()) -> list[Finding]:
+    path = tmp_path / "docs.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return lint_files([path], instance_types)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(SPECS)))
@@ -69,14 +98,16 @@ def test_bad_cel_reports_line_and_column(tmp_path: Path) -> None:
     assert (int(line), int(column)) == (1, 69)
 
 
-def test_seven_devices_on_trn1_warns_with_the_scheduler_extension_text(tmp_path: Path) -> None:
+def test_seven_devices_on_trn1_is_an_error_in_the_scheduler_extension_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     findings = broken(
         tmp_path, ROW, ("'trn2.48xlarge'", "'trn1.32xlarge'"), ("count: 4", "count: 7"),
         ("devicegroup4_id", "devicegroup8_id"),
     )  # fmt: skip
-    assert SEED_WARNING in messages(findings, error=False)
-    # Seven of a set of eight share its value, so only the count warning applies.
-    assert messages(findings, error=True) == []
+    assert messages(findings, error=True) == [SEED_ERROR]
+    assert cli.main(["lint", str(tmp_path / "broken.yaml")]) == 1
+    assert capsys.readouterr().out.endswith("1 errors, 1 warnings\n")
 
 
 def test_instance_type_flag_applies_the_count_rules(tmp_path: Path) -> None:
@@ -89,21 +120,40 @@ def test_instance_type_flag_applies_the_count_rules(tmp_path: Path) -> None:
         )
         .replace("devicegroup4_id", "devicegroup8_id")
     )
-    assert SEED_WARNING not in messages(lint_files([path]), error=False)
+    assert SEED_ERROR not in messages(lint_files([path]), error=True)
     findings = lint_files([path], ["trn1.32xlarge"])
-    assert SEED_WARNING in messages(findings, error=False)
+    assert SEED_ERROR in messages(findings, error=True)
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "count", "error"),
+    [("inf2.48xlarge", 5, True), ("inf2.48xlarge", 3, False), ("inf2.24xlarge", 4, True),
+     ("inf1.24xlarge", 8, False), ("trn2.48xlarge", 2, True)],
+)  # fmt: skip
+def test_a_count_no_connected_set_of_the_instance_type_has_is_an_error(
+    tmp_path: Path, instance_type: str, count: int, error: bool
+) -> None:
+    findings = lint_docs(tmp_path, template(pinned(instance_type), count))
+    expected = [
+        f"Instance type {instance_type} does not support requests for device: {count}. "
+        "Please request a different number of devices."
+    ]
+    errors = [m.split(" Its connected", 1)[0] for m in messages(findings, error=True)]
+    assert errors == (expected if error else [])
 
 
 def test_count_larger_than_the_connected_set_is_an_error(tmp_path: Path) -> None:
     findings = broken(tmp_path, ROW, ("count: 4", "count: 5"))
-    assert messages(findings, error=True) == [
+    errors = messages(findings, error=True)
+    assert errors[0] == (
         "count 5 with matchAttribute resource.aws.com/devicegroup4_id: each value is shared by "
         "exactly 4 devices, so 5 never share one"
-    ]
-    assert (
-        "Instance type trn2.48xlarge does not support requests for device: 5. "
-        "Please request a different number of devices." in messages(findings, error=False)
     )
+    assert errors[1].startswith(
+        "Instance type trn2.48xlarge does not support requests for device: 5. "
+        "Please request a different number of devices."
+    )
+    assert len(errors) == 2
 
 
 def test_group_size_the_instance_type_lacks(tmp_path: Path) -> None:
@@ -112,7 +162,9 @@ def test_group_size_the_instance_type_lacks(tmp_path: Path) -> None:
     )
     assert messages(findings, error=True) == [
         "matchAttribute resource.aws.com/devicegroup2_id: trn2.48xlarge has no connected sets "
-        "of 2 (sizes: 1, 4, 8, 16)"
+        "of 2 (sizes: 1, 4, 8, 16)",
+        "Instance type trn2.48xlarge does not support requests for device: 2. Please request a "
+        "different number of devices. Its connected sets have 1, 4, 8 or 16 devices.",
     ]
 
 
@@ -123,11 +175,44 @@ def test_bad_lnc_value_names_the_field(tmp_path: Path) -> None:
     assert "'logicalNeuronCore': 3 is not allowed; allowed values: 1, 2" in error.message
 
 
-def test_lnc_on_hardware_without_it_warns(tmp_path: Path) -> None:
+def test_lnc_on_an_instance_type_without_it_is_an_error(tmp_path: Path) -> None:
     findings = broken(tmp_path, LNC, ("'trn2.48xlarge'", "'inf2.48xlarge'"))
+    [error] = messages(findings, error=True)
+    assert "inf2.48xlarge, which have no logical NeuronCores" in error
+    assert messages(findings, error=False) == []
+
+
+def test_lnc_where_only_some_instance_types_have_it_warns(tmp_path: Path) -> None:
+    findings = broken(
+        tmp_path, LNC, ("== 'trn2.48xlarge'", "in ['trn1.32xlarge', 'trn2.48xlarge']")
+    )
     assert messages(findings, error=True) == []
     [warning] = messages(findings, error=False)
-    assert "inf2.48xlarge, which have no logical NeuronCores" in warning
+    assert "can land on trn1.32xlarge, which have no logical NeuronCores" in warning
+
+
+def test_lnc_on_the_instance_type_flag_without_it_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "lnc.yaml"
+    path.write_text(
+        LNC.replace("instanceType == 'trn2.48xlarge'", "resourceType == 'neuron_device'")
+    )
+    assert messages(lint_files([path], ["trn2.48xlarge"]), error=True) == []
+    [error] = messages(lint_files([path], ["trn1.32xlarge"]), error=True)
+    assert "trn1.32xlarge, which have no logical NeuronCores" in error
+
+
+def test_lnc_of_a_device_class_on_an_instance_type_without_it_is_an_error(
+    tmp_path: Path,
+) -> None:
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "lnc1"},
+        "spec": {"config": [{"opaque": {"driver": "neuron.aws.com", "parameters": {
+            "apiVersion": "neuron.aws.com/v1", "kind": "NeuronConfig", "logicalNeuronCore": 1}}}]},
+    }  # fmt: skip
+    claim = template(pinned("inf2.48xlarge"), 1)
+    claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "lnc1"
+    [error] = messages(lint_docs(tmp_path, device_class, claim), error=True)
+    assert "inf2.48xlarge, which have no logical NeuronCores" in error
 
 
 def test_match_attribute_on_a_missing_attribute(tmp_path: Path) -> None:
@@ -161,3 +246,158 @@ def test_published_names_cover_the_catalogue() -> None:
     ]
     assert "devicegroup16_id" in names["resource.aws.com"]
     assert suggest("InstanceTyp", names["neuron.aws.com"]) == "instanceType"
+
+
+MANY_PROBLEMS = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: many
+spec:
+  spec:
+    devices:
+      requests:
+      - name: neurons
+        exactly:
+          deviceClassName: neuron.aws.com
+          count: 7
+          selectors:
+          - cel:
+              expression: "device.attributes['neuron.aws.com'].instanceType == 'trn1.32xlarge'"
+      - name: classless
+        exactly:
+          count: 2
+      - name: none
+        exactly:
+          deviceClassName: neuron.aws.com
+          count: 0
+      - exactly:
+          deviceClassName: neuron.aws.com
+      constraints:
+      - requests: ["neurons"]
+        matchAttribute: resource.aws.com/devicegroup8_id
+      - requests: ["nope"]
+        matchAttribute: resource.aws.com/devicegroup4_id
+      config:
+      - requests: ["classless"]
+        opaque:
+          driver: neuron.aws.com
+          parameters:
+            apiVersion: neuron.aws.com/v1
+            kind: NeuronConfig
+            logicalNeuronCore: 3
+"""
+
+
+def test_every_problem_of_a_claim_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "many.yaml"
+    path.write_text(MANY_PROBLEMS)
+    errors = messages(lint_files([path]), error=True)
+    expected = [
+        "request 'classless' names no deviceClassName",
+        "request 'none': count must be a positive integer",
+        "requests[3] has no name",
+        "names unknown request 'nope'",
+        SEED_ERROR,
+        "'logicalNeuronCore': 3 is not allowed",
+    ]
+    assert [[e for e in errors if part in e] for part in expected] == [[e] for e in errors], errors
+
+
+def test_a_broken_file_hides_neither_other_files_nor_its_earlier_documents(
+    tmp_path: Path,
+) -> None:
+    typo = ROW.split("---")[0].replace(".instanceType ==", ".instancetype ==")
+    first, second, third = tmp_path / "1.yaml", tmp_path / "2.yaml", tmp_path / "3.yaml"
+    first.write_text(typo)
+    second.write_text(typo + "---\nkind: [unclosed\n")
+    third.write_text(typo)
+    findings = [f for f in lint_files([first, second, third, tmp_path / "4.yaml"]) if f.error]
+    assert [f.file for f in findings] == [str(first), str(second), str(second), str(third),
+                                          str(tmp_path / "4.yaml")]  # fmt: skip
+    yaml_error = findings[2]
+    assert (yaml_error.where, yaml_error.message.split(":")[0]) == ("YAML", "line 23, column 1")
+    assert "No such file or directory" in findings[4].message
+
+
+def test_a_broken_selector_hides_no_count_problem(tmp_path: Path) -> None:
+    claim = template(pinned("trn1.32xlarge"), 7)
+    selectors = claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    selectors.append({"cel": {"expression": "device.attributes['neuron.aws.com'].deviceid >= 0"}})
+    errors = messages(lint_docs(tmp_path, claim), error=True)
+    assert errors == [
+        "attribute neuron.aws.com/deviceid is never published by the driver; "
+        "did you mean 'deviceId'?",
+        SEED_ERROR,
+    ]
+
+
+def test_malformed_documents_are_findings_not_crashes(tmp_path: Path) -> None:
+    nameless_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "spec": {}}
+    listed_spec = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                   "metadata": {"name": "c"}, "spec": [1, 2]}  # fmt: skip
+    findings = lint_docs(tmp_path, nameless_class, listed_spec)
+    assert [(f.where, f.message) for f in findings if f.error] == [
+        ("DeviceClass ?", "metadata.name is missing"),
+        ("ResourceClaim c", "spec is a list, not a mapping"),
+    ]
+
+
+GROUP = re.compile(r"devicegroup(\d+)_id")
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "counts", "groups"),
+    [("trn1.32xlarge", range(1, 17), (1, 2, 3, 4, 6, 7, 8, 16)),
+     ("inf2.24xlarge", range(1, 7), (1, 2, 3, 4, 6, 8)),
+     ("inf2.48xlarge", range(1, 13), (2, 4, 5, 8, 12, 16))],
+)  # fmt: skip
+def test_suggestions_name_only_groups_the_instance_type_publishes(
+    tmp_path: Path, instance_type: str, counts: range, groups: tuple[int, ...]
+) -> None:
+    sizes = published().group_sizes[instance_type]
+    docs = [template(pinned(instance_type), count, group, f"c{count}-g{group}")
+            for count in counts for group in groups]  # fmt: skip
+    findings = lint_docs(tmp_path, *docs)
+    assert findings
+    for finding in findings:
+        asked = int(finding.where.split("-g")[1].split(":")[0])
+        named = {int(n) for n in GROUP.findall(finding.message)} - {asked}
+        assert named <= sizes, finding
+
+
+def test_a_group_no_instance_type_publishes_suggests_the_next_set(tmp_path: Path) -> None:
+    findings = lint_docs(tmp_path, template(pinned("trn1.32xlarge"), 2, 7))
+    assert [m for m in messages(findings, error=True) if "matchAttribute" in m] == [
+        "matchAttribute resource.aws.com/devicegroup7_id is never published by the driver, so "
+        "no device satisfies the constraint; did you mean resource.aws.com/devicegroup8_id?"
+    ]
+
+
+def test_seven_of_a_set_of_eight_suggests_no_group_of_seven(tmp_path: Path) -> None:
+    findings = lint_docs(tmp_path, template(pinned("trn1.32xlarge"), 7, 8))
+    assert messages(findings, error=False) == [
+        "count 7 with matchAttribute resource.aws.com/devicegroup8_id: 7 devices of a connected "
+        "set of 8, which are not a connected set themselves; use count 8"
+    ]
+
+
+def test_a_device_class_with_broken_cel_hides_nothing_of_its_claims(tmp_path: Path) -> None:
+    selector = {"cel": {"expression": "device.driver =="}}
+    device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                    "metadata": {"name": "broken"}, "spec": {"selectors": [selector]}}  # fmt: skip
+    claim = template(pinned("trn1.32xlarge"), 7)
+    claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "broken"
+    findings = lint_docs(tmp_path, device_class, claim)
+    assert [(f.where.split(":")[0], f.message.split(":")[0]) for f in findings if f.error] == [
+        ("DeviceClass broken", "CEL 1"),
+        ("ResourceClaimTemplate t", SEED_ERROR.split(":", 1)[0]),
+    ]
+
+
+def test_a_request_of_the_wrong_shape_is_a_finding_not_a_crash(tmp_path: Path) -> None:
+    claim = template(pinned("trn1.32xlarge"), 4, 4)
+    claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = ["no cel"]
+    assert messages(lint_docs(tmp_path, claim), error=True) == [
+        "request 'neurons' is malformed: a string where a mapping belongs"
+    ]
