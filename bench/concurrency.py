@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # This directory is on sys.path when the file runs as a script, as bench/run.py is.
-from run import RESULTS, allocated_claim, percentile, rss_mib  # noqa: E402
+from run import ADMIN_NAMESPACE_LABEL, RESULTS, allocated_claim, percentile, rss_mib  # noqa: E402
 
 from api.kubelet.dra.v1 import api_pb2 as dra  # noqa: E402
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
@@ -92,9 +92,11 @@ def main() -> int:
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
         node = add_simulated_node(cluster, "bench", "trn2.48xlarge")
         assert node.plugin is not None
-        # The preparer leaves exclusivity to the scheduler, so claims may share devices.
+        # More claims than devices: only admin access lets claims share a device.
+        cluster.patch("v1", "Namespace", "default",
+                      {"metadata": {"labels": {ADMIN_NAMESPACE_LABEL: "true"}}})  # fmt: skip
         claims = [
-            claim_of(allocated_claim(cluster, f"conc-{i}", "bench", [i % 16]))
+            claim_of(allocated_claim(cluster, f"conc-{i}", "bench", [i % 16], admin=True))
             for i in range(args.concurrent)
         ]
         total, each = asyncio.run(concurrent(node, claims))

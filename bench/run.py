@@ -63,17 +63,28 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def allocated_claim(cluster: Cluster, name: str, node: str, devices: list[int]) -> Obj:
-    """A ResourceClaim with an allocation written through the status subresource."""
+ADMIN_NAMESPACE_LABEL = "resource.kubernetes.io/admin-access"
+
+
+def allocated_claim(
+    cluster: Cluster, name: str, node: str, devices: list[int], *, admin: bool = False
+) -> Obj:
+    """A ResourceClaim with an allocation written through the status subresource.
+
+    With `admin`, the request and its results have admin access, so claims may share
+    devices (the driver refuses a device another claim holds otherwise); the
+    namespace must carry ADMIN_NAMESPACE_LABEL.
+    """
+    exactly: Obj = {"deviceClassName": "neuron.aws.com", "count": len(devices)}
+    extra: Obj = {"adminAccess": True} if admin else {}
     claim = cluster.create({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "neurons", "exactly": {
-            "deviceClassName": "neuron.aws.com", "count": len(devices)}}]}},
+        "spec": {"devices": {"requests": [{"name": "neurons", "exactly": exactly | extra}]}},
     })  # fmt: skip
     claim["status"] = {"allocation": {"devices": {"results": [
         {"request": "neurons", "driver": "neuron.aws.com", "pool": node,
-         "device": f"neurondevice{d}"} for d in devices
+         "device": f"neurondevice{d}", **extra} for d in devices
     ]}, "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
         {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}  # fmt: skip
     return cluster.request(  # type: ignore[no-any-return]

@@ -2,8 +2,25 @@
 
 One spec file per claim, named by claim UID, since runtimes cache specs and a
 reused name could hand a container another claim's devices. Device nodes sit
-on per-device CDI devices; the claim's environment sits on the spec itself,
+on per-device CDI devices (`<uid>-<device>`, one per device however often the
+claim lists it: runtimes refuse a spec naming a device twice). Environment
+that is the same for every container of the claim sits on the spec itself,
 which runtimes apply once whichever of the claim's devices a container gets.
+
+NEURON_RT_VISIBLE_CORES depends on the devices: the kubelet gives a container
+the CDI ids of the results of the request it references, or of every result
+for the whole claim. When requests differ in devices, each request's cores
+sit on a CDI device of its own (`<uid>.request.<request>`), named by each of
+its results, and every core of the claim on `<uid>.claim`, named by one extra
+result only a container of the whole claim gets (see the preparer). The CDI
+spec says device env is appended to the container's; the reference CDI
+package (tags.cncf.io/container-device-interface), which containerd and
+CRI-O inject devices with, replaces a variable given again instead. So the
+last of a container's ids that sets a variable decides it, and `<uid>.claim`
+comes last. A container that names two requests of one claim gets the cores
+of the last one it names: CDI has no way to merge them. The names cannot
+collide: device and request names are DNS labels (no dots), UIDs have no dots
+either.
 """
 
 from __future__ import annotations
@@ -12,6 +29,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +60,28 @@ def device_id(uid: str, device: str) -> str:
     return f"{KIND}={uid}-{device}"
 
 
+def request_device_id(uid: str, request: str) -> str:
+    """CDI id of the env of one request's devices."""
+    return f"{KIND}={uid}.request.{request}"
+
+
+def claim_device_id(uid: str) -> str:
+    """CDI id of the env of every device of the claim."""
+    return f"{KIND}={uid}.claim"
+
+
+def _env(env: Iterable[tuple[str, str]]) -> list[str]:
+    return [f"{k}={v}" for k, v in env]
+
+
 def build_spec(prepared: PreparedClaim) -> dict[str, Any]:
     uid = prepared.claim.uid
     devices = []
+    named: set[str] = set()
     for device in prepared.devices:
+        if device.device in named:
+            continue  # a device of two requests
+        named.add(device.device)
         nodes = []
         for neuron in device.neuron_devices:
             node: dict[str, Any] = {"path": neuron.dev_path, "permissions": "rw"}
@@ -57,12 +93,14 @@ def build_spec(prepared: PreparedClaim) -> dict[str, Any]:
                 }
             nodes.append(node)
         devices.append({"name": f"{uid}-{device.device}", "containerEdits": {"deviceNodes": nodes}})
-    spec: dict[str, Any] = {
-        "cdiVersion": "",
-        "kind": KIND,
-        "devices": devices,
-        "containerEdits": {"env": [f"{k}={v}" for k, v in prepared.env]},
-    }
+    for request, env in prepared.request_env:
+        devices.append({"name": f"{uid}.request.{request}", "containerEdits": {"env": _env(env)}})
+    if prepared.request_env:
+        whole = [kv for kv in prepared.env if kv not in prepared.common_env]
+        devices.append({"name": f"{uid}.claim", "containerEdits": {"env": _env(whole)}})
+    spec: dict[str, Any] = {"cdiVersion": "", "kind": KIND, "devices": devices}
+    if prepared.common_env:
+        spec["containerEdits"] = {"env": _env(prepared.common_env)}
     spec["cdiVersion"] = minimum_version(spec)
     return spec
 

@@ -33,6 +33,8 @@ class RecordedDevice:
     pool: str
     device: str
     cdi_device_ids: tuple[str, ...]
+    # Whether the result has admin access, which may share the device with other claims.
+    admin_access: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ def _record_json(record: ClaimRecord) -> dict[str, Any]:
                 "pool": d.pool,
                 "device": d.device,
                 "cdiDeviceIds": list(d.cdi_device_ids),
+                "adminAccess": d.admin_access,
             }
             for d in record.devices
         ],
@@ -170,7 +173,16 @@ def _record(uid: str, obj: dict[str, Any]) -> ClaimRecord:
                 str(d["pool"]),
                 str(d["device"]),
                 tuple(map(str, d["cdiDeviceIds"])),
+                _admin_access(d),
             )
             for d in obj["devices"]
         ),
     )
+
+
+def _admin_access(device: dict[str, Any]) -> bool:
+    # Absent in records written before it was recorded: exclusive, the side that refuses.
+    value = device.get("adminAccess", False)
+    if not isinstance(value, bool):
+        raise TypeError(f"adminAccess {value!r} is not a boolean")
+    return value

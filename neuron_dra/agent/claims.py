@@ -4,11 +4,19 @@ Pure: the ResourceClaim object (as the API server returns it) and the node
 inventory in, a PreparedClaim or a ClaimError out. Every rule of the opaque
 configuration (LNC only where the hardware has it, UltraServerConfig only for
 the whole-node device of an UltraServer node) is enforced here, with messages
-that name the claim, the field and the allowed values.
+that name the claim, the field and the allowed values. So is the rule that a
+device serves one claim at a time (`check_exclusive`), given what other claims
+hold.
+
+A container references either the whole claim or one of its requests, and gets
+the devices of what it references, so the environment that depends on the
+devices (NEURON_RT_VISIBLE_CORES) is worked out for both.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +34,10 @@ from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory
 
 # UltraServerConfig.ultraserverMode (nodes in the unit) -> the Neuron runtime's mode enum.
 RUNTIME_ULTRASERVER_MODE = {4: 1, 2: 2, 1: 4}  # X4=1, X2H=2, X1=4
+# What the API server allows as a request name; such names become part of CDI device names.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+Env = tuple[tuple[str, str], ...]
 
 
 class ClaimError(ValueError):
@@ -44,17 +56,35 @@ class ClaimRef:
 
 @dataclass(frozen=True)
 class PreparedDevice:
-    request_names: tuple[str, ...]
+    """One allocation result: a device for a request (a device of two requests is two)."""
+
+    request_names: tuple[str, ...]  # the top-level request first, then a subrequest if any
     pool: str
     device: str  # ResourceSlice device name
     neuron_devices: tuple[NeuronDevice, ...]  # /dev/neuronN nodes it gives the container
+    admin_access: bool = False
 
 
 @dataclass(frozen=True)
 class PreparedClaim:
     claim: ClaimRef
     devices: tuple[PreparedDevice, ...]
-    env: tuple[tuple[str, str], ...]  # for every container using any device of the claim
+    env: Env  # of a container referencing the whole claim
+    # The part of `env` every container of the claim gets, whatever it references.
+    common_env: Env = ()
+    # Top-level request -> the rest of the env for exactly that request's devices. Empty
+    # when every request has the same devices: then `common_env` is all of `env`.
+    request_env: tuple[tuple[str, Env], ...] = ()
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A device prepared, or being prepared, on this node for a claim."""
+
+    claim: ClaimRef
+    pool: str
+    device: str
+    admin_access: bool
 
 
 def plan(
@@ -88,15 +118,19 @@ def _plan(
 
     configs = _configs(claim, devices_section.get("config") or [])
     by_name = {d.name: d for d in inventory.devices}
-    prepared = []
+    prepared: list[PreparedDevice] = []
     lnc_by_request: dict[str, int | None] = {}
     ultraserver_mode: int | None = None
+    seen: set[tuple[str, str]] = set()
     for result in results:
         request = str(result.get("request", ""))
+        device_name = str(result.get("device", ""))
+        if (request, device_name) in seen:
+            continue  # listed twice: one device node, one CDI device
+        seen.add((request, device_name))
         applied = [c for requests, c in configs if _applies(requests, request)]
         lnc = _last(applied, NeuronConfig, "logicalNeuronCore")
         mode = _last(applied, UltraServerConfig, "ultraserverMode")
-        device_name = str(result.get("device", ""))
         if device_name == NODE_DEVICE_NAME:
             neuron_devices = _whole_node(claim, inventory)
             if mode is not None:
@@ -120,17 +154,41 @@ def _plan(
                 "(LNC exists on trn2 only); remove the field"
             )
         lnc_by_request[request] = lnc
-        prepared.append(PreparedDevice(_request_names(request), pool, device_name, neuron_devices))
-
-    lncs = set(lnc_by_request.values())
-    if len(lncs) > 1:
-        raise ClaimError(
-            f"claim {claim}: requests set different logicalNeuronCore values {lnc_by_request}; "
-            "containers of one claim share one NeuronCore layout"
+        admin = result.get("adminAccess") is True
+        prepared.append(
+            PreparedDevice(_request_names(request), pool, device_name, neuron_devices, admin)
         )
-    claim_lnc = lncs.pop() if lncs else None
-    env = _env(claim, inventory, prepared, claim_lnc, ultraserver_mode)
-    return PreparedClaim(claim, tuple(prepared), env)
+
+    return _with_env(claim, prepared, inventory, lnc_by_request, ultraserver_mode)
+
+
+def _with_env(
+    claim: ClaimRef,
+    prepared: list[PreparedDevice],
+    inventory: NodeInventory,
+    lnc_by_request: dict[str, int | None],
+    ultraserver_mode: int | None,
+) -> PreparedClaim:
+    """The claim with the env of a container of the whole claim and of each request."""
+    claim_lnc = _claim_lnc(claim, lnc_by_request, inventory.lnc)
+    effective_lnc = claim_lnc if claim_lnc is not None else inventory.lnc
+    common = _claim_env(inventory, claim_lnc, ultraserver_mode)
+    cores = _cores_env(claim, prepared, effective_lnc)
+    by_request: dict[str, list[PreparedDevice]] = {}
+    for device in prepared:
+        by_request.setdefault(device.request_names[0], []).append(device)
+    request_env = tuple(
+        (name, _cores_env(claim, devices, effective_lnc)) for name, devices in by_request.items()
+    )
+    if all(env == cores for _, env in request_env):
+        # Whatever a container references, it gets the same devices: one env for all.
+        return PreparedClaim(claim, tuple(prepared), cores + common, cores + common)
+    for name, _ in request_env:
+        if not _DNS_LABEL.fullmatch(name):
+            raise ClaimError(
+                f"claim {claim}: malformed ResourceClaim (request name {name!r} is not a DNS label)"
+            )
+    return PreparedClaim(claim, tuple(prepared), cores + common, common, request_env)
 
 
 def _configs(claim: ClaimRef, entries: list[Any]) -> list[tuple[list[str], DeviceConfig]]:
@@ -187,15 +245,41 @@ def _check_mode(claim: ClaimRef, inventory: NodeInventory, mode: int) -> None:
         )
 
 
-def _env(
-    claim: ClaimRef,
-    inventory: NodeInventory,
-    prepared: list[PreparedDevice],
-    lnc: int | None,
-    ultraserver_mode: int | None,
-) -> tuple[tuple[str, str], ...]:
+def _claim_lnc(
+    claim: ClaimRef, by_request: dict[str, int | None], default: int | None
+) -> int | None:
+    """The logical NeuronCore size the requests set, None when none sets one.
+
+    Containers of one claim share one NeuronCore layout, so the requests must agree
+    on the size each would run with: one without a config runs with the node's default.
+    """
+    effective = {r: default if lnc is None else lnc for r, lnc in by_request.items()}
+    if len(set(effective.values())) > 1:
+        groups: dict[int | None, list[str]] = {}
+        for request, size in effective.items():
+            groups.setdefault(size, []).append(request)
+        parts: list[str] = []
+        for size, requests in groups.items():
+            many = len(requests) > 1
+            names = " and ".join([", ".join(requests[:-1]), requests[-1]] if many else requests)
+            defaulted = all(by_request[r] is None for r in requests)
+            said = f"{size} (the node's default)" if defaulted else str(size)
+            if not parts:
+                said = f"{'ask' if many else 'asks'} for logical NeuronCore size {said}"
+            else:
+                said = f"for {said}"
+            parts.append(f"request{'s' if many else ''} {names} {said}")
+        raise ClaimError(
+            f"claim {claim}: {', '.join(parts)}; the requests of one claim share one "
+            "NeuronCore layout"
+        )
+    explicit = {lnc for lnc in by_request.values() if lnc is not None}
+    return explicit.pop() if explicit else None
+
+
+def _cores_env(claim: ClaimRef, prepared: Iterable[PreparedDevice], lnc: int | None) -> Env:
+    """NEURON_RT_VISIBLE_CORES for exactly the Neuron devices of `prepared`."""
     devices = sorted({d.index: d for p in prepared for d in p.neuron_devices}.items())
-    effective_lnc = lnc if lnc is not None else inventory.lnc
     cores: list[int] = []
     for index, device in devices:
         if device.cores is None:
@@ -203,9 +287,14 @@ def _env(
                 f"claim {claim}: core count of neuron{index} is unknown (see the driver's "
                 "discovery log), so NEURON_RT_VISIBLE_CORES cannot be computed"
             )
-        per_device = device.cores // (effective_lnc or 1)
+        per_device = device.cores // (lnc or 1)
         cores.extend(range(index * per_device, (index + 1) * per_device))
-    env = [(ENV_NEURON_RT_VISIBLE_CORES, format_cores(cores))]
+    return ((ENV_NEURON_RT_VISIBLE_CORES, format_cores(cores)),)
+
+
+def _claim_env(inventory: NodeInventory, lnc: int | None, ultraserver_mode: int | None) -> Env:
+    """The env that does not depend on which of the claim's devices a container gets."""
+    env = []
     if lnc is not None:
         env.append((ENV_NEURON_LOGICAL_NC_CONFIG, str(lnc)))
     if ultraserver_mode is not None and inventory.ultraserver is not None:
@@ -220,6 +309,49 @@ def _env(
             env += [(ENV_NEURON_RT_ULTRASERVER_SERVER_ID, us.server_id_2),
                     (ENV_NEURON_RT_ULTRASERVER_NODE_ID, str(us.node_id_2))]  # fmt: skip
     return tuple(env)
+
+
+def check_exclusive(
+    prepared: PreparedClaim, held: Iterable[Holding], inventory: NodeInventory
+) -> None:
+    """Refuse a device that another claim holds, unless either side has admin access.
+
+    The scheduler allocates each device once, so this only fires when something went
+    wrong upstream (a stale allocation, a claim written by hand); the driver is the
+    last place that can stop two unrelated workloads from sharing a device.
+    `neuronnode` is every device of the node, so it overlaps each of them.
+    """
+    ours = [d for d in prepared.devices if not d.admin_access]
+    for holding in held:
+        if holding.admin_access or holding.claim.uid == prepared.claim.uid:
+            continue
+        theirs = _dev_paths(holding.device, inventory)
+        for device in ours:
+            if device.pool != holding.pool:
+                continue
+            shared = sorted(
+                {n.dev_path for n in device.neuron_devices} & theirs,
+                key=lambda path: int(path.removeprefix("/dev/neuron")),
+            )
+            if device.device == holding.device:
+                what = f"device {device.device} is already prepared for claim {holding.claim}"
+            elif shared:
+                what = (
+                    f"device {device.device} and device {holding.device}, already prepared "
+                    f"for claim {holding.claim}, share {', '.join(shared)}"
+                )
+            else:
+                continue
+            raise ClaimError(
+                f"claim {prepared.claim}: {what}; a Neuron device serves one claim at a time "
+                "unless a request has adminAccess"
+            )
+
+
+def _dev_paths(device: str, inventory: NodeInventory) -> set[str]:
+    if device == NODE_DEVICE_NAME:
+        return {d.dev_path for d in inventory.devices}
+    return {d.dev_path for d in inventory.devices if d.name == device}
 
 
 def format_cores(cores: list[int]) -> str:

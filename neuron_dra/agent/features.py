@@ -183,21 +183,29 @@ _TAINT_PROBE: Json = {
 }
 
 
-async def probe_taints(kube: Kube, node: str) -> bool:
-    """Whether the server keeps device taints (DRADeviceTaints), from a dry-run probe slice."""
-    probe: Json = {
+def taint_probe(node: str) -> Json:
+    """The slice `probe_taints` dry-run-creates: one tainted device.
+
+    In the node's own pool: a dry run passes admission, and the admission policy lets
+    the plugin write no other pool. Never stored, so the published pool is untouched.
+    """
+    return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"generateName": f"{node}-{DRIVER_NAME}-probe-"},
         "spec": {
             "driver": DRIVER_NAME,
             "nodeName": node,
-            "pool": {"name": f"{node}-probe", "generation": 1, "resourceSliceCount": 1},
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             **_TAINT_PROBE,
         },
     }
+
+
+async def probe_taints(kube: Kube, node: str) -> bool:
+    """Whether the server keeps device taints (DRADeviceTaints), from a dry-run probe slice."""
     try:
-        created = await kube.create_resource_slice(probe, dry_run=True)
+        created = await kube.create_resource_slice(taint_probe(node), dry_run=True)
     except ApiError as err:
         if err.no_answer:
             raise  # the caller retries

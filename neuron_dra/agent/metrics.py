@@ -57,7 +57,10 @@ METRICS: dict[str, tuple[str, str]] = {
     ),
     "neuron_dra_prepare_errors_total": ("counter", "Claims not prepared, by reason."),
     "neuron_dra_unprepare_errors_total": ("counter", "Claims not unprepared, by reason."),
-    "neuron_dra_slice_publishes_total": ("counter", "ResourceSlice writes to the API server."),
+    "neuron_dra_slice_publishes_total": (
+        "counter",
+        "ResourceSlice creates, updates and deletes sent to the API server.",
+    ),
     "neuron_dra_slice_last_publish_timestamp_seconds": ("gauge", "Time of the last slice write."),
     "neuron_dra_health_events_total": ("counter", "Devices marked unhealthy, by error kind."),
     "neuron_dra_device_utilization_ratio": ("gauge", "Device utilization from sysfs, 0 to 1."),

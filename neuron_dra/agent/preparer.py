@@ -6,7 +6,9 @@ repairs: the CDI file name is derived from the claim UID, so a retried prepare
 overwrites it with identical content and an unprepare deletes it whether or
 not the checkpoint ever heard of the claim. Claims run concurrently; the same
 claim is serialized by its own lock; checkpoint writes from concurrent claims
-are grouped into one fsync.
+are grouped into one fsync. A device another claim holds (prepared, or being
+prepared) is refused before any file is written, unless either side has admin
+access.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from typing import Any, Literal, get_args
 from neuron_dra.agent import cdi
 from neuron_dra.agent.apierror import ApiError
 from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
-from neuron_dra.agent.claims import ClaimError, ClaimRef, PreparedClaim, plan
+from neuron_dra.agent.claims import (
+    ClaimError,
+    ClaimRef,
+    Holding,
+    PreparedClaim,
+    check_exclusive,
+    plan,
+)
 from neuron_dra.agent.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
 
@@ -84,6 +93,8 @@ class Preparer:
         # Weak: a claim's lock lives exactly as long as someone holds or awaits it.
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._claims: dict[str, ClaimRecord] = {}
+        # Claims that hold their devices but are not in `_claims` yet: planned, not committed.
+        self._preparing: dict[str, PreparedClaim] = {}
         self._pending: dict[str, ClaimRecord | None] = {}
         self._commit_lock = asyncio.Lock()
 
@@ -146,13 +157,19 @@ class Preparer:
                 phase = time.perf_counter()
                 obj = await self._get_claim(ref.namespace, ref.name)
                 phase = self._phase("api", phase)
-                prepared = plan(ref, obj, self._inventory(), self._pool)
-                self._after_step("after-plan")
-                await asyncio.to_thread(cdi.write_spec, self._cdi_root, prepared)
-                self._after_step("after-cdi-write")
-                phase = self._phase("cdi", phase)
-                record = _record(prepared)
-                await self._commit({ref.uid: record})
+                inventory = self._inventory()
+                prepared = plan(ref, obj, inventory, self._pool)
+                self._hold(prepared, inventory)
+                try:
+                    self._after_step("after-plan")
+                    await asyncio.to_thread(cdi.write_spec, self._cdi_root, prepared)
+                    self._after_step("after-cdi-write")
+                    phase = self._phase("cdi", phase)
+                    record = _record(prepared)
+                    await self._commit({ref.uid: record})
+                finally:
+                    # Committed, `_claims` holds the devices now; failed, nothing does.
+                    del self._preparing[ref.uid]
                 self._phase("checkpoint", phase)
                 self._after_step("after-checkpoint")
             except ClaimError as err:
@@ -181,6 +198,31 @@ class Preparer:
             if removed:
                 log.info("claim unprepared", extra={"claim": ref.uid})
             return Outcome()
+
+    def _hold(self, prepared: PreparedClaim, inventory: NodeInventory) -> None:
+        """Refuse devices another claim holds; otherwise hold them for this one.
+
+        Deciding and holding is one critical section: no await between the check and
+        the entry in `_preparing`, and the event loop runs one coroutine at a time, so
+        no other claim's prepare can run in between. The per-claim locks cannot give
+        this: they let different claims run together, and two claims for one device
+        would each pass a check made while the other awaited its API read, spec write
+        or checkpoint write. Held devices are those of committed claims (`_claims`, as
+        the checkpoint had them at the last write, so with a second instance's claims
+        too) and of claims between this point and their commit (`_preparing`).
+        """
+        held = [
+            Holding(ClaimRef(r.namespace, r.name, r.uid), d.pool, d.device, d.admin_access)
+            for r in self._claims.values()
+            for d in r.devices
+        ]
+        held += [
+            Holding(p.claim, d.pool, d.device, d.admin_access)
+            for p in self._preparing.values()
+            for d in p.devices
+        ]
+        check_exclusive(prepared, held, inventory)
+        self._preparing[prepared.claim.uid] = prepared
 
     def _phase(self, name: str, since: float) -> float:
         now = time.perf_counter()
@@ -211,13 +253,62 @@ class Preparer:
 
 
 def _record(prepared: PreparedClaim) -> ClaimRecord:
+    """The claim's record, whose devices are the kubelet's answer.
+
+    The kubelet gives a container the CDI ids of each answered device whose request
+    names hold the request the container references, or of every device for a
+    container of the whole claim. It also lists the first id of each in the
+    container's health status, where the API server refuses one listed twice
+    (kubelets before 1.36 list every entry of the claim for every container), so
+    entries do not share a first id where that can be helped.
+    """
     ref = prepared.claim
-    return ClaimRecord(
-        uid=ref.uid,
-        namespace=ref.namespace,
-        name=ref.name,
-        devices=tuple(
-            RecordedDevice(d.request_names, d.pool, d.device, (cdi.device_id(ref.uid, d.device),))
-            for d in prepared.devices
-        ),
-    )
+    answer = _split_answer(prepared) if prepared.request_env else _one_env_answer(prepared)
+    return ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=answer)
+
+
+def _one_env_answer(prepared: PreparedClaim) -> tuple[RecordedDevice, ...]:
+    """Every container gets the spec's env: one entry per device, naming all its requests."""
+    merged: dict[tuple[str, str], RecordedDevice] = {}
+    for d in prepared.devices:
+        seen = merged.get((d.pool, d.device))
+        if seen is None:
+            ids = (cdi.device_id(prepared.claim.uid, d.device),)
+            merged[d.pool, d.device] = RecordedDevice(
+                d.request_names, d.pool, d.device, ids, d.admin_access
+            )
+        else:
+            more = tuple(n for n in d.request_names if n not in seen.request_names)
+            merged[d.pool, d.device] = RecordedDevice(
+                seen.request_names + more,
+                d.pool,
+                d.device,
+                seen.cdi_device_ids,
+                seen.admin_access and d.admin_access,
+            )
+    return tuple(merged.values())
+
+
+def _split_answer(prepared: PreparedClaim) -> tuple[RecordedDevice, ...]:
+    """Requests differ in devices: each result also names its request's env.
+
+    One more entry, with the request name "" that no container can reference (pods
+    name requests by DNS labels), names the env of every device. Only a container of
+    the whole claim gets it, last, so its value replaces the requests'. Its first id
+    is its own; its device, the claim's last, is what the kubelet looks its health up by.
+    """
+    uid = prepared.claim.uid
+    answer = [
+        RecordedDevice(
+            d.request_names,
+            d.pool,
+            d.device,
+            (cdi.device_id(uid, d.device), cdi.request_device_id(uid, d.request_names[0])),
+            d.admin_access,
+        )
+        for d in prepared.devices
+    ]
+    last = prepared.devices[-1]
+    ids = (cdi.claim_device_id(uid),)
+    answer.append(RecordedDevice(("",), last.pool, last.device, ids, last.admin_access))
+    return tuple(answer)

@@ -7,6 +7,14 @@ exponential backoff; nothing here ever gives up or crashes the process.
 Every write bumps the pool generation, which tells the scheduler which slices
 of the pool are current.
 
+The comparison is the upstream ResourceSlice controller's: what the API server
+adds is copied from the stored slices first (a taint's `timeAdded`), and a field
+the server drops from a write (a feature it does not serve) is named once in a
+warning and left out of later comparisons, so no wake rewrites an unchanged
+pool. Slices are paired by content, then by name, never by list position;
+slices of this node and driver outside the node's pool (an older driver's, a
+hand-made one) are deleted, as no update can move a slice between pools.
+
 What the slices may contain depends on what the API server serves, which a
 control-plane upgrade or downgrade changes under a running driver (a 1.34 pool
 layout is invalid on 1.35 and the reverse). The publisher does not know those
@@ -19,8 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import json
 import logging
 import random
 import time
@@ -28,6 +34,17 @@ from collections.abc import Awaitable, Callable
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.kube import ApiError, Json, Kube
+from neuron_dra.agent.metrics import Metrics
+from neuron_dra.agent.slicediff import (
+    Field,
+    adopt,
+    dropped_fields,
+    pair,
+    replacement,
+    same,
+    spelled,
+    split_pool,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +55,25 @@ Reprobe = Callable[[], Awaitable[bool]]
 
 BACKOFF_INITIAL_S = 0.2
 BACKOFF_MAX_S = 10.0  # recovery after an outage within ~10 s; ~0.1 req/s per node meanwhile
+PUBLISHES = "neuron_dra_slice_publishes_total"
 
 
 class SlicePublisher:
     def __init__(
-        self, kube: Kube, node_name: str, build: BuildSlices, reprobe: Reprobe | None = None
+        self,
+        kube: Kube,
+        node_name: str,
+        build: BuildSlices,
+        reprobe: Reprobe | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._kube = kube
         self._node = node_name
         self._build = build
         self._reprobe = reprobe
+        self._metrics = metrics or Metrics()
+        # Fields this API server drops from the slices it is sent: compared without them.
+        self._dropped: frozenset[Field] = frozenset()
         self._server_version: str | None = None
         self._follow_version = reprobe is not None
         self._version_due = self._follow_version  # learn it before the first write
@@ -58,7 +84,6 @@ class SlicePublisher:
         self._recreate = False
         self._wake = asyncio.Event()
         self.published = asyncio.Event()  # set once the API server holds the desired slices
-        self.writes = 0
         # Remembered, so slices re-created after a deletion still move the pool forward:
         # a scheduler that has not yet seen the deletion must not take both as current.
         self._generation = 0
@@ -104,41 +129,47 @@ class SlicePublisher:
         """One pass: make the server's slices equal the desired ones; return a resourceVersion."""
         self._wake.clear()
         current = await self._kube.list_resource_slices(self._node, DRIVER_NAME)
-        existing = sorted(current.items, key=lambda s: str(s["metadata"]["name"]))
-        desired = self._build(0, node_uid)
-        if _same(existing, desired):
-            self._recreate = False
-            self.published.set()
-            return current.resource_version
+        existing, foreign = split_pool(current.items, self._node)
+        changed = not same(existing, adopt(self._build(0, node_uid), existing, self._dropped))
+        for old in foreign:
+            log.warning(
+                "deleting ResourceSlice %s of pool %r: this node's pool is %r",
+                old["metadata"]["name"], old["spec"]["pool"]["name"], self._node,
+                extra={"node": self._node},
+            )  # fmt: skip
+            await self._delete(old["metadata"]["name"])
+        if changed:
+            await self._write(existing, node_uid)
+        else:
+            log.debug("ResourceSlices up to date", extra={"node": self._node})
+        self._recreate = False
+        self.published.set()
+        if not foreign and not changed:
+            return current.resource_version  # nothing written: the list is current
+        return (await self._kube.list_resource_slices(self._node, DRIVER_NAME)).resource_version
+
+    async def _write(self, existing: list[Json], node_uid: str | None) -> None:
         seen = max((s["spec"]["pool"]["generation"] for s in existing), default=0)
         generation = self._generation = max(seen, self._generation) + 1
-        desired = self._build(generation, node_uid)
-        for old, new in zip(existing, desired, strict=False):
-            body = copy.deepcopy(new)
-            body["metadata"] = {
-                **{k: v for k, v in new["metadata"].items() if k != "generateName"},
-                "name": old["metadata"]["name"],
-                "resourceVersion": old["metadata"]["resourceVersion"],
-            }
-            await self._replace(old, body, new)
-        for new in desired[len(existing) :]:
-            await self._kube.create_resource_slice(new)
-        for old in existing[len(desired) :]:
-            await self._kube.delete_resource_slice(old["metadata"]["name"])
-        self._recreate = False
-        self.writes += 1
+        desired = adopt(self._build(generation, node_uid), existing, self._dropped)
+        plan = pair(existing, desired)
+        for old, new in plan.updates:
+            await self._replace(old, new)
+        for new in plan.creates:
+            await self._create(new)
+        for old in plan.deletes:
+            await self._delete(old["metadata"]["name"])
         self.last_publish = time.time()
         log.info(
             "ResourceSlices published",
             extra={"node": self._node, "generation": generation, "slices": len(desired)},
         )
-        self.published.set()
-        return (await self._kube.list_resource_slices(self._node, DRIVER_NAME)).resource_version
 
-    async def _replace(self, old: Json, body: Json, new: Json) -> None:
+    async def _replace(self, old: Json, new: Json) -> None:
         name = old["metadata"]["name"]
+        body = replacement(old, new)
         try:
-            await self._kube.replace_resource_slice(name, body)
+            stored = await self._kube.replace_resource_slice(name, body)
         except ApiError as err:
             if err.status != 422 or not self._recreate:
                 raise
@@ -146,8 +177,32 @@ class SlicePublisher:
                 "the API server refuses to update ResourceSlice %s in place, re-creating it: %s",
                 name, err, extra={"node": self._node},
             )  # fmt: skip
-            await self._kube.delete_resource_slice(name)
-            await self._kube.create_resource_slice(new)
+            await self._delete(name)
+            await self._create(new)
+            return
+        self._metrics.inc(PUBLISHES)
+        self._learn(body, stored)
+
+    async def _create(self, body: Json) -> None:
+        stored = await self._kube.create_resource_slice(body)
+        self._metrics.inc(PUBLISHES)
+        self._learn(body, stored)
+
+    async def _delete(self, name: str) -> None:
+        await self._kube.delete_resource_slice(name)
+        self._metrics.inc(PUBLISHES)
+
+    def _learn(self, sent: Json, stored: Json) -> None:
+        """Note the fields the server dropped from a write, each named in one warning."""
+        news = dropped_fields(sent, stored) - self._dropped
+        for found in sorted(news):
+            log.warning(
+                "the API server dropped %s from ResourceSlice %s, probably a feature it does "
+                "not serve: the pool is compared without it",
+                spelled(found), stored.get("metadata", {}).get("name"),
+                extra={"node": self._node},
+            )  # fmt: skip
+        self._dropped |= news
 
     async def _follow_server(self) -> None:
         """Re-probe the server's features when it may have changed under the driver."""
@@ -173,6 +228,8 @@ class SlicePublisher:
         if self._reprobe_due:
             changed = await self._reprobe()
             self._reprobe_due = False
+            # Another server may keep what this one dropped: find out on the next write.
+            self._dropped = frozenset()
             # Refused, yet the layout stands (its slices just passed dry-run creates): the
             # refusal is about the stored objects, which the next pass re-creates.
             self._recreate = self._refused and not changed
@@ -210,15 +267,3 @@ class SlicePublisher:
         """Wait out a backoff, but wake early for new desired slices."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), delay)
-
-
-def _same(existing: list[Json], desired: list[Json]) -> bool:
-    """Equal but for the generation, in any order: the server's names order the slices."""
-    return sorted(map(_comparable, existing)) == sorted(map(_comparable, desired))
-
-
-def _comparable(obj: Json) -> str:
-    spec = copy.deepcopy(obj["spec"])
-    spec["pool"].pop("generation", None)
-    owners = obj["metadata"].get("ownerReferences")
-    return json.dumps([spec, owners], sort_keys=True)

@@ -82,7 +82,9 @@ class Agent:
             after_step=after_step,
             metrics=self.metrics,
         )
-        self.publisher = SlicePublisher(kube, options.node_name, self._build, self._reprobe)
+        self.publisher = SlicePublisher(
+            kube, options.node_name, self._build, self._reprobe, self.metrics
+        )
         self.plugin = KubeletPlugin(
             self.preparer,
             pool=options.node_name,
@@ -197,7 +199,7 @@ class Agent:
 
     def _slices(self, generation: int, node_uid: str | None, uses: features.Uses) -> list[Json]:
         unhealthy = tuple(
-            Unhealthy(device, p.kind, self.options.unhealthy_effect)
+            Unhealthy(device, p.kind, self.options.unhealthy_effect, p.since)
             for device, p in sorted(self.health.problems.items())
         )
         # Without counters every layout gives the same slices: any will do.

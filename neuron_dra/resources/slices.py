@@ -17,6 +17,7 @@ which one the API server accepts; the builder only lays the pool out.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -75,6 +76,10 @@ class Unhealthy:
     device: int
     kind: str  # the taint's value
     effect: str = "NoSchedule"
+    # Unix time the problem was first seen, published as the taint's `timeAdded`. Left to
+    # the API server, that would be the time of whichever write the taint rode on, and a
+    # NoExecute eviction counts its toleration from it.
+    since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -111,8 +116,9 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
             if options.device_taints or d.index not in sick
         ]
     if publish_node and ultraserver is not None and (options.device_taints or not sick):
-        # The whole node is only as healthy as its devices.
-        first = sick[min(sick)] if sick else None
+        # The whole node is only as healthy as its devices, since the first of them failed:
+        # a later failure must not move its taint's value or time.
+        first = min(sick.values(), key=_first_seen, default=None)
         devices.append(_tainted(_node_device(inventory, ultraserver), first))
     if counters:
         for device in devices:
@@ -147,12 +153,24 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     return slices
 
 
+def _first_seen(unhealthy: Unhealthy) -> tuple[bool, float, int]:
+    """Order of failure: undated problems after dated ones, then by device index."""
+    since = unhealthy.since
+    return since is None, since or 0.0, unhealthy.device
+
+
 def _tainted(device: Json, unhealthy: Unhealthy | None) -> Json:
     if unhealthy is not None:
-        device["taints"] = [
-            {"key": TAINT_UNHEALTHY, "value": unhealthy.kind, "effect": unhealthy.effect}
-        ]
+        taint = {"key": TAINT_UNHEALTHY, "value": unhealthy.kind, "effect": unhealthy.effect}
+        if unhealthy.since is not None:
+            taint["timeAdded"] = _rfc3339(unhealthy.since)
+        device["taints"] = [taint]
     return device
+
+
+def _rfc3339(seconds: float) -> str:
+    """A Unix time as the API server stores a metav1.Time: UTC, whole seconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(seconds)))
 
 
 def _slice(options: SliceOptions, count: int, content: Json) -> Json:

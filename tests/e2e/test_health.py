@@ -3,6 +3,8 @@ receives, events, and metrics that count what happened."""
 
 from __future__ import annotations
 
+import calendar
+import fcntl
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -12,10 +14,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from consts import DRIVER_NAME
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node
 from tests.e2e.processes import free_port
+from tests.e2e.publisher_log import handled, new_watch, start_logging_passes
 from tests.e2e.workloads import claim_spec, submit, unschedulable_reason
 from tests.sysfs_tree import write
 
@@ -26,6 +30,7 @@ Obj = dict[str, Any]
 POLL_S = 0.2
 DEVICE_4 = "device.attributes['neuron.aws.com'].deviceId == 4"
 DEVICE_9 = "device.attributes['neuron.aws.com'].deviceId == 9"
+PUBLISHES = ("neuron_dra_slice_publishes_total", ())
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +64,21 @@ def taint_of(node: SimulatedNode, device: str) -> list[Obj] | None:
             if found["name"] == device:
                 return list(found.get("taints") or [])
     return None
+
+
+def break_device(node: SimulatedNode, device: int) -> None:
+    """An uncorrectable memory error on one device."""
+    write(node.sysfs, f"sys/devices/virtual/neuron_device/neuron{device}/stats/hardware/"
+                      "mem_ecc_uncorrected", "1\n")  # fmt: skip
+
+
+def taint_time(node: SimulatedNode, device: int) -> str | None:
+    taints = taint_of(node, f"neurondevice{device}")
+    return str(taints[0]["timeAdded"]) if taints else None
+
+
+def seconds(stamp: str) -> int:
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
 
 
 def metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -163,3 +183,83 @@ def test_without_device_taints_the_device_is_withdrawn(e2e_binaries: Binaries) -
         cluster.wait_for("neurondevice3 withdrawn", lambda: node.slices() and
                          taint_of(node, "neurondevice3") is None, 10)  # fmt: skip
         assert len(node.slices()[0]["spec"]["devices"]) == 11
+
+
+def test_a_taint_is_dated_when_the_problem_was_first_seen(
+    health: tuple[Cluster, SimulatedNode, SimulatedNode, int],
+) -> None:
+    cluster = health[0]
+    node = add_simulated_node(cluster, "dated", "trn2.48xlarge", start=False,
+                              extra_args=[f"--health-interval={POLL_S}"])  # fmt: skip
+    lock = node.side.plugins_dir / DRIVER_NAME / "publisher.lock"
+    lock.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+    with lock.open("a") as held:
+        # Another plugin holds the node's slices: this one finds the problem but cannot
+        # publish it until the lock is released, seconds later.
+        fcntl.flock(held, fcntl.LOCK_EX)
+        node.start_plugin(wait=False)
+        node.side.wait_for_plugin(DRIVER_NAME)
+        before = int(time.time())
+        break_device(node, 3)
+        event = cluster.wait_for("the unhealthy event", lambda: next(
+            (e for e in cluster.events_for(node.name) if e["reason"] == "NeuronDeviceUnhealthy"),
+            None))  # fmt: skip
+        reported = seconds(event["firstTimestamp"])
+        # Wait for the wall clock, not for the plugin: a write stamped now differs.
+        cluster.wait_for("two seconds after the report", lambda: time.time() >= reported + 2, 5)
+        assert node.slices() == []
+    stamp = cluster.wait_for("neurondevice3 tainted", lambda: taint_time(node, 3), 10)
+    assert before <= seconds(stamp) <= reported, (stamp, before, reported)
+
+
+def test_wakes_that_change_nothing_write_nothing(
+    health: tuple[Cluster, SimulatedNode, SimulatedNode, int],
+) -> None:
+    cluster = health[0]
+    port = free_port()
+    node = add_simulated_node(cluster, "steady", "trn2.48xlarge", start=False, extra_args=[
+        f"--health-interval={POLL_S}", f"--metrics-port={port}"])  # fmt: skip
+    start_logging_passes(node)
+    break_device(node, 3)
+    stamp = cluster.wait_for("neurondevice3 tainted", lambda: taint_time(node, 3), 10)
+    [tainted] = node.slices()
+    name, generation = tainted["metadata"]["name"], tainted["spec"]["pool"]["generation"]
+    # A rewrite now would carry a later time.
+    cluster.wait_for("a second after the taint", lambda: time.time() >= seconds(stamp) + 2, 5)
+
+    def unchanged() -> Obj:
+        [now] = node.slices()
+        assert now["metadata"]["name"] == name
+        assert now["spec"]["pool"]["generation"] == generation
+        assert taint_time(node, 3) == stamp
+        return now
+
+    def label(team: str) -> None:
+        """An edit of the slice that is no business of the driver's."""
+        patch = {"metadata": {"labels": {"team": team}}}
+        cluster.patch("resource.k8s.io/v1", "ResourceSlice", name, patch)
+
+    handled(node, lambda: label("ml"))
+    unchanged()
+
+    # The watch ends (every 5 minutes, or here with the server): list and compare again.
+    handled(node, lambda: new_watch(node))
+    before = unchanged()
+
+    # Another device fails: one write, and the first taint keeps its time.
+    handled(node, lambda: break_device(node, 7))
+    cluster.wait_for("neurondevice7 tainted", lambda: taint_time(node, 7), 10)
+    [after] = node.slices()
+    assert after["metadata"]["name"] == name
+    assert after["spec"]["pool"]["generation"] == generation + 1
+    assert after["metadata"]["generation"] == before["metadata"]["generation"] + 1
+    assert taint_time(node, 3) == stamp
+    assert after["metadata"]["labels"] == {"team": "ml"}  # the update kept the edit
+
+    # Every write changed the slice's spec, which moves its metadata.generation: one
+    # create, then one update per change. Read after one more pass, which comes after
+    # the counting of every earlier write.
+    handled(node, lambda: label("ml2"))
+    [last] = node.slices()
+    assert last["metadata"]["generation"] == after["metadata"]["generation"]
+    assert metrics(port).get(PUBLISHES) == last["metadata"]["generation"]

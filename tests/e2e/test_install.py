@@ -10,8 +10,10 @@ admission policies.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
+import logging
 import os
 import ssl
 import subprocess
@@ -21,11 +23,20 @@ from typing import Any, cast
 
 import pytest
 import yaml
+from kubernetes import client as k8s_client
 
+from neuron_dra.agent import features
+from neuron_dra.agent.kube import Kube
+from neuron_dra.agent.publisher import SlicePublisher
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.resources.limits import CounterLayout
+from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
 from tests.e2e.processes import free_port
+from tests.sysfs_tree import FakeNode
 
 pytestmark = pytest.mark.e2e
 
@@ -419,6 +430,116 @@ def test_plugin_writes_only_its_own_nodes_slices(
     deleted = as_plugin(cluster, "DELETE", f"{SLICES}/{name}", node=own)
     assert deleted.status == 200, deleted.message
     cluster.delete("resource.k8s.io/v1", "ResourceSlice", foreign)
+
+
+def test_plugin_writes_only_its_own_nodes_pool_of_its_own_driver(
+    cluster: Cluster, policy_nodes: tuple[str, str]
+) -> None:
+    """A pool is named after its node: the device-taint eviction controller keys pools by
+    (driver, pool name) alone, so a slice of node A in pool B could evict B's pods."""
+    own, other = policy_nodes
+    into_other_pool = slice_for(own)
+    into_other_pool["spec"]["pool"]["name"] = other
+    denied = as_plugin(cluster, "POST", SLICES, into_other_pool, node=own)
+    assert denied.status == 403, denied.message
+    assert (
+        f"the plugin on node '{own}' may publish only into pool '{own}', not '{other}'"
+        in denied.message
+    )
+    of_other_driver = slice_for(own)
+    of_other_driver["spec"]["driver"] = "gpu.example.com"
+    denied = as_plugin(cluster, "POST", SLICES, of_other_driver, node=own)
+    assert denied.status == 403, denied.message
+    assert (
+        "the plugin may modify only ResourceSlices of driver 'neuron.aws.com', "
+        "not 'gpu.example.com'" in denied.message
+    )
+    # No update moves a slice into another pool: the server refuses pool name changes.
+
+    # Another driver's slice on the same node is not the plugin's to delete.
+    theirs = cluster.create(of_other_driver)["metadata"]["name"]
+    denied = as_plugin(cluster, "DELETE", f"{SLICES}/{theirs}", node=own)
+    assert denied.status == 403, denied.message
+    assert "may modify only ResourceSlices of driver 'neuron.aws.com'" in denied.message
+    assert cluster.get_or_none("resource.k8s.io/v1", "ResourceSlice", theirs) is not None
+    # A stray slice of its own node and driver, whatever its pool, it may clean up.
+    stray = cluster.create(into_other_pool)["metadata"]["name"]
+    deleted = as_plugin(cluster, "DELETE", f"{SLICES}/{stray}", node=own)
+    assert deleted.status == 200, deleted.message
+    cluster.delete("resource.k8s.io/v1", "ResourceSlice", theirs)
+
+
+def plugin_kube(cluster: Cluster, node: str) -> Kube:
+    """The agent's own API client, as the plugin's service account with a node claim."""
+    conf = k8s_client.Configuration()
+    conf.host = cluster.server
+    conf.ssl_ca_cert = str(cluster.ca_file)
+    conf.api_key = {"authorization": cluster.token}
+    conf.api_key_prefix = {"authorization": "Bearer"}
+    api = k8s_client.ApiClient(conf)
+    # Default headers hold one value per name: one group, as the policies ignore groups.
+    api.default_headers.update({
+        "Impersonate-User": PLUGIN_USER,
+        "Impersonate-Group": "system:authenticated",
+        f"Impersonate-Extra-{NODE_NAME_EXTRA}": node,
+    })  # fmt: skip
+    return Kube(api)
+
+
+def test_the_plugins_probes_and_writes_pass_the_policy(
+    cluster: Cluster,
+    policy_nodes: tuple[str, str],
+    fake_node: FakeNode,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The feature probes dry-run creates through admission: the plugin must get the
+    answers the server gives anyone, and its publisher must write, rewrite and delete."""
+    own, _ = policy_nodes
+    root = fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-policy", 0))
+    inventory = discover(root).inventory
+    node_uid = cluster.get("v1", "Node", own)["metadata"]["uid"]
+
+    def slices(
+        layout: CounterLayout,
+        generation: int = 1,
+        kinds: UltraServerDevices = UltraServerDevices.BOTH,
+    ) -> list[Obj]:
+        options = SliceOptions(own, node_uid, generation, kinds, counter_layout=layout)
+        return build_slices(inventory, options)
+
+    def on_node() -> list[Obj]:
+        path = f"spec.nodeName={own}"
+        return cluster.list_objects("resource.k8s.io/v1", "ResourceSlice", field_selector=path)
+
+    async def probe(kube: Kube) -> tuple[bool, dict[CounterLayout, features.Answer]]:
+        taints = await features.probe_taints(kube, own)
+        return taints, await features.probe_counter_layout(kube, slices)
+
+    plugin, admin = plugin_kube(cluster, own), Kube.connect(cluster.kubeconfig)
+    caplog.set_level(logging.INFO, logger="neuron_dra.agent.features")
+    try:
+        assert asyncio.run(probe(plugin)) == asyncio.run(probe(admin))
+        forbidden = [r.getMessage() for r in caplog.records if "403: " in r.getMessage()]
+        assert forbidden == []
+
+        layout = cluster.counter_layout()
+        publisher = SlicePublisher(plugin, own, lambda g, _: slices(layout, g))
+        asyncio.run(publisher.reconcile(node_uid))
+        published = on_node()
+        assert len(published) == len(slices(layout))
+        assert {s["spec"]["pool"]["name"] for s in published} == {own}
+        # Devices only, in one slice: a published slice rewritten, any other deleted.
+        publisher.refresh(lambda g, _: slices(layout, g, UltraServerDevices.DEVICES))
+        asyncio.run(publisher.reconcile(node_uid))
+        [rewritten] = on_node()
+        assert rewritten["metadata"]["name"] in {s["metadata"]["name"] for s in published}
+        assert "neuronnode" not in {d["name"] for d in rewritten["spec"]["devices"]}
+        publisher.refresh(lambda g, _: [])
+        asyncio.run(publisher.reconcile(node_uid))
+        assert on_node() == []
+    finally:
+        plugin.close()
+        admin.close()
 
 
 def test_plugin_reads_the_server_version_without_a_rule(cluster: Cluster, installed: str) -> None:

@@ -401,3 +401,43 @@ def test_a_plugin_started_during_an_outage_publishes_when_it_ends(
     )
     assert published and before
     node.side.wait_for_plugin("neuron.aws.com")
+
+
+def test_a_slice_of_another_pool_on_the_node_is_deleted(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    node = nodes["us-2"]
+
+    def by_name() -> list[Obj]:
+        return sorted(node.slices(), key=lambda s: str(s["metadata"]["name"]))
+
+    def leave_behind(name: str) -> None:
+        """What an older driver, or a test by hand, leaves: the node's slice in another pool."""
+        cluster.create({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": "neuron.aws.com",
+                "nodeName": node.name,
+                "pool": {"name": f"{node.name}-old", "generation": 7, "resourceSliceCount": 1},
+                "devices": [{"name": "neurondevice0"}],
+            },
+        })  # fmt: skip
+
+    def gone(name: str) -> bool:
+        return cluster.get_or_none("resource.k8s.io/v1", "ResourceSlice", name) is None
+
+    pool = by_name()
+    # Named to list ahead of the driver's own slices.
+    leave_behind(f"{node.name}-a-leftover")
+    cluster.wait_for("the leftover deleted", lambda: gone(f"{node.name}-a-leftover"), 10)
+    # The pool needed no write: the same slices, at the same generation.
+    assert by_name() == pool
+
+    # Left by the driver version this one replaces.
+    node.stop_plugin()
+    leave_behind(f"{node.name}-a-older")
+    plugin = node.start_plugin()
+    cluster.wait_for("the older slice deleted", lambda: gone(f"{node.name}-a-older"), 10)
+    assert by_name() == pool
+    assert "refuses to update" not in plugin.log_path.read_text()

@@ -84,6 +84,49 @@ def test_device_ids_are_fully_qualified() -> None:
     assert cdi.device_id(DIGIT_UID, "neurondevice3") == (
         f"neuron.aws.com/neuron={DIGIT_UID}-neurondevice3"
     )
+    assert cdi.request_device_id(DIGIT_UID, "a") == f"neuron.aws.com/neuron={DIGIT_UID}.request.a"
+    assert cdi.claim_device_id(DIGIT_UID) == f"neuron.aws.com/neuron={DIGIT_UID}.claim"
+
+
+def node_device(i: int) -> dict[str, object]:
+    return {"path": f"/dev/neuron{i}", "type": "c", "major": 238, "minor": i, "permissions": "rw"}
+
+
+def test_requests_with_other_devices_carry_their_own_cores(fake_node: FakeNode) -> None:
+    inventory = discover(fake_node("trn2.48xlarge")).inventory
+    ref = ClaimRef("default", "claim", LETTER_UID)
+    claim = allocated_claim(LETTER_UID, {"a": ["neurondevice0"], "b": ["neurondevice5"]})
+    spec = cdi.build_spec(plan(ref, claim, inventory, "node-a"))
+    uid = LETTER_UID
+    # Cores depend on the devices a container gets, so none sit on the spec, which every
+    # container of the claim would get: each request's sit on a device of their own, and
+    # a container referencing the whole claim gets every core from `<uid>.claim`.
+    assert spec == {
+        "cdiVersion": "0.3.0",
+        "kind": "neuron.aws.com/neuron",
+        "devices": [
+            {"name": f"{uid}-neurondevice0", "containerEdits": {"deviceNodes": [node_device(0)]}},
+            {"name": f"{uid}-neurondevice5", "containerEdits": {"deviceNodes": [node_device(5)]}},
+            {"name": f"{uid}.request.a",
+             "containerEdits": {"env": ["NEURON_RT_VISIBLE_CORES=0-3"]}},
+            {"name": f"{uid}.request.b",
+             "containerEdits": {"env": ["NEURON_RT_VISIBLE_CORES=20-23"]}},
+            {"name": f"{uid}.claim",
+             "containerEdits": {"env": ["NEURON_RT_VISIBLE_CORES=0,1,2,3,20,21,22,23"]}},
+        ],
+    }  # fmt: skip
+
+
+def test_a_device_of_two_requests_is_one_cdi_device(fake_node: FakeNode) -> None:
+    inventory = discover(fake_node("trn2.48xlarge")).inventory
+    ref = ClaimRef("default", "claim", LETTER_UID)
+    claim = allocated_claim(LETTER_UID, {"work": ["neurondevice3"], "watch": ["neurondevice3"]})
+    spec = cdi.build_spec(plan(ref, claim, inventory, "node-a"))
+    # Runtimes refuse a spec that names one device twice, and with it every device of the claim.
+    assert spec["devices"] == [
+        {"name": f"{LETTER_UID}-neurondevice3", "containerEdits": {"deviceNodes": [node_device(3)]}}
+    ]
+    assert spec["containerEdits"] == {"env": ["NEURON_RT_VISIBLE_CORES=12-15"]}
 
 
 def test_write_spec(fake_node: FakeNode, tmp_path: Path) -> None:

@@ -126,6 +126,30 @@ def test_malformed_entry(claims: Any, names: str) -> None:
     assert names in message
 
 
+def test_admin_access_is_recorded() -> None:
+    # The exclusivity check of a later prepare, maybe by a restarted plugin, needs it.
+    admin = ClaimRecord("uid-3", "default", "watch", (
+        RecordedDevice(("watch",), "node-a", "neurondevice2",
+                       ("neuron.aws.com/neuron=uid-3-neurondevice2",), admin_access=True),
+    ))  # fmt: skip
+    claims = CLAIMS | {"uid-3": admin}
+    assert decode(encode(BOOT, claims)) == (BOOT, claims)
+    entry = json.loads(encode(BOOT, claims))["claims"]["uid-3"]["devices"][0]
+    assert entry["adminAccess"] is True
+
+
+def test_a_record_without_admin_access_is_exclusive() -> None:
+    # Records of earlier versions of the driver have no field: nothing there was shared.
+    device = {"requestNames": ["neurons"], "pool": "node-a", "device": "neurondevice1",
+              "cdiDeviceIds": ["neuron.aws.com/neuron=uid-1-neurondevice1"]}  # fmt: skip
+    claim = {"namespace": "default", "name": "a", "devices": [device]}
+    body = {"version": 1, "bootId": BOOT, "claims": {"uid-1": claim}}
+    _, claims = decode(with_checksum(body))
+    assert claims["uid-1"].devices[0].admin_access is False
+    device["adminAccess"] = "yes"
+    assert decode_error(with_checksum(body)).startswith("malformed entry (")
+
+
 def test_missing_boot_id_is_malformed() -> None:
     message = decode_error(with_checksum({"version": 1, "claims": {}}))
     assert message.startswith("malformed entry (")

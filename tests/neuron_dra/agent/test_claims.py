@@ -2,7 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from neuron_dra.agent.claims import ClaimError, ClaimRef, PreparedClaim, format_cores, plan
+from neuron_dra.agent.claims import (
+    ClaimError,
+    ClaimRef,
+    Holding,
+    PreparedClaim,
+    check_exclusive,
+    format_cores,
+    plan,
+)
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.inventory import NodeInventory
@@ -78,12 +86,98 @@ def test_other_drivers_results_and_configs_are_ignored(fake_node: FakeNode) -> N
 
 def test_configs_apply_only_to_their_requests(fake_node: FakeNode) -> None:
     inventory = inventory_of(fake_node, "trn2.48xlarge")
-    with pytest.raises(ClaimError, match="requests set different logicalNeuronCore values"):
+    with pytest.raises(ClaimError) as caught:
         planned(inventory, {"a": ["neurondevice0"], "b": ["neurondevice1"]},
                 [opaque(neuron_config(1), requests=["a"])])  # fmt: skip
+    assert str(caught.value) == (
+        f"claim {REF}: request a asks for logical NeuronCore size 1, request b for 2 (the "
+        "node's default); the requests of one claim share one NeuronCore layout"
+    )
     prepared = planned(inventory, {"a": ["neurondevice0"], "b": ["neurondevice1"]},
                        [opaque(neuron_config(1), requests=["a", "b"])])  # fmt: skip
     assert env(prepared) == {"NEURON_RT_VISIBLE_CORES": "0-15", "NEURON_LOGICAL_NC_CONFIG": "1"}
+
+
+def test_a_request_without_config_takes_the_node_default(fake_node: FakeNode) -> None:
+    # Request a says what the node does anyway; only effective sizes can disagree.
+    inventory = inventory_of(fake_node, "trn2.48xlarge", lnc=1)
+    prepared = planned(inventory, {"a": ["neurondevice0"], "b": ["neurondevice1"]},
+                       [opaque(neuron_config(1), requests=["a"])])  # fmt: skip
+    assert env(prepared) == {"NEURON_RT_VISIBLE_CORES": "0-15", "NEURON_LOGICAL_NC_CONFIG": "1"}
+
+
+def test_disagreeing_requests_are_named_in_words(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "trn2.48xlarge", lnc=1)
+    with pytest.raises(ClaimError) as caught:
+        planned(inventory,
+                {"a": ["neurondevice0"], "b": ["neurondevice1"], "c": ["neurondevice2"]},
+                [opaque(neuron_config(2), requests=["b", "c"])])  # fmt: skip
+    assert str(caught.value) == (
+        f"claim {REF}: request a asks for logical NeuronCore size 1 (the node's default), "
+        "requests b and c for 2; the requests of one claim share one NeuronCore layout"
+    )
+
+
+def test_each_request_gets_the_cores_of_its_own_devices(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "trn2.48xlarge")
+    prepared = planned(inventory, {"a": ["neurondevice0"], "b": ["neurondevice5"]},
+                       [opaque(neuron_config(2))])  # fmt: skip
+    # A container referencing the whole claim gets every device, so every core.
+    assert env(prepared) == {
+        "NEURON_RT_VISIBLE_CORES": "0,1,2,3,20,21,22,23",
+        "NEURON_LOGICAL_NC_CONFIG": "2",
+    }
+    # What does not depend on the devices is the same for every container.
+    assert prepared.common_env == (("NEURON_LOGICAL_NC_CONFIG", "2"),)
+    # A container referencing one request gets that request's devices, so their cores only.
+    assert prepared.request_env == (
+        ("a", (("NEURON_RT_VISIBLE_CORES", "0-3"),)),
+        ("b", (("NEURON_RT_VISIBLE_CORES", "20-23"),)),
+    )
+
+
+def test_one_request_puts_all_its_env_on_every_container(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "inf2.48xlarge")
+    prepared = planned(inventory, ["neurondevice6", "neurondevice1"])
+    assert prepared.common_env == prepared.env == (("NEURON_RT_VISIBLE_CORES", "2,3,12,13"),)
+    assert prepared.request_env == ()
+
+
+def test_requests_with_the_same_devices_share_their_env(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "inf2.48xlarge")
+    prepared = planned(inventory, {"work": ["neurondevice3"], "watch": ["neurondevice3"]})
+    assert prepared.common_env == prepared.env == (("NEURON_RT_VISIBLE_CORES", "6-7"),)
+    assert prepared.request_env == ()
+    assert [(d.request_names, d.device) for d in prepared.devices] == [
+        (("work",), "neurondevice3"), (("watch",), "neurondevice3")
+    ]  # fmt: skip
+
+
+def test_a_device_listed_twice_for_a_request_is_prepared_once(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "inf2.48xlarge")
+    prepared = planned(inventory, ["neurondevice2", "neurondevice4", "neurondevice2"])
+    assert [d.device for d in prepared.devices] == ["neurondevice2", "neurondevice4"]
+    assert env(prepared) == {"NEURON_RT_VISIBLE_CORES": "4,5,8,9"}
+
+
+def test_admin_access_is_kept_per_result(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "inf2.48xlarge")
+    claim = allocated_claim(REF.uid, {"work": ["neurondevice0"], "watch": ["neurondevice1"]})
+    claim["status"]["allocation"]["devices"]["results"][1]["adminAccess"] = True
+    prepared = plan(REF, claim, inventory, "node-a")
+    assert [(d.device, d.admin_access) for d in prepared.devices] == [
+        ("neurondevice0", False), ("neurondevice1", True)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("request_name", ["Not_A_Label", "a.b", "-a"])
+def test_request_names_that_cannot_name_a_cdi_device_are_refused(
+    fake_node: FakeNode, request_name: str
+) -> None:
+    # The API server only stores DNS labels; anything else is a corrupted object.
+    inventory = inventory_of(fake_node, "inf2.48xlarge")
+    with pytest.raises(ClaimError, match=f"request name {request_name!r} is not a DNS label"):
+        planned(inventory, {"a": ["neurondevice0"], request_name: ["neurondevice1"]})
 
 
 def test_subrequests_report_the_parent_request_too(fake_node: FakeNode) -> None:
@@ -163,6 +257,56 @@ def test_uid_and_allocation_are_checked(fake_node: FakeNode) -> None:
         plan(REF, unallocated, inventory, "node-a")
     with pytest.raises(ClaimError, match=r"no device of neuron\.aws\.com on pool node-b allocated"):
         plan(REF, allocated_claim(REF.uid, ["neurondevice0"]), inventory, "node-b")
+
+
+OTHER = ClaimRef("team", "other", "5e2a0c1d-2222-4333-8444-955566667777")
+NO_SHARING = "a Neuron device serves one claim at a time unless a request has adminAccess"
+
+
+def test_a_device_another_claim_holds_is_refused(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "trn2.48xlarge")
+    prepared = planned(inventory, ["neurondevice2", "neurondevice3"])
+    held = [Holding(OTHER, "node-a", "neurondevice3", admin_access=False)]
+    with pytest.raises(ClaimError) as caught:
+        check_exclusive(prepared, held, inventory)
+    assert str(caught.value) == (
+        f"claim {REF}: device neurondevice3 is already prepared for claim {OTHER}; {NO_SHARING}"
+    )
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [(True, False), (False, True), (True, True)])
+def test_admin_access_on_either_side_may_share(
+    fake_node: FakeNode, ours: bool, theirs: bool
+) -> None:
+    inventory = inventory_of(fake_node, "trn2.48xlarge")
+    claim = allocated_claim(REF.uid, ["neurondevice3"])
+    claim["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = ours
+    prepared = plan(REF, claim, inventory, "node-a")
+    check_exclusive(prepared, [Holding(OTHER, "node-a", "neurondevice3", theirs)], inventory)
+
+
+def test_only_the_holdings_of_other_claims_on_this_pool_count(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "trn2.48xlarge")
+    prepared = planned(inventory, ["neurondevice3"])
+    check_exclusive(prepared, [
+        Holding(REF, "node-a", "neurondevice3", admin_access=False),  # its own earlier record
+        Holding(OTHER, "node-b", "neurondevice3", admin_access=False),
+        Holding(OTHER, "node-a", "neurondevice4", admin_access=False),
+    ], inventory)  # fmt: skip
+
+
+def test_the_whole_node_device_overlaps_each_device(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "trn2u.48xlarge", ultraserver=FakeUltraServer("us-3", 3))
+    whole = planned(inventory, ["neuronnode"])
+    with pytest.raises(ClaimError) as caught:
+        check_exclusive(whole, [Holding(OTHER, "node-a", "neurondevice7", False)], inventory)
+    assert str(caught.value) == (
+        f"claim {REF}: device neuronnode and device neurondevice7, already prepared for claim "
+        f"{OTHER}, share /dev/neuron7; {NO_SHARING}"
+    )
+    one = planned(inventory, ["neurondevice7"])
+    with pytest.raises(ClaimError, match="device neurondevice7 and device neuronnode, already "):
+        check_exclusive(one, [Holding(OTHER, "node-a", "neuronnode", False)], inventory)
 
 
 def test_format_cores() -> None:

@@ -20,6 +20,7 @@ from neuron_dra.agent.features import (
     choose_layout,
     judge,
     log_lines,
+    taint_probe,
 )
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer
@@ -162,3 +163,16 @@ def test_taints_are_reported_when_they_come_and_go() -> None:
     assert log_lines("v", "n", Uses(taints=False), Uses(taints=False), auto=True) == []
     [(level, line)] = log_lines("v", "n", Uses(taints=False), Uses(), auto=True)
     assert level == logging.INFO and "serves device taints" in line
+
+
+def test_probes_dry_run_slices_of_the_nodes_own_pool(fake_node: FakeNode) -> None:
+    """A dry run passes admission too, and the plugin may write only its node's pool."""
+    probe = taint_probe("trn2-7")
+    assert (probe["spec"]["driver"], probe["spec"]["nodeName"]) == ("neuron.aws.com", "trn2-7")
+    assert probe["spec"]["pool"]["name"] == "trn2-7"
+    assert validate_slice(probe, OWN) == []
+    # The counter-layout probe dry-runs the very slices the node publishes.
+    root = fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-a", 0))
+    for layout in CounterLayout:
+        sent = build_slices(discover(root).inventory, SliceOptions("trn2-7", counter_layout=layout))
+        assert {s["spec"]["pool"]["name"] for s in sent} == {"trn2-7"}

@@ -118,3 +118,19 @@ def test_a_broken_source_is_reported_once(
     messages = [r.getMessage() for r in caplog.records]
     assert sum("kernel log unreadable" in m for m in messages) == 1
     assert sum("health counter unreadable" in m for m in messages) == 1
+
+
+def test_a_problem_is_dated_when_first_seen_for_as_long_as_it_lasts(fake_node: FakeNode) -> None:
+    # The date becomes the taint's timeAdded, from which NoExecute tolerations count.
+    root = fake_node("trn2.48xlarge")
+    clock = Clock()
+    health = monitor(root, clock)
+    ecc(root, 5, 1)
+    health.poll()
+    clock.now += 300
+    ecc(root, 5, 2)  # more errors of the same kind: the same problem
+    assert health.poll() == [] and health.problems[5].since == 1000.0
+    clock.now += 300
+    (root / "dev/neuron5").unlink()  # another kind of problem: news, dated now
+    [change] = health.poll()
+    assert change.problem is not None and change.problem.since == health.problems[5].since == 1600

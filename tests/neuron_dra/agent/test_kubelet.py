@@ -2,12 +2,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import shutil
+import socket
 import stat
-from collections.abc import Awaitable, Callable
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from api.kubelet.dra.v1 import api_pb2 as v1
 from api.kubelet.dra.v1 import api_pb2_grpc as v1_grpc
@@ -82,8 +87,8 @@ def test_registration_dra_and_sockets(tmp_path: Path, fake_node: FakeNode) -> No
     async def body(plugin: KubeletPlugin) -> None:
         assert plugin.registration_socket == tmp_path / "registry/neuron.aws.com-pod-1-reg.sock"
         assert plugin.dra_socket == tmp_path / "plugins/neuron.aws.com/dra-pod-1.sock"
-        for socket in (plugin.registration_socket, plugin.dra_socket):
-            mode = socket.stat().st_mode
+        for path in (plugin.registration_socket, plugin.dra_socket):
+            mode = path.stat().st_mode
             assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
         async with grpc.aio.insecure_channel(f"unix://{plugin.registration_socket}") as channel:
             stub = reg_grpc.RegistrationStub(channel)
@@ -333,3 +338,74 @@ def test_whole_node_device_health_reaches_the_kubelet(tmp_path: Path, fake_node:
             stream.cancel()
 
     with_plugin(tmp_path, root, body)
+
+
+# Pod UIDs: the API server makes them, always in this shape.
+KILLED, RUNNING = "5b0c3f5e-1d2a-4c47-9a51-0c6e1d0f0a11", "9e4f0a7c-6b3d-4e2f-8c1a-2d7b5e9f0b22"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short directory: socket paths may not exceed 107 bytes, which tmp_path's names do."""
+    path = Path(tempfile.mkdtemp(prefix="ndra-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def _stale_socket(path: Path) -> None:
+    """A socket file nobody listens on, as a SIGKILLed plugin leaves it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(path))  # closed without unlinking: connect() is refused
+
+
+def _live_socket(path: Path) -> socket.socket:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.listen()
+    return sock
+
+
+def test_stale_sockets_of_killed_plugins_are_removed_at_start(
+    short_dir: Path, fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry, plugin_dir = short_dir / "registry", short_dir / "plugins/neuron.aws.com"
+    stale = [
+        registry / f"neuron.aws.com-{KILLED}-reg.sock",
+        plugin_dir / f"dra-{KILLED}.sock",
+        registry / "neuron.aws.com-reg.sock",  # a plugin run without --pod-uid
+        plugin_dir / "dra.sock",
+    ]
+    live = [registry / f"neuron.aws.com-{RUNNING}-reg.sock", plugin_dir / f"dra-{RUNNING}.sock"]
+    others = [
+        registry / "gpu.nvidia.com-reg.sock",
+        registry / f"gpu.nvidia.com-{KILLED}-reg.sock",
+        registry / f"neuron.aws.com.example-{KILLED}-reg.sock",
+        registry / "neuron.aws.com-other-reg.sock",  # driver neuron.aws.com-other
+    ]
+    for path in stale + others:
+        _stale_socket(path)
+    not_a_socket = plugin_dir / f"dra-{RUNNING[::-1]}.sock"
+    not_a_socket.write_text("")
+    listening = [_live_socket(path) for path in live]
+
+    async def body(plugin: KubeletPlugin) -> None:
+        assert [path for path in stale if path.exists()] == []
+        assert [path for path in live + others if not path.exists()] == []
+        assert not_a_socket.exists()
+        # The instance still running keeps serving on the very same sockets.
+        for path in live:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+                client.connect(str(path))
+
+    caplog.set_level(logging.INFO, logger="neuron_dra.agent.kubelet")
+    try:
+        with_plugin(short_dir, fake_node("inf2.xlarge"), body)
+    finally:
+        for sock in listening:
+            sock.close()
+    removed = [r for r in caplog.records if r.getMessage().startswith("removed the stale socket")]
+    assert sorted(getattr(r, "socket", "") for r in removed) == sorted(map(str, stale))

@@ -43,12 +43,19 @@ class Api:
         self.calls: list[tuple[str, str]] = []
 
     def add(
-        self, claim_uid: str, devices: list[str], *, config: list[dict[str, Any]] | None = None
+        self,
+        claim_uid: str,
+        devices: list[str] | dict[str, list[str]],
+        *,
+        config: list[dict[str, Any]] | None = None,
+        admin: bool = False,
     ) -> ClaimRef:
         name = f"claim-{claim_uid[-4:]}"
-        self.claims["default", name] = allocated_claim(
-            claim_uid, devices, pool=POOL, config=config, name=name
-        )
+        claim = allocated_claim(claim_uid, devices, pool=POOL, config=config, name=name)
+        if admin:
+            for result in claim["status"]["allocation"]["devices"]["results"]:
+                result["adminAccess"] = True
+        self.claims["default", name] = claim
         return ClaimRef("default", name, claim_uid)
 
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
@@ -119,9 +126,11 @@ def spec_name(claim_uid: str) -> str:
     return f"neuron.aws.com-{claim_uid}.json"
 
 
-def recorded(claim_uid: str, devices: list[str]) -> tuple[RecordedDevice, ...]:
+def recorded(
+    claim_uid: str, devices: list[str], *, admin: bool = False
+) -> tuple[RecordedDevice, ...]:
     return tuple(
-        RecordedDevice(("neurons",), POOL, d, (f"neuron.aws.com/neuron={claim_uid}-{d}",))
+        RecordedDevice(("neurons",), POOL, d, (f"neuron.aws.com/neuron={claim_uid}-{d}",), admin)
         for d in devices
     )
 
@@ -270,8 +279,8 @@ def test_same_claim_at_once_reads_it_once(node: Node) -> None:
 def test_concurrent_claims_share_checkpoint_writes(
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The preparer leaves device exclusivity to the scheduler, so 50 claims may share 16 devices.
-    refs = [node.api.add(uid(i), [f"neurondevice{i % 16}"]) for i in range(50)]
+    # Claims with admin access may share devices, so 50 claims fit on 16 devices.
+    refs = [node.api.add(uid(i), [f"neurondevice{i % 16}"], admin=True) for i in range(50)]
     queued = threading.Event()
     specs_written = 0
 
@@ -302,7 +311,8 @@ def test_concurrent_claims_share_checkpoint_writes(
     outcomes = prepare(preparer, *refs)
 
     assert outcomes == {
-        r.uid: Outcome(recorded(r.uid, [f"neurondevice{i % 16}"])) for i, r in enumerate(refs)
+        r.uid: Outcome(recorded(r.uid, [f"neurondevice{i % 16}"], admin=True))
+        for i, r in enumerate(refs)
     }
     assert len(batches) < len(refs)
     assert len(batches) <= 2  # the write in flight, then one for everything queued behind it
@@ -432,3 +442,163 @@ def test_uid_escaping_the_directory_is_refused(node: Node, tmp_path: Path) -> No
     assert evil in outcome.error
     assert all_files(tmp_path) == before
     assert node.checkpointed() == {}
+
+
+# --------------------------------------------------------------------- requests and containers
+
+
+def injected(
+    spec: dict[str, Any], answer: Outcome, request: str
+) -> tuple[dict[str, str], list[str]]:
+    """(env, device nodes) of a container referencing `request` of the claim ("": all of it).
+
+    The kubelet passes the CDI ids of every answered device whose request names hold
+    the request, or of every device for the whole claim; the runtime's CDI package
+    applies the spec's edits once, then each device's in order, a variable given again
+    replacing the earlier value and a device node given again replacing the earlier one.
+    """
+    ids = [i for d in answer.devices
+           if not request or not d.request_names or request in d.request_names
+           for i in d.cdi_device_ids]  # fmt: skip
+    edits = {f"{spec['kind']}={d['name']}": d["containerEdits"] for d in spec["devices"]}
+    env: dict[str, str] = {}
+    nodes: list[str] = []
+    for edit in [spec.get("containerEdits", {})] + [edits[i] for i in ids]:
+        env |= dict(e.split("=", 1) for e in edit.get("env", []))
+        for device_node in edit.get("deviceNodes", []):
+            nodes = [n for n in nodes if n != device_node["path"]] + [device_node["path"]]
+    return env, nodes
+
+
+def test_each_container_gets_the_cores_of_the_devices_it_gets(node: Node) -> None:
+    ref = node.api.add(UID, {"a": ["neurondevice0", "neurondevice1"], "b": ["neurondevice5"]},
+                       config=[opaque(neuron_config(2))])  # fmt: skip
+    answer = prepare(node.preparer(), ref)[UID]
+    assert not answer.error
+    spec = node.spec(ref)
+
+    assert injected(spec, answer, "a") == (
+        {"NEURON_RT_VISIBLE_CORES": "0-7", "NEURON_LOGICAL_NC_CONFIG": "2"},
+        ["/dev/neuron0", "/dev/neuron1"],
+    )
+    assert injected(spec, answer, "b") == (
+        {"NEURON_RT_VISIBLE_CORES": "20-23", "NEURON_LOGICAL_NC_CONFIG": "2"},
+        ["/dev/neuron5"],
+    )
+    assert injected(spec, answer, "") == (
+        {"NEURON_RT_VISIBLE_CORES": "0,1,2,3,4,5,6,7,20,21,22,23", "NEURON_LOGICAL_NC_CONFIG": "2"},
+        ["/dev/neuron0", "/dev/neuron1", "/dev/neuron5"],
+    )
+
+
+def test_the_answer_of_a_claim_with_two_requests(node: Node) -> None:
+    ref = node.api.add(UID, {"a": ["neurondevice0"], "b/big": ["neurondevice5"]})
+    answer = prepare(node.preparer(), ref)[UID]
+    kind = "neuron.aws.com/neuron"
+    assert answer == Outcome((
+        RecordedDevice(("a",), POOL, "neurondevice0",
+                       (f"{kind}={UID}-neurondevice0", f"{kind}={UID}.request.a")),
+        RecordedDevice(("b", "b/big"), POOL, "neurondevice5",
+                       (f"{kind}={UID}-neurondevice5", f"{kind}={UID}.request.b")),
+        # Only a container referencing the whole claim matches the request name "", and
+        # it gets this entry last, so every core of the claim replaces one request's. Its
+        # first id is its own: kubelets before 1.36 list the first id of every entry in
+        # each container's status, and the API server refuses a status naming one twice.
+        RecordedDevice(("",), POOL, "neurondevice5", (f"{kind}={UID}.claim",)),
+    ))  # fmt: skip
+    assert node.checkpointed()[UID].devices == answer.devices
+    spec_ids = {f"{node.spec(ref)['kind']}={d['name']}" for d in node.spec(ref)["devices"]}
+    assert {i for d in answer.devices for i in d.cdi_device_ids} == spec_ids
+
+
+# --------------------------------------------------------------------- one claim per device
+
+NO_SHARING = "a Neuron device serves one claim at a time unless a request has adminAccess"
+
+
+def test_a_device_prepared_for_another_claim_is_refused(node: Node) -> None:
+    first = node.api.add(uid(1), ["neurondevice3"])
+    second = node.api.add(uid(2), ["neurondevice2", "neurondevice3"])
+    preparer = node.preparer()
+    assert prepare(preparer, first)[first.uid] == Outcome(recorded(first.uid, ["neurondevice3"]))
+
+    outcome = prepare(preparer, second)[second.uid]
+
+    assert outcome == Outcome(
+        error=f"claim {second}: device neurondevice3 is already prepared for claim {first}; "
+        + NO_SHARING
+    )
+    assert node.files() == [spec_name(first.uid)]
+    assert set(node.checkpointed()) == {first.uid}
+    # A restarted plugin knows the first claim from its checkpoint.
+    assert prepare(node.preparer(), second)[second.uid] == outcome
+    # Once the first claim is unprepared, the kubelet's retry of the second succeeds.
+    assert unprepare(preparer, first) == {first.uid: Outcome()}
+    assert prepare(preparer, second)[second.uid] == Outcome(
+        recorded(second.uid, ["neurondevice2", "neurondevice3"])
+    )
+
+
+def test_claims_with_admin_access_share_devices(node: Node) -> None:
+    workload = node.api.add(uid(1), ["neurondevice3"])
+    monitor = node.api.add(uid(2), ["neurondevice3"], admin=True)
+    other_monitor = node.api.add(uid(3), ["neurondevice3"], admin=True)
+    preparer = node.preparer()
+    outcomes = prepare(preparer, monitor, workload, other_monitor)
+    assert all(o.devices and not o.error for o in outcomes.values()), outcomes
+    assert node.checkpointed()[monitor.uid].devices[0].admin_access is True
+    # What the restarted plugin reads back still lets admin claims share.
+    late = node.api.add(uid(4), ["neurondevice3"], admin=True)
+    assert prepare(node.preparer(), late)[late.uid].devices
+
+
+def test_a_device_listed_twice_in_one_claim_is_prepared_once(node: Node) -> None:
+    ref = node.api.add(UID, ["neurondevice4", "neurondevice4"])
+    outcome = prepare(node.preparer(), ref)[UID]
+    assert outcome == Outcome(recorded(UID, ["neurondevice4"]))
+    assert [d["name"] for d in node.spec(ref)["devices"]] == [f"{UID}-neurondevice4"]
+
+
+def test_a_device_of_two_requests_with_one_env_is_answered_once(node: Node) -> None:
+    # Both requests see the same devices, so one entry serves both; two would name
+    # the device's CDI id first twice, which the kubelet's status may not repeat.
+    ref = node.api.add(UID, {"work": ["neurondevice4"], "watch": ["neurondevice4"]})
+    outcome = prepare(node.preparer(), ref)[UID]
+    assert outcome == Outcome((
+        RecordedDevice(("work", "watch"), POOL, "neurondevice4",
+                       (f"neuron.aws.com/neuron={UID}-neurondevice4",)),
+    ))  # fmt: skip
+
+
+def test_claims_for_one_device_at_once_prepare_one(node: Node) -> None:
+    refs = [node.api.add(uid(i), ["neurondevice9"]) for i in (1, 2, 3)]
+
+    async def scenario() -> dict[str, Outcome]:
+        everyone_read = asyncio.Event()
+        reading = 0
+
+        async def get_claim_together(namespace: str, name: str) -> dict[str, Any]:
+            # Every claim has its object before any plans: each then decides while the
+            # others are between their decision and their checkpoint write.
+            nonlocal reading
+            reading += 1
+            if reading == len(refs):
+                everyone_read.set()
+            await everyone_read.wait()
+            return await node.api.get_claim(namespace, name)
+
+        return await node.preparer(get_claim=get_claim_together).prepare(refs)
+
+    outcomes = asyncio.run(scenario())
+
+    winners = [r for r in refs if outcomes[r.uid].devices]
+    assert len(winners) == 1, outcomes
+    [winner] = winners
+    for ref in refs:
+        if ref != winner:
+            assert outcomes[ref.uid] == Outcome(
+                error=f"claim {ref}: device neurondevice9 is already prepared for claim "
+                f"{winner}; {NO_SHARING}"
+            )
+    assert node.files() == [spec_name(winner.uid)]
+    assert set(node.checkpointed()) == {winner.uid}

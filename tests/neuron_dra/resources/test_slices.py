@@ -279,6 +279,30 @@ def test_an_unhealthy_device_is_tainted(fake_node: FakeNode) -> None:
     assert validate_slice(s) == []
 
 
+def test_a_taint_is_dated_when_the_problem_was_first_seen(fake_node: FakeNode) -> None:
+    # 2023-11-14T22:13:20.9Z: the API stores whole seconds, so the fraction goes.
+    unhealthy = (Unhealthy(5, "MemEccUncorrected", since=1_700_000_000.9),)
+    devices = devices_of(slices_of(fake_node("trn2.48xlarge"), unhealthy=unhealthy))
+    assert devices["neurondevice5"]["taints"] == [
+        {
+            "key": "neuron.aws.com/unhealthy",
+            "value": "MemEccUncorrected",
+            "effect": "NoSchedule",
+            "timeAdded": "2023-11-14T22:13:20Z",
+        }
+    ]
+
+
+def test_the_whole_node_device_keeps_the_first_failures_taint(fake_node: FakeNode) -> None:
+    root = fake_node("trn2u.48xlarge")
+    first = Unhealthy(9, "nc_hang", since=1_700_000_000)
+    later = Unhealthy(2, "MemEccUncorrected", since=1_700_000_100)
+    for unhealthy in ((first,), (later, first)):
+        devices = devices_of(slices_of(root, unhealthy=unhealthy))
+        [taint] = devices["neuronnode"]["taints"]
+        assert (taint["value"], taint["timeAdded"]) == ("nc_hang", "2023-11-14T22:13:20Z")
+
+
 def test_without_taints_an_unhealthy_device_is_withdrawn(fake_node: FakeNode) -> None:
     unhealthy = (Unhealthy(5, "DeviceMissing"),)
     [s] = slices_of(fake_node("trn2u.48xlarge"), unhealthy=unhealthy, device_taints=False)

@@ -1,0 +1,175 @@
+"""How the node's stored ResourceSlices differ from the desired ones, as pure functions.
+
+The comparison is the upstream ResourceSlice controller's: what the API server
+adds is copied from the stored slices first (a taint's `timeAdded`), fields the
+server drops are left out, values it omits (empty lists and maps) count as
+absent. Slices are paired by content, then by name, never by list position.
+The publisher (`publisher.py`) is the side-effect shell around these.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from neuron_dra.agent.kube import Json
+
+# A path to a field of a slice: keys, with "[]" standing for every item of a list.
+Field = tuple[str, ...]
+
+
+def split_pool(slices: Iterable[Json], pool: str) -> tuple[list[Json], list[Json]]:
+    """This node's pool, by name, and the node's slices of any other pool."""
+    ordered = sorted(slices, key=lambda s: str(s["metadata"]["name"]))
+    ours = [s for s in ordered if s["spec"]["pool"]["name"] == pool]
+    return ours, [s for s in ordered if s["spec"]["pool"]["name"] != pool]
+
+
+def adopt(desired: list[Json], existing: list[Json], dropped: frozenset[Field]) -> list[Json]:
+    """The desired slices as the server would store them, given the stored ones.
+
+    A taint keeps the `timeAdded` of the stored taint of the same device with the same
+    key, value and effect: set by the server, or by an earlier run of the driver, it is
+    when that problem was first published, and moving it would restart NoExecute
+    tolerations. Fields the server drops are left out.
+    """
+    stored = {
+        device["name"]: device.get("taints") or []
+        for s in existing
+        for device in s["spec"].get("devices") or []
+    }
+    adopted = copy.deepcopy(desired)
+    for s in adopted:
+        for device in s["spec"].get("devices") or []:
+            for taint in device.get("taints") or []:
+                for old in stored.get(device["name"], []):
+                    if _taint_identity(old) == _taint_identity(taint) and old.get("timeAdded"):
+                        taint["timeAdded"] = old["timeAdded"]
+        for found in dropped:
+            _remove(s, found)
+    return adopted
+
+
+def same(existing: list[Json], desired: list[Json]) -> bool:
+    """Equal but for the generation, in any order: the server's names order the slices."""
+    return sorted(map(_comparable, existing)) == sorted(map(_comparable, desired))
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """The writes that turn one pool's stored slices into the desired ones."""
+
+    updates: tuple[tuple[Json, Json], ...]  # (stored, desired)
+    creates: tuple[Json, ...]
+    deletes: tuple[Json, ...]
+
+
+def pair(existing: list[Json], desired: list[Json]) -> Pairing:
+    """Which stored slice becomes which desired one.
+
+    A stored slice with the desired content keeps it (only its generation moves), so
+    a slice never turns from devices into counters when another slice changed; the
+    rest pair in name order. `existing` must be one pool: no update moves a slice
+    to another pool.
+    """
+    left = sorted(existing, key=lambda s: str(s["metadata"]["name"]))
+    updates: list[tuple[Json, Json]] = []
+    unmatched: list[Json] = []
+    for new in desired:
+        content = _content(new)
+        index = next((i for i, old in enumerate(left) if _content(old) == content), None)
+        if index is None:
+            unmatched.append(new)
+        else:
+            updates.append((left.pop(index), new))
+    updates += zip(left, unmatched, strict=False)
+    return Pairing(tuple(updates), tuple(unmatched[len(left) :]), tuple(left[len(unmatched) :]))
+
+
+def replacement(old: Json, new: Json) -> Json:
+    """The update turning stored slice `old` into `new`; others' labels stay on it."""
+    body = copy.deepcopy(new)
+    metadata = {k: v for k, v in old["metadata"].items() if k != "managedFields"}
+    owners = new["metadata"].get("ownerReferences")
+    if owners:
+        metadata["ownerReferences"] = owners
+    else:
+        metadata.pop("ownerReferences", None)
+    body["metadata"] = metadata
+    return body
+
+
+def dropped_fields(sent: Json, stored: Json) -> frozenset[Field]:
+    """Fields of `sent`'s spec that the server's answer lacks."""
+    return frozenset(_missing(sent.get("spec"), stored.get("spec"), ("spec",)))
+
+
+def _missing(sent: Any, stored: Any, path: Field) -> set[Field]:
+    if isinstance(sent, dict) and isinstance(stored, dict):
+        found: set[Field] = set()
+        for key, value in sent.items():
+            if _empty(value):
+                continue
+            if _empty(stored.get(key)):
+                found.add((*path, key))
+            else:
+                found |= _missing(value, stored[key], (*path, key))
+        return found
+    if isinstance(sent, list) and isinstance(stored, list) and len(sent) == len(stored):
+        # Items in the order sent: the server keeps list order.
+        pairs = zip(sent, stored, strict=True)
+        return set().union(*(_missing(a, b, (*path, "[]")) for a, b in pairs))
+    return set()
+
+
+def spelled(path: Field) -> str:
+    """As the API documentation names a field: spec.devices[].consumesCounters."""
+    return ".".join(path).replace(".[]", "[]")
+
+
+def _remove(obj: Any, path: Field) -> None:
+    if not path:
+        return
+    head, rest = path[0], path[1:]
+    if head == "[]":
+        for item in obj if isinstance(obj, list) else ():
+            _remove(item, rest)
+    elif isinstance(obj, dict) and head in obj:
+        if rest:
+            _remove(obj[head], rest)
+        else:
+            del obj[head]
+
+
+def _taint_identity(taint: Json) -> tuple[Any, Any, Any]:
+    return taint.get("key"), taint.get("value"), taint.get("effect")
+
+
+def _empty(value: Any) -> bool:
+    # What the API server omits when it serializes: it never stores them.
+    return value is None or value in ([], {})
+
+
+def _pruned(value: Any) -> Any:
+    if isinstance(value, dict):
+        kept = {k: _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if not _empty(v)}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def _content(obj: Json) -> str:
+    """What a slice holds, whatever its pool's generation or size."""
+    spec = {k: v for k, v in obj["spec"].items() if k != "pool"}
+    return json.dumps(_pruned([spec, obj["metadata"].get("ownerReferences")]), sort_keys=True)
+
+
+def _comparable(obj: Json) -> str:
+    spec = copy.deepcopy(obj["spec"])
+    spec["pool"].pop("generation", None)
+    owners = obj["metadata"].get("ownerReferences")
+    return json.dumps(_pruned([spec, owners]), sort_keys=True)

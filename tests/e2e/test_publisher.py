@@ -1,0 +1,47 @@
+"""The slice publisher against an API server that drops fields it does not serve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neuron_dra.hardware.fakenode import FakeUltraServer
+from tests.e2e.build import Binaries
+from tests.e2e.cluster import Cluster
+from tests.e2e.nodes import add_simulated_node
+from tests.e2e.publisher_log import handled, new_watch, start_logging_passes
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_fields_the_server_drops_are_named_once_and_rewrite_nothing(
+    e2e_binaries: Binaries,
+) -> None:
+    # Without the gate the server drops shared counters and what devices consume of
+    # them; `both` has the driver publish them all the same.
+    with Cluster(e2e_binaries, feature_gates={"DRAPartitionableDevices": False}) as cluster:
+        cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
+        node = add_simulated_node(
+            cluster, "us-d", "trn2u.48xlarge", ultraserver=FakeUltraServer("us-d", 0),
+            extra_args=["--ultraserver-devices=both"], start=False,
+        )  # fmt: skip
+        plugin = start_logging_passes(node)
+        assert len(node.device_names()) == 17
+        assert not any(s["spec"].get("sharedCounters") for s in node.slices())
+        published = {s["metadata"]["name"]: s["spec"]["pool"]["generation"] for s in node.slices()}
+
+        def label() -> None:
+            for name in published:
+                patch = {"metadata": {"labels": {"team": "ml"}}}
+                cluster.patch("resource.k8s.io/v1", "ResourceSlice", name, patch)
+
+        handled(node, label)
+        handled(node, lambda: new_watch(node))
+        now = {s["metadata"]["name"]: s["spec"]["pool"]["generation"] for s in node.slices()}
+        assert now == published
+        lines = plugin.log_path.read_text().splitlines()
+        for field in ("spec.sharedCounters", "spec.devices[].consumesCounters"):
+            assert sum(f"the API server dropped {field} from" in line for line in lines) == 1
