@@ -10,6 +10,12 @@ Sources, all read under the injectable sysfs root and kernel log path:
 A device returns to service when its cause goes away (the directory or node
 comes back, the counters reset with a driver reload) or, for errors that leave
 no trace to re-check, after the configured recovery period.
+
+The devices watched follow the inventory: `follow` hands over what rediscovery
+found, so a device that appears after start (the kernel driver loaded late) is
+checked from then on, its counters at hand-over being its baseline. A device is
+never dropped: one that rediscovery no longer finds stays missing, out of
+service, until it is back.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import errno
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -67,15 +74,32 @@ class HealthMonitor:
         self._kmsg = kmsg
         self._recovery_s = recovery_s
         self._clock = clock
-        self._devices = sorted(devices)
+        self._devices = sorted(set(devices))
         self.problems: dict[int, Problem] = {}
         self._failing_sources: set[str] = set()
         self._baseline = {d: self._counters(d) for d in self._devices}
         self._kmsg_fd: int | None = None
+        # `poll` runs in a worker thread while `follow` may come from another one.
+        self._lock = threading.Lock()
         self._open_kmsg()
+
+    def follow(self, devices: Iterable[int]) -> None:
+        """Watch these devices too, from now on; devices already watched stay watched.
+
+        Reads the new devices' counters, so call it off the event loop.
+        """
+        with self._lock:
+            new = set(devices).difference(self._devices)
+            for device in new:
+                self._baseline[device] = self._counters(device)
+            self._devices = sorted(new.union(self._devices))
 
     def poll(self) -> list[Change]:
         """Read every source once; return what changed."""
+        with self._lock:
+            return self._poll()
+
+    def _poll(self) -> list[Change]:
         now = self._clock()
         expired = {
             device

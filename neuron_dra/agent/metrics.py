@@ -1,36 +1,41 @@
 """Prometheus metrics: counters and histograms the agent updates, gauges read at scrape.
 
-The text exposition format is small enough to write directly, which keeps a
-client library out of the node agent's memory and start-up.
+prometheus_client keeps the series and writes the text format. The HTTP side
+is a small asyncio server of its own, bounded in time, size and connections:
+the library's own server runs a thread per connection with no time bound, and
+its aiohttp handler would bring aiohttp's server into the agent (about 300 ms
+of imports and 9 MiB).
+
+A scrape computes two kinds of gauges: `gauges`, from the agent's in-memory
+state, on the event loop (that state is only ever changed there, so it is read
+consistently); and `file_gauges`, which read sysfs, in a thread of their own,
+so that a slow or hung device file never stalls a prepare.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
+import contextlib
 import logging
-from collections import defaultdict
+import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 Labels = tuple[tuple[str, str], ...]
+Gauges = Callable[[], Iterable["Sample"]]
 
-
-@dataclass
-class _Histogram:
-    counts: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S))
-    total: float = 0.0
-    count: int = 0
-
-    def observe(self, value: float) -> None:
-        index = bisect.bisect_left(LATENCY_BUCKETS_S, value)
-        if index < len(self.counts):
-            self.counts[index] += 1
-        self.total += value
-        self.count += 1
+# Request bounds of the HTTP endpoint. A scrape is one short GET: its head fits
+# in a few hundred bytes, and Prometheus gives up after its own timeout (10 s).
+MAX_HEAD_BYTES = 8192
+TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 16
 
 
 @dataclass(frozen=True)
@@ -42,105 +47,225 @@ class Sample:
     value: float
 
 
-# name -> (type, help): every metric the driver exposes, documented in one place.
-METRICS: dict[str, tuple[str, str]] = {
-    "neuron_dra_devices": ("gauge", "Neuron devices by health and allocation state."),
-    "neuron_dra_prepared_claims": ("gauge", "Claims currently prepared on this node."),
-    "neuron_dra_prepare_duration_seconds": ("histogram", "NodePrepareResources time per claim."),
-    "neuron_dra_unprepare_duration_seconds": (
-        "histogram",
-        "NodeUnprepareResources time per claim.",
+@dataclass(frozen=True)
+class Spec:
+    kind: str  # counter, histogram or gauge
+    help: str
+    labels: tuple[str, ...] = ()  # of counters and histograms; gauges label each sample
+
+
+# Every metric the driver exposes, documented in one place, in exposition order.
+METRICS: dict[str, Spec] = {
+    "neuron_dra_devices": Spec("gauge", "Neuron devices by health and allocation state."),
+    "neuron_dra_prepared_claims": Spec("gauge", "Claims currently prepared on this node."),
+    "neuron_dra_prepare_duration_seconds": Spec(
+        "histogram", "NodePrepareResources time per claim."
     ),
-    "neuron_dra_prepare_phase_seconds": (
+    "neuron_dra_unprepare_duration_seconds": Spec(
+        "histogram", "NodeUnprepareResources time per claim."
+    ),
+    "neuron_dra_prepare_phase_seconds": Spec(
         "histogram",
         "Prepare time per claim by phase: api (claim read), cdi (config and spec), checkpoint.",
+        ("phase",),
     ),
-    "neuron_dra_prepare_errors_total": ("counter", "Claims not prepared, by reason."),
-    "neuron_dra_unprepare_errors_total": ("counter", "Claims not unprepared, by reason."),
-    "neuron_dra_slice_publishes_total": (
-        "counter",
-        "ResourceSlice creates, updates and deletes sent to the API server.",
+    "neuron_dra_prepare_errors_total": Spec(
+        "counter", "Claims not prepared, by reason.", ("reason",)
     ),
-    "neuron_dra_slice_last_publish_timestamp_seconds": ("gauge", "Time of the last slice write."),
-    "neuron_dra_health_events_total": ("counter", "Devices marked unhealthy, by error kind."),
-    "neuron_dra_device_utilization_ratio": ("gauge", "Device utilization from sysfs, 0 to 1."),
+    "neuron_dra_unprepare_errors_total": Spec(
+        "counter", "Claims not unprepared, by reason.", ("reason",)
+    ),
+    "neuron_dra_slice_publishes_total": Spec(
+        "counter", "ResourceSlice creates, updates and deletes sent to the API server."
+    ),
+    "neuron_dra_slice_last_publish_timestamp_seconds": Spec(
+        "gauge", "Time of the last slice write."
+    ),
+    "neuron_dra_health_events_total": Spec(
+        "counter", "Devices marked unhealthy, by error kind.", ("kind",)
+    ),
+    "neuron_dra_device_utilization_ratio": Spec("gauge", "Device utilization from sysfs, 0 to 1."),
 }
+
+
+class _Families:
+    """What `generate_latest` reads: metric families already collected."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
 
 
 class Metrics:
     def __init__(self) -> None:
-        self._counters: dict[str, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
-        self._histograms: dict[str, dict[Labels, _Histogram]] = defaultdict(
-            lambda: defaultdict(_Histogram)
-        )
-        self.gauges: Callable[[], Iterable[Sample]] = lambda: ()
+        # Unregistered: each agent (and each test) has its own series, not the global registry's.
+        self._counters = {
+            name: Counter(name, spec.help, spec.labels, registry=None)
+            for name, spec in METRICS.items()
+            if spec.kind == "counter"
+        }
+        self._histograms = {
+            name: Histogram(name, spec.help, spec.labels, registry=None, buckets=LATENCY_BUCKETS_S)
+            for name, spec in METRICS.items()
+            if spec.kind == "histogram"
+        }
+        self.gauges: Gauges = lambda: ()  # called on the event loop: no I/O
+        self.file_gauges: Gauges = lambda: ()  # called in a worker thread: may read sysfs
+        self._scrape: asyncio.Future[bytes] | None = None
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
-        self._counters[name][tuple(sorted(labels.items()))] += amount
+        counter = self._counters[name]
+        (counter.labels(**labels) if labels else counter).inc(amount)
 
     def observe(self, name: str, seconds: float, **labels: str) -> None:
-        self._histograms[name][tuple(sorted(labels.items()))].observe(seconds)
+        histogram = self._histograms[name]
+        (histogram.labels(**labels) if labels else histogram).observe(seconds)
 
     def render(self) -> str:
-        samples: dict[str, list[str]] = defaultdict(list)
-        for name, series in self._counters.items():
-            for labels, value in series.items():
-                samples[name].append(f"{name}{_labels(labels)} {_number(value)}")
-        for name, by_labels in self._histograms.items():
-            for labels, histogram in by_labels.items():
-                cumulative = 0
-                for bound, count in zip(LATENCY_BUCKETS_S, histogram.counts, strict=True):
-                    cumulative += count
-                    le = (*labels, ("le", str(bound)))
-                    samples[name].append(f"{name}_bucket{_labels(le)} {cumulative}")
-                everything = (*labels, ("le", "+Inf"))
-                samples[name].append(f"{name}_bucket{_labels(everything)} {histogram.count}")
-                samples[name].append(f"{name}_sum{_labels(labels)} {_number(histogram.total)}")
-                samples[name].append(f"{name}_count{_labels(labels)} {histogram.count}")
-        for sample in self.gauges():
-            samples[sample.name].append(
-                f"{sample.name}{_labels(sample.labels)} {_number(sample.value)}"
-            )
-        lines = []
-        for name, (kind, help_text) in METRICS.items():
-            if name in samples:
-                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
-        return "\n".join(lines) + "\n"
+        """The text exposition, every gauge read in the calling thread."""
+        return self._expose(list(self.gauges())).decode()
 
-    async def serve(self, port: int, host: str = "0.0.0.0") -> asyncio.Server:
-        """GET /metrics over plain HTTP; anything else is 404."""
+    async def scrape(self, timeout_s: float = TIMEOUT_S) -> bytes:
+        """The text exposition, the file gauges read off the event loop.
+
+        One reading at a time: scrapes that arrive while one runs share its
+        result, so a hung device file holds one thread, not one per scrape.
+        Raises TimeoutError when the reading takes longer than `timeout_s`.
+        """
+        running = self._scrape
+        if (
+            running is None
+            or running.done()
+            or running.get_loop() is not asyncio.get_running_loop()
+        ):
+            self._scrape = running = self._in_thread(list(self.gauges()))
+        return await asyncio.wait_for(asyncio.shield(running), timeout_s)
+
+    def _in_thread(self, gauges: list[Sample]) -> asyncio.Future[bytes]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes] = loop.create_future()
+
+        def settle(result: bytes | None, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                assert result is not None
+                future.set_result(result)
+
+        def work() -> None:
+            try:
+                result, error = self._expose(gauges), None
+            except Exception as err:
+                result, error = None, err
+            # The loop may have closed while a read hung: nothing is waiting then.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, result, error)
+
+        # A daemon thread, not an executor's: a read that never returns must not hold up
+        # the agent's exit, which joins executor threads.
+        threading.Thread(target=work, name="neuron-dra-metrics", daemon=True).start()
+        return future
+
+    def _expose(self, gauges: list[Sample]) -> bytes:
+        by_name: dict[str, list[Sample]] = {}
+        for sample in (*gauges, *self.file_gauges()):
+            by_name.setdefault(sample.name, []).append(sample)
+        families: list[Metric] = []
+        for name, spec in METRICS.items():
+            series = self._counters.get(name) or self._histograms.get(name)
+            if series is not None:
+                families += _without_created(series)
+            elif name in by_name:
+                family = Metric(name, spec.help, "gauge")
+                for sample in by_name[name]:
+                    family.add_sample(name, dict(sample.labels), sample.value)
+                families.append(family)
+        return generate_latest(_Families(families))
+
+    async def serve(
+        self,
+        port: int,
+        host: str = "0.0.0.0",
+        *,
+        timeout_s: float = TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> asyncio.Server:
+        """GET /metrics and /healthz over plain HTTP/1.1, one request per connection.
+
+        Every step of a connection (reading the head, the scrape, writing the
+        answer) is bounded by `timeout_s`, the head by MAX_HEAD_BYTES, and the
+        connections served at once by `max_connections`.
+        """
+        open_connections = 0
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal open_connections
+            open_connections += 1
             try:
-                request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-                path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b""
-                if path == b"/metrics":
-                    body, status = self.render().encode(), b"200 OK"
-                    kind = b"text/plain; version=0.0.4; charset=utf-8"
+                if open_connections > max_connections:
+                    answer = _response(b"503 Service Unavailable", b"busy\n")
                 else:
-                    body, status, kind = b"not found\n", b"404 Not Found", b"text/plain"
-                writer.write(
-                    b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind
-                    + b"\r\nContent-Length: " + str(len(body)).encode()
-                    + b"\r\nConnection: close\r\n\r\n" + body
-                )  # fmt: skip
-                await writer.drain()
-            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                pass
+                    answer = await self._answer(reader, timeout_s)
+                if answer:
+                    writer.write(answer)
+                    await asyncio.wait_for(writer.drain(), timeout_s)
+            except (TimeoutError, ConnectionError):
+                pass  # a client that stalls or goes away: drop it
+            except Exception:
+                log.exception("metrics request failed")
             finally:
+                open_connections -= 1
                 writer.close()
 
-        server = await asyncio.start_server(handle, host, port)
+        server = await asyncio.start_server(handle, host, port, limit=MAX_HEAD_BYTES)
         log.info("metrics served", extra={"port": server.sockets[0].getsockname()[1]})
         return server
 
+    async def _answer(self, reader: asyncio.StreamReader, timeout_s: float) -> bytes:
+        """The response to one request; empty when the client is to be dropped unanswered."""
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
+        except asyncio.LimitOverrunError:
+            return _response(b"431 Request Header Fields Too Large", b"request head too large\n")
+        except (TimeoutError, asyncio.IncompleteReadError):
+            return b""
+        parts = head.split(b"\r\n", 1)[0].split(b" ")
+        if len(parts) != 3 or parts[2] not in (b"HTTP/1.0", b"HTTP/1.1"):
+            return _response(b"400 Bad Request", b"bad request\n")
+        method, path = parts[0], parts[1].split(b"?", 1)[0]
+        if path not in (b"/metrics", b"/healthz"):
+            return _response(b"404 Not Found", b"not found\n")
+        if method != b"GET":
+            return _response(b"405 Method Not Allowed", b"GET only\n", b"Allow: GET\r\n")
+        if path == b"/healthz":
+            return _response(b"200 OK", b"ok\n")
+        try:
+            body = await self.scrape(timeout_s)
+        except TimeoutError:
+            log.warning("metrics scrape timed out: a device file read is slow or hung")
+            return _response(b"503 Service Unavailable", b"scrape timed out\n")
+        except Exception:
+            log.exception("metrics scrape failed")
+            return _response(b"500 Internal Server Error", b"scrape failed\n")
+        return _response(b"200 OK", body, kind=CONTENT_TYPE_PLAIN_0_0_4.encode())
 
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    escaped = (v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for _, v in labels)
-    return "{" + ",".join(f'{k}="{v}"' for (k, _), v in zip(labels, escaped, strict=True)) + "}"
+
+def _without_created(series: Counter | Histogram) -> list[Metric]:
+    families = list(series.collect())
+    for family in families:
+        # `_created` series are OpenMetrics': in the text format they would be extra,
+        # undocumented gauge families.
+        family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+    return families
 
 
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(value)
+def _response(status: bytes, body: bytes, extra: bytes = b"", kind: bytes = b"text/plain") -> bytes:
+    return (
+        b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind
+        + b"\r\nContent-Length: " + str(len(body)).encode()
+        + b"\r\nConnection: close\r\n" + extra + b"\r\n" + body
+    )  # fmt: skip

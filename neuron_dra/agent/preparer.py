@@ -8,7 +8,9 @@ not the checkpoint ever heard of the claim. Claims run concurrently; the same
 claim is serialized by its own lock; checkpoint writes from concurrent claims
 are grouped into one fsync. A device another claim holds (prepared, or being
 prepared) is refused before any file is written, unless either side has admin
-access.
+access. An already prepared claim is answered from memory while its spec file
+exists; when a second plugin instance (a rolling update) removed it, the claim
+is prepared again.
 """
 
 from __future__ import annotations
@@ -152,7 +154,17 @@ class Preparer:
         async with self._lock(ref.uid):
             done = self._claims.get(ref.uid)
             if done is not None:
-                return Outcome(done.devices)
+                if cdi.spec_path(self._cdi_root, ref.uid).exists():
+                    return Outcome(done.devices)
+                # During a rolling update the other instance shares the CDI directory
+                # and checkpoint, and unprepared the claim since: its spec is gone, so
+                # the remembered ids would fail the container. A full prepare writes
+                # both again; forgetting the record first keeps its devices from
+                # counting as held should that prepare fail. A stat rather than a
+                # checkpoint read under its lock: it costs microseconds, and unprepare
+                # removes the spec before the entry, so no unprepare is missed.
+                del self._claims[ref.uid]
+                log.info("prepared claim's CDI spec is gone; preparing it again", extra=extra)
             try:
                 phase = time.perf_counter()
                 obj = await self._get_claim(ref.namespace, ref.name)

@@ -21,6 +21,12 @@ layout is invalid on 1.35 and the reverse). The publisher does not know those
 features; it calls the `reprobe` it is given when the server may have changed:
 when a write is refused as invalid, and when the server's version differs after
 a watch ended or an API error. Then it rebuilds and rewrites the pool.
+
+The slices are owned by the Node, named by its UID. A Node deleted and created
+again under the same name has a new UID, and the garbage collector deletes
+slices owned by the old one; so the UID is read again at the same moments as
+the server's version, and when one of the slices is deleted: at most one GET
+per watch.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ class SlicePublisher:
         self._follow_version = reprobe is not None
         self._version_due = self._follow_version  # learn it before the first write
         self._reprobe_due = False
+        self._node_uid_due = True  # read the Node's UID before the next write
         self._refused = False  # the last write was refused as invalid
         # The server refused to update a slice in place although the layout is right:
         # replace such a slice by deleting and re-creating it.
@@ -101,8 +108,8 @@ class SlicePublisher:
         while True:
             try:
                 await self._follow_server()
-                if node_uid is None:
-                    node_uid = (await self._kube.get_node(self._node))["metadata"]["uid"]
+                if self._node_uid_due:
+                    node_uid = await self._read_node_uid(node_uid)
                 version = await self.reconcile(node_uid)
                 delay = BACKOFF_INITIAL_S
                 await self._watch(version, node_uid)
@@ -111,6 +118,7 @@ class SlicePublisher:
             except ApiError as err:
                 # An outage may hide a control-plane upgrade; a refused write may be one.
                 self._version_due = self._follow_version
+                self._node_uid_due = True  # or a Node deleted and created again
                 if err.status == 422 and self._reprobe is not None:
                     self._refused = self._reprobe_due = True
                 log.warning(
@@ -204,6 +212,17 @@ class SlicePublisher:
             )  # fmt: skip
         self._dropped |= news
 
+    async def _read_node_uid(self, known: str | None) -> str:
+        """The Node's UID; raises ApiError while the Node is missing."""
+        uid = str((await self._kube.get_node(self._node))["metadata"]["uid"])
+        self._node_uid_due = False
+        if known is not None and uid != known:
+            log.info(
+                "Node %s was created again (UID %s, was %s): ResourceSlices follow it",
+                self._node, uid, known, extra={"node": self._node},
+            )  # fmt: skip
+        return uid
+
     async def _follow_server(self) -> None:
         """Re-probe the server's features when it may have changed under the driver."""
         if self._reprobe is None:
@@ -251,7 +270,11 @@ class SlicePublisher:
                 if event is None:
                     # The server closed the watch (every few minutes, or on its way down).
                     self._version_due = self._follow_version
+                    self._node_uid_due = True
                     return
+                if event.get("type") == "DELETED":
+                    # Perhaps the garbage collector's, after the Node was created again.
+                    self._node_uid_due = True
                 if event.get("type") != "BOOKMARK":
                     return
                 next_event = asyncio.ensure_future(anext(events, None))

@@ -65,6 +65,7 @@ class Agent:
         self._uses: features.Uses | None = None  # what the slices may use: see `_reprobe`
         self.metrics = Metrics()
         self.metrics.gauges = self._gauges
+        self.metrics.file_gauges = self._utilization
         self.health = HealthMonitor(
             options.sysfs_root,
             [d.index for d in self.inventory.devices],
@@ -232,6 +233,8 @@ class Agent:
                 log.info("Neuron hardware changed; republishing")
                 # UltraServer membership decides whether the pool has counters to lay out.
                 reprobe = inventory.ultraserver != self.inventory.ultraserver
+                # Before the slices: a device that appeared is published once it is watched.
+                await asyncio.to_thread(self.health.follow, [d.index for d in inventory.devices])
                 self.inventory = inventory
                 self.publisher.refresh(self._build, reprobe=reprobe)
 
@@ -309,6 +312,12 @@ class Agent:
                     self.publisher.last_publish,
                 )
             )
+        return samples
+
+    def _utilization(self) -> list[Sample]:
+        # Called in a worker thread at scrape: it reads sysfs, and only the inventory,
+        # which rediscovery replaces whole rather than changes.
+        samples = []
         for device in self.inventory.devices:
             percent = _read_number(
                 self.options.sysfs_root

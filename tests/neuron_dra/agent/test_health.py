@@ -134,3 +134,37 @@ def test_a_problem_is_dated_when_first_seen_for_as_long_as_it_lasts(fake_node: F
     (root / "dev/neuron5").unlink()  # another kind of problem: news, dated now
     [change] = health.poll()
     assert change.problem is not None and change.problem.since == health.problems[5].since == 1600
+
+
+def test_a_device_that_appears_later_is_checked_once_handed_over(fake_node: FakeNode) -> None:
+    # The kernel driver loaded after the agent started: neuron11 comes with rediscovery.
+    root = fake_node("inf2.48xlarge")
+    aside = root.parent / "aside"
+    aside.mkdir()
+    shutil.move(root / "sys/devices/virtual/neuron_device/neuron11", aside / "sys")
+    shutil.move(root / "dev/neuron11", aside / "dev")
+    health = HealthMonitor(root, range(11), clock=Clock())
+    assert health.poll() == []
+    shutil.move(aside / "sys", root / "sys/devices/virtual/neuron_device/neuron11")
+    shutil.move(aside / "dev", root / "dev/neuron11")
+    ecc(root, 11, 2)  # errors from before it was handed over are history
+    health.follow(range(12))
+    assert health.poll() == []
+    ecc(root, 11, 3)
+    [change] = health.poll()
+    assert change.device == 11 and change.problem is not None
+    assert change.problem.kind == Kind.MEM_ECC_UNCORRECTED
+    assert change.problem.detail == "mem_ecc_uncorrected 2 -> 3"
+
+
+def test_a_device_left_out_of_a_hand_over_is_still_watched(fake_node: FakeNode) -> None:
+    # Rediscovery drops a vanished device: it stays out of service until it is back.
+    root = fake_node("inf2.48xlarge")
+    health = HealthMonitor(root, range(12), clock=Clock())
+    (root / "dev/neuron7").unlink()
+    health.follow(d for d in range(12) if d != 7)
+    [change] = health.poll()
+    assert change.device == 7 and change.problem and change.problem.kind == Kind.DEVICE_MISSING
+    write(root, "dev/neuron7", "")
+    health.follow(range(12))
+    assert health.poll() == [Change(7, None)]

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,7 +39,31 @@ def test_exposition_parses_and_counts() -> None:
 
 def test_every_metric_is_prefixed_and_documented() -> None:
     assert all(name.startswith("neuron_dra_") for name in METRICS)
-    assert all(help_text.endswith(".") for _, help_text in METRICS.values())
+    assert all(spec.help.endswith(".") for spec in METRICS.values())
+
+
+def test_readme_documents_every_metric_with_its_type() -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    rows = re.findall(r"^\| `(neuron_dra_\w+)(?:\{[\w,]*\})?` \| (\w+) \|", readme, re.MULTILINE)
+    assert dict(rows) == {name: spec.kind for name, spec in METRICS.items()}
+
+
+def test_every_family_is_exposed_with_its_documented_type() -> None:
+    metrics = Metrics()
+    for name, spec in METRICS.items():
+        labels = {label: "x" for label in spec.labels}
+        if spec.kind == "counter":
+            metrics.inc(name, 1, **labels)
+        elif spec.kind == "histogram":
+            metrics.observe(name, 0.01, **labels)
+    metrics.gauges = lambda: [
+        Sample(n, (), 1) for n, spec in METRICS.items() if spec.kind == "gauge"
+    ]
+    exposed = {
+        family.name: family.type for family in text_string_to_metric_families(metrics.render())
+    }
+    # The parser names a counter family without its `_total`.
+    assert exposed == {n.removesuffix("_total"): spec.kind for n, spec in METRICS.items()}
 
 
 def test_http_endpoint() -> None:
