@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.watch.watch import iter_resp_lines
 
 from neuron_dra.agent.apierror import ApiError
 
@@ -30,7 +31,10 @@ Json = dict[str, Any]
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 REQUEST_TIMEOUT_S = 30.0
-WATCH_TIMEOUT_S = 300
+WATCH_TIMEOUT_S = 300  # the server ends a watch after this; the client then lists again
+# A watch's read timeout is the server's timeout plus this: a healthy server has closed
+# the watch (or sent a bookmark) by then, so silence past it means a dead connection.
+WATCH_READ_MARGIN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,16 @@ class SliceList:
 
 
 class Kube:
-    def __init__(self, api: k8s.ApiClient) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+        watch_read_timeout_s: float | None = None,
+    ) -> None:
         self._api = api
+        self._watch_timeout_s = watch_timeout_s
+        self._watch_read_timeout_s = watch_read_timeout_s
 
     @classmethod
     def connect(cls, kubeconfig: Path | None) -> Kube:
@@ -104,15 +116,22 @@ class Kube:
     async def watch_resource_slices(
         self, node: str, driver: str, resource_version: str
     ) -> AsyncGenerator[Json, None]:
-        """Watch events ({type, object}) for one node's slices, until the server ends it."""
+        """Watch events ({type, object}) for one node's slices, until the server ends it.
+
+        Raises ApiError (status 0) when the connection stays silent past the read
+        timeout: a dropped connection ends the watch instead of stopping it forever.
+        """
         query = [
             *_slice_selector(node, driver),
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(WATCH_TIMEOUT_S)),
+            ("timeoutSeconds", str(self._watch_timeout_s)),
         ]
-        async for event in self._stream(f"{RESOURCE_API}/resourceslices", query):
+        read_timeout = self._watch_read_timeout_s
+        if read_timeout is None:
+            read_timeout = self._watch_timeout_s + WATCH_READ_MARGIN_S
+        async for event in self._stream(f"{RESOURCE_API}/resourceslices", query, read_timeout):
             yield event
 
     def list_sync(self, path: str) -> list[Json]:
@@ -158,7 +177,7 @@ class Kube:
         body: Json | None,
         content_type: str,
         *,
-        timeout: float | None,
+        timeout: float | tuple[float, float],
     ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         _, url, headers, payload, _ = self._api.param_serialize(
@@ -172,24 +191,29 @@ class Kube:
         except Exception as err:  # urllib3 and socket errors: the server is unreachable
             raise ApiError(0, f"API server unreachable: {err}") from None
 
-    async def _stream(self, path: str, query: list[tuple[str, str]]) -> AsyncGenerator[Json, None]:
+    async def _stream(
+        self, path: str, query: list[tuple[str, str]], read_timeout: float
+    ) -> AsyncGenerator[Json, None]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Json | BaseException | None] = asyncio.Queue()
         stop = threading.Event()
+        # (connect, read): urllib3 applies the read timeout to every socket read of the body.
+        timeout = (REQUEST_TIMEOUT_S, read_timeout)
         response: Any = await asyncio.to_thread(
-            lambda: self._send("GET", path, query, None, "application/json", timeout=None)
+            lambda: self._send("GET", path, query, None, "application/json", timeout=timeout)
         )
         if not 200 <= response.status < 300:
             raise ApiError(response.status, str(_json(response.read()).get("message")))
 
         def pump() -> None:
             try:
-                for line in response.response.stream(amt=None, decode_content=True):
-                    for part in line.splitlines():
-                        if stop.is_set():
-                            return
-                        if part.strip():
-                            loop.call_soon_threadsafe(queue.put_nowait, json.loads(part))
+                # One event per line, whatever the HTTP chunks: a chunk may hold several
+                # events or part of one. The client library's watch frames it this way.
+                for line in iter_resp_lines(response.response):
+                    if stop.is_set():
+                        return
+                    if line.strip():
+                        loop.call_soon_threadsafe(queue.put_nowait, json.loads(line))
                 loop.call_soon_threadsafe(queue.put_nowait, None)
             except BaseException as err:  # handed to the consumer, not lost in the thread
                 if not stop.is_set():

@@ -62,6 +62,9 @@ Reprobe = Callable[[], Awaitable[bool]]
 BACKOFF_INITIAL_S = 0.2
 BACKOFF_MAX_S = 10.0  # recovery after an outage within ~10 s; ~0.1 req/s per node meanwhile
 PUBLISHES = "neuron_dra_slice_publishes_total"
+# List and reconcile at least this often, as informers resync, whatever the watch does:
+# the watch's own timeouts end it sooner, this bounds a watch that never ends.
+RESYNC_S = 600.0
 
 
 class SlicePublisher:
@@ -72,9 +75,12 @@ class SlicePublisher:
         build: BuildSlices,
         reprobe: Reprobe | None = None,
         metrics: Metrics | None = None,
+        *,
+        resync_s: float = RESYNC_S,
     ) -> None:
         self._kube = kube
         self._node = node_name
+        self._resync_s = resync_s  # list and reconcile at least this often, as informers do
         self._build = build
         self._reprobe = reprobe
         self._metrics = metrics or Metrics()
@@ -259,12 +265,21 @@ class SlicePublisher:
         events = self._kube.watch_resource_slices(self._node, DRIVER_NAME, version)
         next_event = asyncio.ensure_future(anext(events, None))
         woken = asyncio.ensure_future(self._wake.wait())
+        loop = asyncio.get_running_loop()
+        resync_at = loop.time() + self._resync_s
         try:
             while True:
                 done, _ = await asyncio.wait(
-                    {next_event, woken}, return_when=asyncio.FIRST_COMPLETED
+                    {next_event, woken},
+                    timeout=max(0.0, resync_at - loop.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
                 if woken in done:
+                    return
+                if not done:
+                    log.debug("periodic resync", extra={"node": self._node})
+                    self._version_due = self._follow_version
+                    self._node_uid_due = True
                     return
                 event = next_event.result()
                 if event is None:
