@@ -118,13 +118,12 @@ class SlicePublisher:
                     node_uid = await self._read_node_uid(node_uid)
                 version = await self.reconcile(node_uid)
                 delay = BACKOFF_INITIAL_S
-                await self._watch(version, node_uid)
+                await self._watch(version)
             except asyncio.CancelledError:
                 raise
             except ApiError as err:
                 # An outage may hide a control-plane upgrade; a refused write may be one.
-                self._version_due = self._follow_version
-                self._node_uid_due = True  # or a Node deleted and created again
+                self._recheck_server()
                 if err.status == 422 and self._reprobe is not None:
                     self._refused = self._reprobe_due = True
                 log.warning(
@@ -218,6 +217,12 @@ class SlicePublisher:
             )  # fmt: skip
         self._dropped |= news
 
+    def _recheck_server(self) -> None:
+        """The server may have changed (upgraded, restored, its Node created again) since
+        it was last asked: read its version and the Node's UID before the next write."""
+        self._version_due = self._follow_version
+        self._node_uid_due = True
+
     async def _read_node_uid(self, known: str | None) -> str:
         """The Node's UID; raises ApiError while the Node is missing."""
         uid = str((await self._kube.get_node(self._node))["metadata"]["uid"])
@@ -260,7 +265,7 @@ class SlicePublisher:
             self._recreate = self._refused and not changed
             self._refused = False
 
-    async def _watch(self, version: str, node_uid: str | None) -> None:
+    async def _watch(self, version: str) -> None:
         """Return when the slices may differ from the desired ones."""
         events = self._kube.watch_resource_slices(self._node, DRIVER_NAME, version)
         next_event = asyncio.ensure_future(anext(events, None))
@@ -278,14 +283,12 @@ class SlicePublisher:
                     return
                 if not done:
                     log.debug("periodic resync", extra={"node": self._node})
-                    self._version_due = self._follow_version
-                    self._node_uid_due = True
+                    self._recheck_server()
                     return
                 event = next_event.result()
                 if event is None:
                     # The server closed the watch (every few minutes, or on its way down).
-                    self._version_due = self._follow_version
-                    self._node_uid_due = True
+                    self._recheck_server()
                     return
                 if event.get("type") == "DELETED":
                     # Perhaps the garbage collector's, after the Node was created again.

@@ -80,9 +80,13 @@ class SimulatedNode:
             field_selector=f"spec.nodeName={self.name},spec.driver={DRIVER_NAME}",
         )
 
+    def devices(self) -> list[Obj]:
+        """The devices the node's slices publish, slice by slice."""
+        return [d for s in self.slices() for d in s["spec"].get("devices") or []]
+
     def device_names(self) -> list[str]:
-        """The devices the node's slices publish, sorted."""
-        return sorted(d["name"] for s in self.slices() for d in s["spec"].get("devices") or [])
+        """The names of `devices`, sorted."""
+        return sorted(d["name"] for d in self.devices())
 
     def cdi_files(self) -> list[str]:
         return sorted(p.name for p in self.cdi_dir.iterdir() if p.name.startswith(DRIVER_NAME))

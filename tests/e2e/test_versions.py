@@ -62,17 +62,13 @@ def release(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
         yield found
 
 
-def devices_of(node: SimulatedNode) -> list[Obj]:
-    return [d for s in node.slices() for d in s["spec"].get("devices") or []]
-
-
 def layout_of(slices: list[Obj]) -> CounterLayout:
     apart = any(s["spec"].get("sharedCounters") and not s["spec"].get("devices") for s in slices)
     return CounterLayout.OWN_SLICE if apart else CounterLayout.BESIDE_DEVICES
 
 
 def counters_served(nodes: dict[str, SimulatedNode]) -> bool:
-    return any(d.get("consumesCounters") for d in devices_of(nodes["us-0"]))
+    return any(d.get("consumesCounters") for d in nodes["us-0"].devices())
 
 
 @pytest.mark.versions(check="registration")
@@ -98,9 +94,9 @@ def test_slices_are_published_valid_and_complete(
         assert pool == {len(slices)}, f"{name}: pool of {len(slices)} slices says {pool}"
         # Checked by the rules of the layout this release accepted.
         assert limits.validate_pool(slices, layout_of(slices)) == [], (name, instance_type)
-        names = [d["name"] for d in devices_of(node)]
+        names = [d["name"] for d in node.devices()]
         assert len(names) == len(set(names))
-    us = [d["name"] for d in devices_of(release["us-0"])]
+    us = [d["name"] for d in release["us-0"].devices()]
     counter_slices = [s for s in release["us-0"].slices() if s["spec"].get("sharedCounters")]
     if counters_served(release):
         # Every device and the whole node, exclusive through shared counters.
@@ -148,7 +144,7 @@ def test_an_unhealthy_device_is_never_allocated(
     break_device(node, 7)
 
     def out_of_service() -> str | None:
-        found = [d for d in devices_of(node) if d["name"] == "neurondevice7"]
+        found = [d for d in node.devices() if d["name"] == "neurondevice7"]
         if not found:
             return "withdrawn"
         return "tainted" if found[0].get("taints") else None
