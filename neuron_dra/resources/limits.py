@@ -1,8 +1,13 @@
 """The resource.k8s.io/v1 validation rules for ResourceSlices and their pools.
 
-Used before anything is published, so a slice the API server would reject is
-caught with a precise path in the driver's own log, and by tests that run every
-instance type's slices through it.
+The API server is the authority: the agent lets a dry run of its real slices
+decide how they are laid out, and a refused write makes it ask again. These rules
+give the same answer earlier and offline, with a precise path: in the agent's log
+before anything is sent, in `neuron-dra slices`, and in the tests that run every
+instance type's slices through them. `tests/e2e/test_limits.py` sends a breach of
+each rule to every supported release's server, dry-run, and both must refuse it;
+the few rules the server does not state (those across the slices of a pool, and
+one attribute under two spellings) are the ones it lists as the driver's alone.
 
 Shared counters are the one place where releases disagree, so those rules come
 per `CounterLayout`: Kubernetes 1.34 wants a device's counters in the device's
@@ -255,6 +260,8 @@ def _check_device(path: str, device: dict[str, Any], driver: str, errors: list[s
         errors.append(
             f"{path}: {len(attributes)} attributes + {len(capacity)} capacities, at most 32"
         )
+    # The API server takes `x` beside `<driver>/x`, but CEL then sees whichever of the
+    # two Go's map order puts last, and `matchAttribute` the qualified one.
     for kind, entries in (("attributes", attributes), ("capacity", capacity)):
         seen: set[str] = set()
         for name in entries:
