@@ -146,10 +146,10 @@ def test_failed_overwrite_keeps_the_old_spec(
     path = cdi.write_spec(root, prepared_claim(fake_node, DIGIT_UID))
     before = path.read_bytes()
 
-    def full_disk(fd: int) -> None:
+    def full_disk(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(os, "fsync", full_disk)
+    monkeypatch.setattr(os, "write", full_disk)
     changed = prepared_claim(fake_node, DIGIT_UID, ["neurondevice9"])
     with pytest.raises(OSError) as caught:
         cdi.write_spec(root, changed)
