@@ -23,10 +23,9 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from kubernetes import client as k8s_client
 
 from neuron_dra.agent import features
-from neuron_dra.agent.kube import Kube
+from neuron_dra.agent.kube import ApiConfig, Kube
 from neuron_dra.agent.publisher import SlicePublisher
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer
@@ -471,19 +470,17 @@ def test_plugin_writes_only_its_own_nodes_pool_of_its_own_driver(
 
 def plugin_kube(cluster: Cluster, node: str) -> Kube:
     """The agent's own API client, as the plugin's service account with a node claim."""
-    conf = k8s_client.Configuration()
-    conf.host = cluster.server
-    conf.ssl_ca_cert = str(cluster.ca_file)
-    conf.api_key = {"authorization": cluster.token}
-    conf.api_key_prefix = {"authorization": "Bearer"}
-    api = k8s_client.ApiClient(conf)
-    # Default headers hold one value per name: one group, as the policies ignore groups.
-    api.default_headers.update({
+    # Headers hold one value per name: one group, as the policies ignore groups.
+    headers = {
         "Impersonate-User": PLUGIN_USER,
         "Impersonate-Group": "system:authenticated",
         f"Impersonate-Extra-{NODE_NAME_EXTRA}": node,
-    })  # fmt: skip
-    return Kube(api)
+    }
+    authorization = f"Bearer {cluster.token}"
+    return Kube(ApiConfig(
+        server=cluster.server, ca_file=str(cluster.ca_file),
+        authorization=lambda: authorization, headers=headers,
+    ))  # fmt: skip
 
 
 def test_the_plugins_probes_and_writes_pass_the_policy(

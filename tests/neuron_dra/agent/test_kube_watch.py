@@ -1,4 +1,4 @@
-"""The slice watch's framing and read timeout, against a local HTTP peer.
+"""The slice watch's framing and read timeout, and keep-alive reuse, against a local HTTP peer.
 
 The peer is a real HTTP server on a loopback port that writes the watch
 protocol (chunked transfer, one JSON event per line) with the chunk boundaries
@@ -18,10 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 
 from consts import DRIVER_NAME
-from neuron_dra.agent.kube import ApiError, Json, Kube
+from neuron_dra.agent.kube import ApiConfig, ApiError, Json, Kube
 from neuron_dra.agent.publisher import SlicePublisher
 
 BOUND_S = 10.0  # far above every timeout configured here: reaching it means a hang
@@ -40,6 +39,9 @@ class Peer:
     silent: bool = False  # after the chunks, keep the connection open and write nothing
     release: threading.Event = field(default_factory=threading.Event)
     lists: int = 0
+    connections: int = 0
+    authorizations: list[str | None] = field(default_factory=list)
+    drop_idle: bool = False  # close each connection after its answer, without saying so
     listed: list[tuple[asyncio.AbstractEventLoop, asyncio.Event, int]] = field(default_factory=list)
 
     def note_list(self) -> None:
@@ -56,7 +58,12 @@ def _handler(peer: Peer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
+        def setup(self) -> None:
+            super().setup()
+            peer.connections += 1
+
         def do_GET(self) -> None:
+            peer.authorizations.append(self.headers.get("Authorization"))
             if self.path.startswith("/api/v1/nodes/"):
                 self._json({"metadata": {"name": "n1", "uid": "uid-1"}})
             elif "watch=true" in self.path:
@@ -72,6 +79,8 @@ def _handler(peer: Peer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+            # As a server (or a load balancer) closing an idle keep-alive connection.
+            self.close_connection = peer.drop_idle
 
         def _watch(self) -> None:
             self.send_response(200)
@@ -105,7 +114,7 @@ def peer() -> Iterator[tuple[Peer, str]]:
 
 
 def _kube(host: str, read_timeout_s: float | None = None) -> Kube:
-    return Kube(k8s.ApiClient(k8s.Configuration(host=host)), watch_read_timeout_s=read_timeout_s)
+    return Kube(ApiConfig(server=host), watch_read_timeout_s=read_timeout_s)
 
 
 async def _all_events(kube: Kube) -> list[Json]:
@@ -193,3 +202,40 @@ def test_the_publisher_resyncs_while_the_watch_is_open_and_quiet(
         lambda kube: SlicePublisher(kube, "n1", lambda generation, uid: [], resync_s=0.5),
         _kube(host),  # the default read timeout, far above the bound
     )
+
+
+def test_calls_share_one_keep_alive_connection_and_send_the_token(
+    peer: tuple[Peer, str],
+) -> None:
+    state, host = peer
+    kube = Kube(ApiConfig(server=host, authorization=lambda: "Bearer t0k"))
+
+    async def main() -> None:
+        for _ in range(5):
+            await kube.get_node("n1")
+        await kube.list_resource_slices("n1", DRIVER_NAME)
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), BOUND_S))
+    finally:
+        kube.close()
+    assert state.connections == 1
+    assert state.authorizations == ["Bearer t0k"] * 6
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_an_error(
+    peer: tuple[Peer, str],
+) -> None:
+    state, host = peer
+    state.drop_idle = True
+    kube = _kube(host)
+
+    async def main() -> list[Json]:
+        return [await kube.get_node("n1") for _ in range(3)]
+
+    try:
+        nodes = asyncio.run(asyncio.wait_for(main(), BOUND_S))
+    finally:
+        kube.close()
+    assert [n["metadata"]["uid"] for n in nodes] == ["uid-1"] * 3
+    assert state.connections == 3
