@@ -18,9 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from api.config import ConfigError, DeviceConfig, NeuronConfig, UltraServerConfig, decode
 from consts import (
     DRIVER_NAME,
     ENV_NEURON_LOGICAL_NC_CONFIG,
@@ -30,7 +29,11 @@ from consts import (
     ENV_NEURON_RT_VISIBLE_CORES,
     NODE_DEVICE_NAME,
 )
+from neuron_dra.agent.claimref import ClaimRef
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory
+
+if TYPE_CHECKING:
+    from api.config import DeviceConfig
 
 # UltraServerConfig.ultraserverMode (nodes in the unit) -> the Neuron runtime's mode enum.
 RUNTIME_ULTRASERVER_MODE = {4: 1, 2: 2, 1: 4}  # X4=1, X2H=2, X1=4
@@ -42,16 +45,6 @@ Env = tuple[tuple[str, str], ...]
 
 class ClaimError(ValueError):
     """The claim cannot be prepared on this node; the message is for the pod's events."""
-
-
-@dataclass(frozen=True)
-class ClaimRef:
-    namespace: str
-    name: str
-    uid: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name} ({self.uid})"
 
 
 @dataclass(frozen=True)
@@ -129,8 +122,8 @@ def _plan(
             continue  # listed twice: one device node, one CDI device
         seen.add((request, device_name))
         applied = [c for requests, c in configs if _applies(requests, request)]
-        lnc = _last(applied, NeuronConfig, "logicalNeuronCore")
-        mode = _last(applied, UltraServerConfig, "ultraserverMode")
+        lnc = _last(applied, "logicalNeuronCore")  # NeuronConfig's
+        mode = _last(applied, "ultraserverMode")  # UltraServerConfig's
         if device_name == NODE_DEVICE_NAME:
             neuron_devices = _whole_node(claim, inventory)
             if mode is not None:
@@ -194,11 +187,16 @@ def _with_env(
 def _configs(claim: ClaimRef, entries: list[Any]) -> list[tuple[list[str], DeviceConfig]]:
     """This driver's configs, class configs before claim configs so claim ones win."""
     ordered = sorted(enumerate(entries), key=lambda e: (e[1].get("source") != "FromClass", e[0]))
+    ours = [(i, e) for i, e in ordered if (e.get("opaque") or {}).get("driver") == DRIVER_NAME]
+    if not ours:
+        return []
+    # Deferred to the first claim with a config: the schema's pydantic models are a fifth
+    # of the agent's memory and a third of its start-up, and most claims carry none.
+    from api.config import ConfigError, decode  # noqa: PLC0415
+
     decoded = []
-    for index, entry in ordered:
-        opaque = entry.get("opaque") or {}
-        if opaque.get("driver") != DRIVER_NAME:
-            continue
+    for index, entry in ours:
+        opaque = entry["opaque"]
         source = "DeviceClass" if entry.get("source") == "FromClass" else "claim"
         try:
             config = decode(opaque.get("parameters"))
@@ -218,10 +216,11 @@ def _request_names(request: str) -> tuple[str, ...]:
     return (parent,) if parent == request else (parent, request)
 
 
-def _last(configs: list[DeviceConfig], kind: type[DeviceConfig], field: str) -> Any:
+def _last(configs: list[DeviceConfig], field: str) -> Any:
+    """The last set value of `field`; each field name belongs to one config kind."""
     value = None
     for config in configs:
-        if isinstance(config, kind) and field in config.model_fields_set:
+        if field in config.model_fields_set:
             value = getattr(config, field)
     return value
 

@@ -24,7 +24,7 @@ import socket
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -39,10 +39,13 @@ from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg_pb
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from consts import DRIVER_NAME
-from neuron_dra.agent.claims import ClaimRef
+from neuron_dra.agent.claimref import ClaimRef
 from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir
-from neuron_dra.agent.preparer import Outcome, Preparer
 from neuron_dra.agent.resourcehealth import ResourceHealth, ResourceHealthV1alpha1
+
+if TYPE_CHECKING:
+    # Only for types: the kubelet side is served before the preparer is imported.
+    from neuron_dra.agent.preparer import Outcome, Preparer
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +85,27 @@ def socket_paths(registrar_dir: Path, plugins_dir: Path, pod_uid: str | None) ->
 
 
 class DraV1(dra_v1_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer) -> None:
+    def __init__(self, preparer: Preparer | None) -> None:
         self._preparer = preparer
+        self._ready = asyncio.Event()
+        if preparer is not None:
+            self._ready.set()
+
+    def serve(self, preparer: Preparer) -> None:
+        """Answer claims from now on; calls that came earlier were waiting for this."""
+        self._preparer = preparer
+        self._ready.set()
+
+    async def _ready_preparer(self) -> Preparer:
+        if self._preparer is None:
+            await self._ready.wait()
+        assert self._preparer is not None
+        return self._preparer
 
     async def NodePrepareResources(  # noqa: N802 (name fixed by the protocol)
         self, request: dra_v1.NodePrepareResourcesRequest, context: Context
     ) -> dra_v1.NodePrepareResourcesResponse:
-        outcomes = await self._preparer.prepare(_refs(request.claims))
+        outcomes = await (await self._ready_preparer()).prepare(_refs(request.claims))
         response = dra_v1.NodePrepareResourcesResponse()
         for uid, outcome in outcomes.items():
             entry = response.claims[uid]
@@ -106,7 +123,7 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
     async def NodeUnprepareResources(  # noqa: N802
         self, request: dra_v1.NodeUnprepareResourcesRequest, context: Context
     ) -> dra_v1.NodeUnprepareResourcesResponse:
-        outcomes = await self._preparer.unprepare(_refs(request.claims))
+        outcomes = await (await self._ready_preparer()).unprepare(_refs(request.claims))
         return dra_v1.NodeUnprepareResourcesResponse(
             claims={uid: _unprepared(o) for uid, o in outcomes.items()}
         )
@@ -199,7 +216,7 @@ class KubeletPlugin:
 
     def __init__(
         self,
-        preparer: Preparer,
+        preparer: Preparer | None,
         *,
         pool: str,
         registrar_dir: Path,
@@ -211,6 +228,8 @@ class KubeletPlugin:
         self.registration_socket, self.dra_socket = socket_paths(
             registrar_dir, plugins_dir, pod_uid
         )
+        # None: the sockets are served before the rest of the agent is imported and the
+        # checkpoint loaded (start-up is mostly imports); `serve_claims` ends the wait.
         self._dra = DraV1(preparer)
         self.resource_health = ResourceHealth(pool)
         self.registration = Registration(self.dra_socket)
@@ -220,6 +239,9 @@ class KubeletPlugin:
         self._dra_server: grpc.aio.Server | None = None
         self._registration_server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
+
+    def serve_claims(self, preparer: Preparer) -> None:
+        self._dra.serve(preparer)
 
     async def start(self) -> None:
         await asyncio.to_thread(

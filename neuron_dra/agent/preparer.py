@@ -27,9 +27,9 @@ from typing import Any, Literal, get_args
 from neuron_dra.agent import cdi
 from neuron_dra.agent.apierror import ApiError
 from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
+from neuron_dra.agent.claimref import ClaimRef
 from neuron_dra.agent.claims import (
     ClaimError,
-    ClaimRef,
     Holding,
     PreparedClaim,
     check_exclusive,

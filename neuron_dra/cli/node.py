@@ -9,8 +9,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from consts import ENV_SYSFS_ROOT
 from neuron_dra.hardware.devicegroups import group_ids
 from neuron_dra.hardware.discovery import Discovery, discover, log_findings
@@ -96,6 +94,9 @@ def _slices(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(slices if len(slices) > 1 else slices[0], indent=2))
     else:
+        # Deferred: `neuron-dra run` parses these flags too, and starts faster without it.
+        import yaml  # noqa: PLC0415
+
         print(yaml.safe_dump_all(slices, sort_keys=False), end="")
     return 1 if problems else 0
 

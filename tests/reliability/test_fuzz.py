@@ -28,7 +28,8 @@ from neuron_dra.agent import cdi
 from neuron_dra.agent.apierror import ApiError
 from neuron_dra.agent.checkpoint import CheckpointStore
 from neuron_dra.agent.checkpoint import decode as decode_checkpoint
-from neuron_dra.agent.claims import ClaimError, ClaimRef, PreparedClaim, plan
+from neuron_dra.agent.claimref import ClaimRef
+from neuron_dra.agent.claims import ClaimError, PreparedClaim, plan
 from neuron_dra.agent.preparer import Outcome, Preparer
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node

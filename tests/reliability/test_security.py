@@ -25,7 +25,7 @@ import pytest
 from neuron_dra.agent import cdi
 from neuron_dra.agent.apierror import ApiError
 from neuron_dra.agent.checkpoint import CheckpointStore, decode
-from neuron_dra.agent.claims import ClaimRef
+from neuron_dra.agent.claimref import ClaimRef
 from neuron_dra.agent.kubelet import KubeletPlugin
 from neuron_dra.agent.preparer import Preparer
 from neuron_dra.hardware.discovery import discover

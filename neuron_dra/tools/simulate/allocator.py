@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from consts import DRIVER_NAME
-from neuron_dra.agent.claims import ClaimError, ClaimRef, plan
+from neuron_dra.agent.claimref import ClaimRef
+from neuron_dra.agent.claims import ClaimError, plan
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, Selector, compile_selector
 from neuron_dra.tools.simulate.inputs import (
     Alternative,

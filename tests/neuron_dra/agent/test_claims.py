@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from neuron_dra.agent.claimref import ClaimRef
 from neuron_dra.agent.claims import (
     ClaimError,
-    ClaimRef,
     Holding,
     PreparedClaim,
     check_exclusive,

@@ -40,6 +40,23 @@ UID = "7f0e6b2c-0000-4000-8000-000000000001"
 BAD = "7f0e6b2c-0000-4000-8000-000000000002"
 
 
+def make_preparer(
+    tmp_path: Path, root: Path, claims: dict[tuple[str, str], dict[str, Any]]
+) -> Preparer:
+    async def get_claim(namespace: str, name: str) -> dict[str, Any]:
+        return claims[(namespace, name)]
+
+    inventory = discover(root).inventory
+    return Preparer(
+        inventory=lambda: inventory,
+        pool="node-a",
+        cdi_root=tmp_path / "cdi",
+        store=CheckpointStore(tmp_path / "plugins/neuron.aws.com/checkpoint.json"),
+        boot_id="boot-1",
+        get_claim=get_claim,
+    )
+
+
 def with_plugin(
     tmp_path: Path,
     root: Path,
@@ -52,19 +69,8 @@ def with_plugin(
                                        config=[opaque(neuron_config(3))]),
     }  # fmt: skip
 
-    async def get_claim(namespace: str, name: str) -> dict[str, Any]:
-        return claims[(namespace, name)]
-
     async def main() -> None:
-        inventory = discover(root).inventory
-        preparer = Preparer(
-            inventory=lambda: inventory,
-            pool="node-a",
-            cdi_root=tmp_path / "cdi",
-            store=CheckpointStore(tmp_path / "plugins/neuron.aws.com/checkpoint.json"),
-            boot_id="boot-1",
-            get_claim=get_claim,
-        )
+        preparer = make_preparer(tmp_path, root, claims)
         preparer.start()
         plugin = KubeletPlugin(
             preparer,
@@ -77,6 +83,45 @@ def with_plugin(
         await plugin.start()
         try:
             await body(plugin)
+        finally:
+            await plugin.stop()
+
+    asyncio.run(main())
+
+
+def test_a_prepare_before_the_agent_is_ready_waits_for_it(
+    tmp_path: Path, fake_node: FakeNode
+) -> None:
+    """The sockets are served before the rest of the agent is imported (`run`): the
+    kubelet registers at once, and a prepare that early is answered once it is ready."""
+    claims = {("ns", "good"): allocated_claim(UID, ["neurondevice4"], name="good")}
+    preparer = make_preparer(tmp_path, fake_node("trn2.48xlarge"), claims)
+
+    async def main() -> None:
+        plugin = KubeletPlugin(
+            None,
+            pool="node-a",
+            registrar_dir=tmp_path / "registry",
+            plugins_dir=tmp_path / "plugins",
+        )
+        await plugin.start()
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
+                request = v1.NodePrepareResourcesRequest(
+                    claims=[v1.Claim(namespace="ns", name="good", uid=UID)]
+                )
+                call = asyncio.ensure_future(
+                    v1_grpc.DRAPluginStub(channel).NodePrepareResources(request)
+                )
+                socket = f"unix://{plugin.registration_socket}"
+                async with grpc.aio.insecure_channel(socket) as registration:
+                    info = await reg_grpc.RegistrationStub(registration).GetInfo(reg.InfoRequest())
+                assert info.endpoint == str(plugin.dra_socket)
+                assert not call.done()
+                preparer.start()
+                plugin.serve_claims(preparer)
+                response = await call
+            assert [d.device_name for d in response.claims[UID].devices] == ["neurondevice4"]
         finally:
             await plugin.stop()
 

@@ -13,7 +13,8 @@ import pytest
 
 from neuron_dra.agent import cdi
 from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice, decode
-from neuron_dra.agent.claims import ClaimRef, plan
+from neuron_dra.agent.claimref import ClaimRef
+from neuron_dra.agent.claims import plan
 from neuron_dra.agent.preparer import GetClaim, Outcome, Preparer, Step, StepHook, no_step_hook
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory

@@ -1,0 +1,345 @@
+"""The node agent's parts wired together: discovery, health, claims, slices, metrics.
+
+Imported by `run` once the kubelet's sockets are served, in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+
+from consts import DRIVER_NAME
+from neuron_dra.agent import features, leader
+from neuron_dra.agent.checkpoint import CheckpointStore
+from neuron_dra.agent.health import Change, HealthMonitor
+from neuron_dra.agent.kube import ApiError, Json, Kube
+from neuron_dra.agent.kubelet import KubeletPlugin
+from neuron_dra.agent.labels import ultraserver_labels
+from neuron_dra.agent.metrics import Metrics, Sample
+from neuron_dra.agent.options import RunOptions
+from neuron_dra.agent.preparer import Preparer, StepHook, no_step_hook
+from neuron_dra.agent.publisher import SlicePublisher
+from neuron_dra.agent.resourcehealth import health_entries
+from neuron_dra.hardware.discovery import DEVICES_DIR, boot_id, discover, log_findings
+from neuron_dra.hardware.inventory import NodeInventory
+from neuron_dra.resources import limits
+from neuron_dra.resources.limits import CounterLayout
+from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
+
+log = logging.getLogger("neuron_dra")
+
+
+class Agent:
+    def __init__(
+        self,
+        options: RunOptions,
+        kube: Kube,
+        plugin: KubeletPlugin,
+        started: float,
+        after_step: StepHook = no_step_hook,
+    ) -> None:
+        self.options = options
+        self.plugin = plugin
+        self._kube = kube
+        self._started = started
+        self.inventory = self._discover()
+        self._uses: features.Uses | None = None  # what the slices may use: see `_reprobe`
+        self.metrics = Metrics()
+        self.metrics.gauges = self._gauges
+        self.metrics.file_gauges = self._utilization
+        self.health = HealthMonitor(
+            options.sysfs_root,
+            [d.index for d in self.inventory.devices],
+            kmsg=options.kmsg or options.sysfs_root / "dev" / "kmsg",
+            recovery_s=options.health_recovery_s,
+        )
+        plugin_dir = options.plugins_dir / DRIVER_NAME
+        self.preparer = Preparer(
+            inventory=lambda: self.inventory,
+            pool=options.node_name,
+            cdi_root=options.cdi_root,
+            store=CheckpointStore(plugin_dir / "checkpoint.json"),
+            boot_id=self._boot_id(),
+            get_claim=kube.get_resource_claim,
+            after_step=after_step,
+            metrics=self.metrics,
+        )
+        self.publisher = SlicePublisher(
+            kube, options.node_name, self._build, self._reprobe, self.metrics
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop`; the kubelet's sockets are served already (see `run.run`)."""
+        self.preparer.start()
+        # The kubelet can prepare from here while the publisher probes the API server.
+        self.plugin.serve_claims(self.preparer)
+        await self._publish_health()
+        if self.options.metrics_port is not None:
+            await self.metrics.serve(self.options.metrics_port)
+        tasks = [
+            asyncio.create_task(self._watch_health(), name="health"),
+            asyncio.create_task(self._publish(), name="publisher"),
+            asyncio.create_task(self.plugin.supervise(), name="registration"),
+            asyncio.create_task(self._label_node(), name="labels"),
+            asyncio.create_task(self._rediscover(), name="rediscovery"),
+            asyncio.create_task(self._report_ready(), name="ready"),
+        ]
+        try:
+            await stop.wait()
+        finally:
+            log.info("stopping")
+            # Tasks first: while the DRA server drains open streams, the registration
+            # supervisor would otherwise serve the socket that stop() just removed.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _publish(self) -> None:
+        await self._probe_features()
+        lock = self.options.plugins_dir / DRIVER_NAME / "publisher.lock"
+        async with leader.held(lock):
+            log.info("publishing ResourceSlices for this node")
+            await self.publisher.run()
+
+    async def _probe_features(self) -> None:
+        """Decide what the slices may use; retried, so an outage at start decides nothing."""
+        delay = 0.2
+        while True:
+            try:
+                await self._reprobe()
+                return
+            except ApiError as err:
+                log.warning("API server not answering feature probes, retrying: %s", err)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def _reprobe(self) -> bool:
+        """Learn what the API server serves; True when the slices change with it.
+
+        Raises ApiError when the server gives no answer. The publisher calls it again
+        whenever the server may have changed (a refused write, a new version), so a
+        control-plane upgrade or downgrade re-lays the pool.
+        """
+        version = await features.server_version(self._kube)
+        taints = await features.probe_taints(self._kube, self.options.node_name)
+        uses = features.Uses(*await self._counters(taints), taints)
+        auto = self.options.ultraserver_devices == "auto"
+        for level, line in features.log_lines(
+            version, self.options.node_name, self._uses, uses, auto=auto
+        ):
+            log.log(level, line)
+        changed, self._uses = uses != (self._uses or features.Uses()), uses
+        return changed
+
+    async def _counters(self, taints: bool) -> tuple[UltraServerDevices, CounterLayout | None]:
+        """Which kinds an UltraServer node publishes, and where their shared counters go."""
+        wanted = self.options.ultraserver_devices
+        if wanted in (UltraServerDevices.NODE, UltraServerDevices.DEVICES):
+            return UltraServerDevices(wanted), None  # one kind: nothing shared
+        if self.inventory.ultraserver is None or not self.inventory.devices:
+            return UltraServerDevices.BOTH, None  # no node device: nothing shared
+
+        def build(layout: CounterLayout) -> list[Json]:
+            uses = features.Uses(UltraServerDevices.BOTH, layout, taints)
+            return self._slices(1, None, uses)
+
+        answers = await features.probe_counter_layout(self._kube, build)
+        layout = features.choose_layout(answers)
+        if layout is not None:
+            return UltraServerDevices.BOTH, layout
+        if wanted == UltraServerDevices.BOTH:
+            log.warning(
+                "the API server drops shared counters, yet --ultraserver-devices=both: the "
+                "whole-node device and its devices may be allocated together"
+            )
+            return UltraServerDevices.BOTH, features.accepted_layout(answers)
+        return UltraServerDevices.NODE, None
+
+    def _discover(self) -> NodeInventory:
+        result = discover(self.options.sysfs_root)
+        log_findings(result.findings, log)
+        return result.inventory
+
+    def _boot_id(self) -> str:
+        found = boot_id(self.options.sysfs_root)
+        if found is None:
+            log.warning("no boot id: prepared state cannot be told apart across reboots")
+        return found or "unknown"
+
+    def _build(self, generation: int, node_uid: str | None) -> list[Json]:
+        return self._slices(generation, node_uid, self._uses or features.Uses())
+
+    def _slices(self, generation: int, node_uid: str | None, uses: features.Uses) -> list[Json]:
+        unhealthy = tuple(
+            Unhealthy(device, p.kind, self.options.unhealthy_effect, p.since)
+            for device, p in sorted(self.health.problems.items())
+        )
+        # Without counters every layout gives the same slices: any will do.
+        layout = uses.layout or CounterLayout.BESIDE_DEVICES
+        options = SliceOptions(
+            self.options.node_name, node_uid, generation, uses.mode, unhealthy, uses.taints, layout
+        )
+        slices = build_slices(self.inventory, options)
+        for problem in limits.validate_pool(slices, layout):
+            log.error("slice breaks a resource.k8s.io/v1 limit: %s", problem)
+        return slices
+
+    async def _label_node(self) -> None:
+        labels: dict[str, str | None] | None = None
+        while True:
+            wanted = ultraserver_labels(self.inventory)
+            if wanted != labels:
+                try:
+                    await self._kube.patch_node_labels(self.options.node_name, wanted)
+                    labels = wanted
+                except ApiError as err:
+                    log.warning("node labels not set, retrying: %s", err)
+            await asyncio.sleep(5.0 if labels != wanted else self.options.rediscover_interval_s)
+
+    async def _rediscover(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.rediscover_interval_s)
+            inventory = await asyncio.to_thread(self._discover)
+            if inventory != self.inventory:
+                log.info("Neuron hardware changed; republishing")
+                # UltraServer membership decides whether the pool has counters to lay out.
+                reprobe = inventory.ultraserver != self.inventory.ultraserver
+                # Before the slices: a device that appeared is published once it is watched.
+                await asyncio.to_thread(self.health.follow, [d.index for d in inventory.devices])
+                self.inventory = inventory
+                self.publisher.refresh(self._build, reprobe=reprobe)
+
+    async def _watch_health(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.health_interval_s)
+            try:
+                changes = await asyncio.to_thread(self.health.poll)
+                if not changes:
+                    continue
+                self.publisher.refresh(self._build)
+                await self._publish_health()
+                for change in changes:
+                    await self._report_health(change)
+            except Exception:
+                # A health source must never take the agent down; it is retried next poll.
+                log.exception("health check failed")
+
+    async def _report_health(self, change: Change) -> None:
+        device = f"neuron{change.device}"
+        problem = change.problem
+        if problem is None:
+            log.info("device healthy again", extra={"device": device})
+            reason, message, kind = "NeuronDeviceHealthy", f"{device} is healthy again", "Normal"
+        else:
+            log.error(
+                "device unhealthy: %s",
+                problem.detail,
+                extra={"device": device, "kind": problem.kind},
+            )
+            self.metrics.inc("neuron_dra_health_events_total", kind=problem.kind)
+            reason, kind = "NeuronDeviceUnhealthy", "Warning"
+            message = f"{device}: {problem.kind} ({problem.detail}); taken out of service"
+        event: Json = {
+            "metadata": {
+                "generateName": f"{self.options.node_name}.neuron-",
+                "namespace": "default",
+            },
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": self.options.node_name},
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": DRIVER_NAME, "host": self.options.node_name},
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "count": 1,
+        }
+        try:
+            await self._kube.create_event("default", event)
+        except ApiError as err:
+            log.warning("event not recorded: %s", err)
+
+    async def _publish_health(self) -> None:
+        await self.plugin.resource_health.update(
+            health_entries(self.inventory, self.health.problems)
+        )
+
+    def _gauges(self) -> list[Sample]:
+        allocated = {d.device for c in self.preparer.prepared.values() for d in c.devices}
+        counts: dict[tuple[str, str], int] = {}
+        for device in self.inventory.devices:
+            health = "unhealthy" if device.index in self.health.problems else "healthy"
+            state = "allocated" if device.name in allocated else "free"
+            counts[(health, state)] = counts.get((health, state), 0) + 1
+        samples = [
+            Sample("neuron_dra_devices", (("health", h), ("state", s)), n)
+            for (h, s), n in sorted(counts.items())
+        ]
+        samples.append(Sample("neuron_dra_prepared_claims", (), len(self.preparer.prepared)))
+        if self.publisher.last_publish is not None:
+            samples.append(
+                Sample(
+                    "neuron_dra_slice_last_publish_timestamp_seconds",
+                    (),
+                    self.publisher.last_publish,
+                )
+            )
+        return samples
+
+    def _utilization(self) -> list[Sample]:
+        # Called in a worker thread at scrape: it reads sysfs, and only the inventory,
+        # which rediscovery replaces whole rather than changes.
+        samples = []
+        for device in self.inventory.devices:
+            percent = _read_number(
+                self.options.sysfs_root
+                / DEVICES_DIR
+                / f"neuron{device.index}"
+                / "stats/power/utilization"
+            )
+            if percent is not None:
+                samples.append(
+                    Sample(
+                        "neuron_dra_device_utilization_ratio",
+                        (("device", device.name),),
+                        percent / 100,
+                    )
+                )
+        return samples
+
+    async def _report_ready(self) -> None:
+        await self.plugin.registration.registered.wait()
+        await self.publisher.published.wait()
+        log.info(
+            "registered with the kubelet and ResourceSlices published",
+            extra={"startup_s": round(time.monotonic() - self._started, 3)},
+        )
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _read_number(path: Path) -> float | None:
+    try:
+        return float(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+async def serve(
+    options: RunOptions,
+    plugin: KubeletPlugin,
+    started: float,
+    stop: asyncio.Event,
+    after_step: StepHook | None = None,
+) -> None:
+    """The agent behind `plugin`'s sockets until `stop`."""
+    kube = Kube.connect(options.kubeconfig)
+    try:
+        await Agent(options, kube, plugin, started, after_step or no_step_hook).run(stop)
+    finally:
+        with contextlib.suppress(Exception):
+            kube.close()

@@ -1,0 +1,26 @@
+"""The node agent's options, as `neuron-dra run` parses them from flags and environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    node_name: str
+    sysfs_root: Path
+    cdi_root: Path
+    registrar_dir: Path
+    plugins_dir: Path
+    kubeconfig: Path | None = None
+    pod_uid: str | None = None
+    health_port: int | None = None
+    health_address: str = "127.0.0.1"
+    ultraserver_devices: str = "auto"  # or a UltraServerDevices value
+    rediscover_interval_s: float = 60.0
+    health_interval_s: float = 5.0
+    health_recovery_s: float = 0.0  # 0: a device marked unhealthy stays so until restart
+    kmsg: Path | None = None  # default: <sysfs root>/dev/kmsg
+    unhealthy_effect: str = "NoSchedule"  # or NoExecute: evict pods using an unhealthy device
+    metrics_port: int | None = None
