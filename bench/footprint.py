@@ -30,8 +30,22 @@ sys.path.insert(0, str(REPO))
 from tests.distribution import TOOL_MODULES, build_wheel  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "latest.json"
-# What `neuron-dra run` imports before it starts: the CLI module, then the agent it runs.
+# What `neuron-dra run` imports before its sockets are served: the CLI module, then the
+# entry of the agent it runs. The rest of the agent follows in a worker thread.
 RUN_PATH = "import neuron_dra.cli, neuron_dra.agent.run"
+AGENT_PATH = f"{RUN_PATH}, neuron_dra.agent.node"
+# RSS after each step, in the order the agent takes them; the last comes with the first
+# claim that carries an opaque config.
+RSS_STEPS = (
+    ("interpreter", ""),
+    ("asyncio (and ssl)", "import asyncio"),
+    ("grpc", "import grpc.aio"),
+    ("kubelet protocols (generated code)", "import neuron_dra.agent.kubelet"),
+    ("command line and run entry: sockets served", RUN_PATH),
+    ("prometheus_client", "import prometheus_client"),
+    ("the rest of the agent", AGENT_PATH),
+    ("pydantic and the config schema (first claim with a config)", "import api.config"),
+)
 
 
 def pip(*args: str) -> None:
@@ -96,6 +110,27 @@ def imports(target: Path, runs: int) -> dict[str, Any]:
     }
 
 
+def rss_steps(target: Path) -> list[dict[str, Any]]:
+    """VmRSS after each of RSS_STEPS, in one fresh interpreter that sees only `target`."""
+    lines = ["def rss():",
+             "    for line in open('/proc/self/status'):",
+             "        if line.startswith('VmRSS:'):",
+             "            return int(line.split()[1]) / 1024"]  # fmt: skip
+    for _, code in RSS_STEPS:
+        lines += [code or "pass", "print(rss())"]
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", "\n".join(lines)], env={"PYTHONPATH": str(target)},
+        capture_output=True, text=True, check=True, cwd=target,
+    ).stdout.split()  # fmt: skip
+    found, previous = [], 0.0
+    for (step, _), value in zip(RSS_STEPS, map(float, out), strict=True):
+        found.append(
+            {"step": step, "rss_mib": round(value, 1), "added_mib": round(value - previous, 1)}
+        )
+        previous = value
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="import timings, median taken")
@@ -118,18 +153,22 @@ def main() -> int:
                 set(tools["distributions"]) - set(agent["distributions"])
             ),
         } | imports(work / "agent", args.runs)
+        figures["rss_by_import"] = rss_steps(work / "agent")
 
     if not args.no_write:
         merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(merged | figures, indent=2) + "\n")
-    scalars = {k: v for k, v in figures.items() if k != "import_top"}
+    scalars = {k: v for k, v in figures.items() if k not in ("import_top", "rss_by_import")}
     width = max(map(len, scalars))
     for key, value in scalars.items():
         print(f"{key:<{width}}  {value}")
     print(f"\n{'neuron-dra run imports: module':<44} {'cumulative ms':>13} {'self ms':>8}")
     for row in figures["import_top"]:
         print(f"{row['module']:<44} {row['cumulative_ms']:>13} {row['self_ms']:>8}")
+    print(f"\n{'RSS after importing':<60} {'MiB':>6} {'added':>6}")
+    for row in figures["rss_by_import"]:
+        print(f"{row['step']:<60} {row['rss_mib']:>6} {row['added_mib']:>6}")
     return 0
 
 

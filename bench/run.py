@@ -2,10 +2,17 @@
 
 Everything runs against the real thing: a real kube-apiserver (for the claim
 GET in every prepare), the real `neuron-dra run` process on a simulated
-trn2.48xlarge, called over its unix socket with the kubelet's protocol. The
-floor beside each figure is the unavoidable work measured in the same run: one
-API GET of the claim, plus writing and fsyncing a file of the CDI spec's size
-and a checkpoint update.
+trn2.48xlarge, called over its unix socket with the kubelet's protocol.
+
+Beside it, in the same run and against the same kube-apiserver, the Go baseline
+(bench/gobaseline.py): a plugin on the upstream kubeletplugin helper doing per
+claim what the Kubernetes project's example DRA driver does. The two are called in
+alternating batches of claims, so that noise on the machine hits both alike.
+
+The floor beside each figure is the unavoidable work, sampled in the same
+batches: one bare API GET of the claim (a keep-alive HTTPS connection, no client
+library), plus writing and fsyncing a file of the CDI spec's size and a checkpoint
+update. The same GET through the driver's own API client is reported beside it.
 """
 
 from __future__ import annotations
@@ -20,19 +27,32 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from api.kubelet.dra.v1 import api_pb2 as dra  # noqa: E402
-from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
+# This directory is on sys.path when the file runs as a script.
+from common import (  # noqa: E402
+    ADMIN_NAMESPACE_LABEL,
+    RESULTS,
+    BareGet,
+    DraClient,
+    Obj,
+    allocated_claim,
+    claim_path,
+    dra_socket,
+    percentile,
+    rss_mib,
+    time_startup,
+)
+from gobaseline import SETS, GoBaseline, add_go_baseline  # noqa: E402
+
 from neuron_dra.agent.cdi import atomic_write  # noqa: E402
 from neuron_dra.agent.kube import Kube  # noqa: E402
 from tests.e2e.build import build  # noqa: E402
@@ -40,8 +60,11 @@ from tests.e2e.cluster import Cluster  # noqa: E402
 from tests.e2e.nodes import SimulatedNode, add_simulated_node  # noqa: E402
 from tests.e2e.processes import free_port  # noqa: E402
 
-RESULTS = REPO / "bench" / "results"
-Obj = dict[str, Any]
+# bench/concurrency.py imports these from here.
+__all__ = ["ADMIN_NAMESPACE_LABEL", "RESULTS", "allocated_claim", "percentile", "rss_mib"]
+
+BATCH = 10
+"""Claims each plugin prepares and unprepares before the other's turn."""
 
 
 def phase_totals(port: int) -> dict[str, tuple[float, float]]:
@@ -58,121 +81,152 @@ def phase_totals(port: int) -> dict[str, tuple[float, float]]:
     return {phase: (seconds, count) for phase, (seconds, count) in totals.items()}
 
 
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+@dataclass
+class Samples:
+    """Per-call times in ms, by plugin and call, and of the floor's parts."""
+
+    calls: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, key: str, values: list[float]) -> None:
+        self.calls.setdefault(key, []).extend(values)
 
 
-ADMIN_NAMESPACE_LABEL = "resource.kubernetes.io/admin-access"
+async def floor_batch(
+    bare: BareGet, kube: Kube, claim: Obj, *, tmp: Path, runs: int, samples: Samples
+) -> None:
+    """`runs` samples of the floor's parts: a bare GET of the claim, the same GET
+    through the driver's API client, and an fsynced CDI-sized write + checkpoint update."""
+    meta, path = claim["metadata"], claim_path(claim)
+    spec_size, checkpoint_size = 1500, 600
+    for i in range(runs):
+        started = time.perf_counter()
+        bare.get(path)
+        samples.add("floor_get", [(time.perf_counter() - started) * 1000])
+        started = time.perf_counter()
+        await kube.get_resource_claim(meta["namespace"], meta["name"])
+        samples.add("kube_get", [(time.perf_counter() - started) * 1000])
+        started = time.perf_counter()
+        atomic_write(tmp / f"spec-{i}.json", b"x" * spec_size, mode=0o644)
+        atomic_write(tmp / "checkpoint.json", b"y" * checkpoint_size, mode=0o600)
+        samples.add("floor_write", [(time.perf_counter() - started) * 1000])
 
 
-def allocated_claim(
-    cluster: Cluster, name: str, node: str, devices: list[int], *, admin: bool = False
-) -> Obj:
-    """A ResourceClaim with an allocation written through the status subresource.
+async def interleaved(
+    cluster: Cluster,
+    sockets: dict[str, Path],
+    claims: dict[str, list[Obj]],
+    bare: BareGet,
+    tmp: Path,
+) -> Samples:
+    """Prepare and unprepare every claim, each plugin its own, in alternating batches
+    (which plugin goes first alternating too), with a batch of floor samples after
+    each round."""
+    samples = Samples()
+    kube = Kube.connect(cluster.kubeconfig)
+    floor_claim = claims["neuron"][0]
+    try:
+        # Connections set up before timing anything.
+        bare.get(claim_path(floor_claim))
+        await kube.get_resource_claim(
+            floor_claim["metadata"]["namespace"], floor_claim["metadata"]["name"]
+        )
+        async with DraClient(sockets["neuron"]) as neuron, DraClient(sockets["go"]) as go:
+            clients = {"neuron": neuron, "go": go}
+            count = len(claims["neuron"])
+            for round_, first in enumerate(range(0, count, BATCH)):
+                order = ["neuron", "go"] if round_ % 2 == 0 else ["go", "neuron"]
+                for who in order:
+                    batch = claims[who][first : first + BATCH]
+                    prepare, unprepare = await clients[who].cycle(batch)
+                    samples.add(f"{who}_prepare", prepare)
+                    samples.add(f"{who}_unprepare", unprepare)
+                await floor_batch(
+                    bare,
+                    kube,
+                    floor_claim,
+                    tmp=tmp,
+                    runs=min(BATCH, count - first),
+                    samples=samples,
+                )
+    finally:
+        kube.close()
+    return samples
 
-    With `admin`, the request and its results have admin access, so claims may share
-    devices (the driver refuses a device another claim holds otherwise); the
-    namespace must carry ADMIN_NAMESPACE_LABEL.
-    """
-    exactly: Obj = {"deviceClassName": "neuron.aws.com", "count": len(devices)}
-    extra: Obj = {"adminAccess": True} if admin else {}
-    claim = cluster.create({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "neurons", "exactly": exactly | extra}]}},
-    })  # fmt: skip
-    claim["status"] = {"allocation": {"devices": {"results": [
-        {"request": "neurons", "driver": "neuron.aws.com", "pool": node,
-         "device": f"neurondevice{d}", **extra} for d in devices
-    ]}, "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-        {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}  # fmt: skip
-    return cluster.request(  # type: ignore[no-any-return]
-        "PUT",
-        cluster.path("resource.k8s.io/v1", "ResourceClaim", name, "default") + "/status",
-        claim,
+
+def neuron_startup_once(cluster: Cluster, node: SimulatedNode) -> dict[str, float]:
+    """One cold start of `neuron-dra run`: its slices deleted first, as on a fresh node."""
+    node.stop_plugin()
+    for obj in node.slices():
+        cluster.delete("resource.k8s.io/v1", "ResourceSlice", obj["metadata"]["name"])
+    return time_startup(
+        start=lambda: node.start_plugin(wait=False),
+        registration_socket=node.side.registry_dir / "neuron.aws.com-reg.sock",
+        published=lambda: bool(node.slices()),
+        side=node.side,
     )
 
 
-async def prepare_latency(
-    node: SimulatedNode, claims: list[Obj]
-) -> tuple[list[float], list[float]]:
-    """Per-claim NodePrepareResources and NodeUnprepareResources times, in ms."""
-    socket = node.side.plugins_dir / "neuron.aws.com" / "dra.sock"
-    prepare, unprepare = [], []
-    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
-        stub = dra_grpc.DRAPluginStub(channel)
-        for obj in claims:
-            meta = obj["metadata"]
-            ref = dra.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
-            started = time.perf_counter()
-            answer = await stub.NodePrepareResources(dra.NodePrepareResourcesRequest(claims=[ref]))
-            prepare.append((time.perf_counter() - started) * 1000)
-            assert not answer.claims[meta["uid"]].error, answer.claims[meta["uid"]].error
-            started = time.perf_counter()
-            await stub.NodeUnprepareResources(dra.NodeUnprepareResourcesRequest(claims=[ref]))
-            unprepare.append((time.perf_counter() - started) * 1000)
-    return prepare, unprepare
-
-
-async def floor_ms(cluster: Cluster, claim: Obj, runs: int) -> tuple[float, float]:
-    """(API GET of the claim, fsynced CDI-sized write + checkpoint update), medians in ms."""
-    kube = Kube.connect(cluster.kubeconfig)
-    gets, writes = [], []
-    meta = claim["metadata"]
-    spec_size, checkpoint_size = 1500, 600
-    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
-        for i in range(runs):
-            started = time.perf_counter()
-            await kube.get_resource_claim(meta["namespace"], meta["name"])
-            gets.append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            atomic_write(Path(tmp) / f"spec-{i}.json", b"x" * spec_size, mode=0o644)
-            atomic_write(Path(tmp) / "checkpoint.json", b"y" * checkpoint_size, mode=0o600)
-            writes.append((time.perf_counter() - started) * 1000)
-    kube.close()
-    return statistics.median(gets), statistics.median(writes)
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
-
-
-def startup(cluster: Cluster, node: SimulatedNode, runs: int) -> dict[str, float]:
-    """Median seconds from spawning the process to: its registration socket served,
+def startup(cluster: Cluster, node: SimulatedNode, go: GoBaseline, runs: int) -> dict[str, float]:
+    """Median seconds from spawning each plugin to: its registration socket served,
     its slices published (deleted before each start, as on a fresh node), and the
-    kubelet side reporting it registered (the kubelet's reconciler polls every second)."""
-    phases: dict[str, list[float]] = {"serving": [], "published": [], "registered": []}
-    socket = node.side.registry_dir / "neuron.aws.com-reg.sock"
+    kubelet side reporting it registered; the two plugins' starts alternate."""
+    neuron_runs, go_runs = [], []
     for _ in range(runs):
-        node.stop_plugin()
-        for obj in node.slices():
-            cluster.delete("resource.k8s.io/v1", "ResourceSlice", obj["metadata"]["name"])
-        registrations = len(node.side.report_events("plugin-registered"))
+        neuron_runs.append(neuron_startup_once(cluster, node))
+        go_runs.append(go.startup_once())
+    figures: dict[str, float] = {}
+    for prefix, measured in (("", neuron_runs), ("go_", go_runs)):
+        for phase in measured[0]:
+            figures[f"{prefix}startup_{phase}_s"] = statistics.median(r[phase] for r in measured)
+    return figures
 
-        def registered(before: int = registrations) -> bool:
-            return len(node.side.report_events("plugin-registered")) > before
 
-        started = time.monotonic()
-        node.start_plugin(wait=False)
-        pending = dict.fromkeys(phases, 0.0)
-        checks: dict[str, Callable[[], bool]] = {
-            "serving": socket.exists,
-            "published": lambda: bool(node.slices()),
-            "registered": registered,
-        }
-        while any(v == 0.0 for v in pending.values()):
-            for phase, check in checks.items():
-                if pending[phase] == 0.0 and check():
-                    pending[phase] = time.monotonic() - started
-            assert time.monotonic() - started < 30, f"plugin not ready: {pending}"
-            time.sleep(0.005)  # sampling interval of the measurement, not synchronisation
-        for phase, value in pending.items():
-            phases[phase].append(value)
-    return {f"startup_{k}_s": statistics.median(v) for k, v in phases.items()}
+def ratios(figures: dict[str, Any]) -> dict[str, float]:
+    """neuron-dra over the Go baseline, and each over the floor."""
+    out: dict[str, float] = {}
+    for size in SETS:
+        for call, stat in (("prepare", "p50"), ("prepare", "p99"), ("unprepare", "p50")):
+            key = f"{call}_{size}_{stat}"
+            out[f"{key}_over_go"] = figures[f"{key}_ms"] / figures[f"go_{key}_ms"]
+    out["go_prepare_over_floor"] = figures["go_prepare_16_p50_ms"] / figures["prepare_floor_ms"]
+    out["rss_after_cycles_over_go"] = (
+        figures["rss_after_cycles_mib"] / figures["go_rss_after_cycles_mib"]
+    )
+    out["startup_over_go"] = figures["startup_s"] / figures["go_startup_s"]
+    return out
+
+
+def side_by_side(figures: dict[str, Any]) -> str:
+    """neuron-dra, the Go baseline, the floor and their ratio, one line per figure."""
+    rows = [("", "neuron-dra", "Go", "floor", "ndra/Go")]
+
+    def row(label: str, key: str, floor: float | None = None, go_key: str | None = None) -> None:
+        ours, theirs = figures[key], figures[go_key or f"go_{key}"]
+        rows.append((
+            label, f"{ours:.2f}", f"{theirs:.2f}",
+            "" if floor is None else f"{floor:.2f}", f"{ours / theirs:.2f}",
+        ))  # fmt: skip
+
+    for size in SETS:
+        row(f"prepare {size} dev p50 ms", f"prepare_{size}_p50_ms", figures["prepare_floor_ms"])
+        row(f"prepare {size} dev p99 ms", f"prepare_{size}_p99_ms")
+        row(f"unprepare {size} dev p50 ms", f"unprepare_{size}_p50_ms")
+    row("RSS after start MiB", "rss_start_mib")
+    row("RSS after cycles MiB", "rss_after_cycles_mib")
+    for phase in ("serving", "published", "registered"):
+        row(f"start to {phase} s", f"startup_{phase}_s")
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                  enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    ]  # fmt: skip
+    lines.append(
+        f"floor = bare API GET {figures['floor_api_get_ms']:.2f} ms + fsynced writes "
+        f"{figures['floor_write_fsync_ms']:.2f} ms; the driver's client GET "
+        f"{figures['floor_kube_client_get_ms']:.2f} ms"
+    )
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -188,37 +242,54 @@ def main() -> int:
             cluster, "bench", "trn2.48xlarge", extra_args=[f"--metrics-port={port}"]
         )
         assert node.plugin is not None
-        rss_start = rss_mib(node.plugin.pid)
-        figures: dict[str, Any] = {}
-        sets = {1: [0], 4: [4, 5, 6, 7], 16: list(range(16))}
-        for size, devices in sets.items():
-            claims = [allocated_claim(cluster, f"c{size}-{i}", "bench", devices)
-                      for i in range(args.claims)]  # fmt: skip
-            before = phase_totals(port)
-            prepare, unprepare = asyncio.run(prepare_latency(node, claims))
-            after = phase_totals(port)
-            for phase, (seconds, count) in after.items():
-                spent, done = (
-                    seconds - before.get(phase, (0, 0))[0],
-                    count - before.get(phase, (0, 0))[1],
-                )
-                figures[f"prepare_{size}_{phase}_mean_ms"] = spent / done * 1000 if done else 0.0
-            figures[f"prepare_{size}_p50_ms"] = percentile(prepare, 0.5)
-            figures[f"prepare_{size}_p99_ms"] = percentile(prepare, 0.99)
-            figures[f"unprepare_{size}_p50_ms"] = percentile(unprepare, 0.5)
-            figures[f"unprepare_{size}_p99_ms"] = percentile(unprepare, 0.99)
-        get_ms, write_ms = asyncio.run(floor_ms(cluster, claims[0], args.claims))
-        figures["rss_start_mib"] = rss_start
+        figures: dict[str, Any] = {"rss_start_mib": rss_mib(node.plugin.pid)}
+        go = add_go_baseline(cluster)
+        figures["go_rss_start_mib"] = rss_mib(go.pid)
+        sockets = {"neuron": dra_socket(node.side), "go": go.socket}
+        bare = BareGet(cluster)
+        floor = Samples()
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
+            for size, devices in SETS.items():
+                claims = {
+                    who: [allocated_claim(cluster, f"{prefix}{size}-{i}", pool, devices)
+                          for i in range(args.claims)]
+                    for who, prefix, pool in (("neuron", "c", node.name), ("go", "g", go.name))
+                }  # fmt: skip
+                before = phase_totals(port)
+                samples = asyncio.run(interleaved(cluster, sockets, claims, bare, Path(tmp)))
+                after = phase_totals(port)
+                for phase, (seconds, count) in after.items():
+                    spent, done = (
+                        seconds - before.get(phase, (0, 0))[0],
+                        count - before.get(phase, (0, 0))[1],
+                    )
+                    figures[f"prepare_{size}_{phase}_mean_ms"] = (
+                        spent / done * 1000 if done else 0.0
+                    )
+                for who, prefix in (("neuron", ""), ("go", "go_")):
+                    for call in ("prepare", "unprepare"):
+                        times = samples.calls[f"{who}_{call}"]
+                        figures[f"{prefix}{call}_{size}_p50_ms"] = percentile(times, 0.5)
+                        figures[f"{prefix}{call}_{size}_p99_ms"] = percentile(times, 0.99)
+                for key in ("floor_get", "kube_get", "floor_write"):
+                    floor.add(key, samples.calls[key])
+        bare.close()
         figures["rss_after_cycles_mib"] = rss_mib(node.plugin.pid)
+        figures["go_rss_after_cycles_mib"] = rss_mib(go.pid)
         figures["prepare_p50_ms"] = figures["prepare_16_p50_ms"]
         figures["prepare_p99_ms"] = figures["prepare_16_p99_ms"]
-        figures["floor_api_get_ms"] = get_ms
-        figures["floor_write_fsync_ms"] = write_ms
-        figures["prepare_floor_ms"] = get_ms + write_ms
+        figures["floor_api_get_ms"] = statistics.median(floor.calls["floor_get"])
+        figures["floor_kube_client_get_ms"] = statistics.median(floor.calls["kube_get"])
+        figures["floor_write_fsync_ms"] = statistics.median(floor.calls["floor_write"])
+        figures["prepare_floor_ms"] = figures["floor_api_get_ms"] + figures["floor_write_fsync_ms"]
         figures["prepare_over_floor"] = figures["prepare_p50_ms"] / figures["prepare_floor_ms"]
-        figures |= startup(cluster, node, args.startup_runs)
+        figures |= startup(cluster, node, go, args.startup_runs)
         # Ready to be registered and published: the part the driver controls.
-        figures["startup_s"] = max(figures["startup_serving_s"], figures["startup_published_s"])
+        for prefix in ("", "go_"):
+            figures[f"{prefix}startup_s"] = max(
+                figures[f"{prefix}startup_serving_s"], figures[f"{prefix}startup_published_s"]
+            )
+        figures |= ratios(figures)
 
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -235,6 +306,8 @@ def main() -> int:
     width = max(map(len, result))
     for key, value in result.items():
         print(f"{key:<{width}}  {value}")
+    print()
+    print(side_by_side(figures))
     return 0
 
 
