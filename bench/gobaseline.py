@@ -29,7 +29,6 @@ sys.path.insert(0, str(REPO))
 # This directory is on sys.path when the file runs as a script, as bench/run.py is.
 from common import (  # noqa: E402
     DRIVER,
-    Obj,
     allocated_claim,
     dra_socket,
     percentile,
@@ -41,6 +40,7 @@ from common import (  # noqa: E402
 from tests.e2e.build import build  # noqa: E402
 from tests.e2e.cluster import Cluster  # noqa: E402
 from tests.e2e.kubeletside import KubeletSide  # noqa: E402
+from tests.e2e.nodes import PluginNode  # noqa: E402
 from tests.e2e.processes import Component  # noqa: E402
 
 NODE = "bench-go"
@@ -49,7 +49,7 @@ SETS = {1: [0], 4: [4, 5, 6, 7], 16: list(range(16))}
 
 
 @dataclass
-class GoBaseline:
+class GoBaseline(PluginNode):
     """drastub in benchmark mode for one node, with that node's kubelet side."""
 
     cluster: Cluster
@@ -90,27 +90,11 @@ class GoBaseline:
             # comparison is of the work, and neuron-dra has no such limit.
             "--kube-api-qps=-1",
         ]
-        self.plugin = self.cluster.start_process(f"gobaseline-{self.name}", argv)
-        if wait:
-            self.side.wait_for_plugin(DRIVER)
-            self.cluster.wait_for(f"slices of {self.name}", lambda: self.slices() or None)
-        return self.plugin
-
-    def stop(self) -> None:
-        if self.plugin is not None:
-            self.cluster.stop_process(self.plugin)
-            self.plugin = None
-
-    def slices(self) -> list[Obj]:
-        return self.cluster.list_objects(
-            "resource.k8s.io/v1",
-            "ResourceSlice",
-            field_selector=f"spec.nodeName={self.name},spec.driver={DRIVER}",
-        )
+        return self.launch("gobaseline", argv, wait=wait)
 
     def startup_once(self) -> dict[str, float]:
         """One cold start, as on a fresh node: its slices deleted first."""
-        self.stop()
+        self.stop_plugin()
         for obj in self.slices():
             self.cluster.delete("resource.k8s.io/v1", "ResourceSlice", obj["metadata"]["name"])
         # A socket left by the stopped process must not count as served.

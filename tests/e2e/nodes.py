@@ -24,8 +24,37 @@ PLUGIN = [sys.executable, "-m", "neuron_dra"]
 CRASHING_PLUGIN = [sys.executable, "-P", str(Path(__file__).with_name("crashing_plugin.py"))]
 
 
+class PluginNode:
+    """A node of the cluster with its kubelet side and a DRA plugin process for it."""
+
+    cluster: Cluster
+    name: str
+    side: KubeletSide
+    plugin: Component | None
+
+    def launch(self, label: str, argv: list[str], *, wait: bool) -> Component:
+        """Start the plugin; with `wait`, until registered and its slices are published."""
+        self.plugin = self.cluster.start_process(f"{label}-{self.name}", argv)
+        if wait:
+            self.side.wait_for_plugin(DRIVER_NAME)
+            self.cluster.wait_for(f"slices of {self.name}", lambda: self.slices() or None)
+        return self.plugin
+
+    def stop_plugin(self) -> None:
+        if self.plugin is not None:
+            self.cluster.stop_process(self.plugin)
+            self.plugin = None
+
+    def slices(self) -> list[Obj]:
+        return self.cluster.list_objects(
+            "resource.k8s.io/v1",
+            "ResourceSlice",
+            field_selector=f"spec.nodeName={self.name},spec.driver={DRIVER_NAME}",
+        )
+
+
 @dataclass
-class SimulatedNode:
+class SimulatedNode(PluginNode):
     cluster: Cluster
     name: str
     instance_type: str
@@ -62,23 +91,7 @@ class SimulatedNode:
             f"--kubeconfig={self.cluster.kubeconfig}",
             *self.extra_args,
         ]  # fmt: skip
-        self.plugin = self.cluster.start_process(f"plugin-{self.name}", argv)
-        if wait:
-            self.side.wait_for_plugin(DRIVER_NAME)
-            self.cluster.wait_for(f"slices of {self.name}", lambda: self.slices() or None)
-        return self.plugin
-
-    def stop_plugin(self) -> None:
-        if self.plugin is not None:
-            self.cluster.stop_process(self.plugin)
-            self.plugin = None
-
-    def slices(self) -> list[Obj]:
-        return self.cluster.list_objects(
-            "resource.k8s.io/v1",
-            "ResourceSlice",
-            field_selector=f"spec.nodeName={self.name},spec.driver={DRIVER_NAME}",
-        )
+        return self.launch("plugin", argv, wait=wait)
 
     def devices(self) -> list[Obj]:
         """The devices the node's slices publish, slice by slice."""
