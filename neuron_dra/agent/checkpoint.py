@@ -100,11 +100,18 @@ class CheckpointStore:
         # file under the lock first (another instance may have written it); when it is
         # still what we wrote, the comparison of bytes replaces the decode.
         self._written: tuple[bytes, str, Claims] | None = None
+        # The file as this store last read or wrote it (inode, mtime, size), or None.
+        self._seen: tuple[int, int, int] | None = None
 
     def load(self, boot_id: str) -> Loaded:
         """Read the checkpoint of this boot; set aside anything else."""
         with self._locked():
             return self._read(boot_id)
+
+    def changed(self) -> bool:
+        """Whether the file differs from the one this store last read or wrote: written
+        by another plugin instance since (a rolling update). One stat, no lock."""
+        return self._stat() != self._seen
 
     def apply(self, boot_id: str, changes: Mapping[str, ClaimRecord | None]) -> Claims:
         """Add (record) or drop (None) claims on top of what is on disk; return the result."""
@@ -118,9 +125,12 @@ class CheckpointStore:
             data = encode(boot_id, claims)
             atomic_write(self.path, data, mode=0o600, dir_mode=PLUGIN_DIR_MODE)
             self._written = (data, boot_id, claims)
+            self._seen = self._stat()
             return dict(claims)
 
     def _read(self, boot_id: str) -> Loaded:
+        # Before the read: a write in between makes the next `changed` true, not false.
+        self._seen = self._stat()
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -139,6 +149,13 @@ class CheckpointStore:
             problem = f"checkpoint {self.path} is from boot {saved_boot}, not {boot_id}; discarded"
             return Loaded({}, problem, other_boot=True)
         return Loaded(claims)
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            found = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return found.st_ino, found.st_mtime_ns, found.st_size
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

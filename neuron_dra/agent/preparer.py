@@ -169,6 +169,7 @@ class Preparer:
                 phase = time.perf_counter()
                 obj = await self._get_claim(ref.namespace, ref.name)
                 phase = self._phase("api", phase)
+                await self._refresh()
                 inventory = self._inventory()
                 prepared = plan(ref, obj, inventory, self._pool)
                 self._hold(prepared, inventory)
@@ -211,6 +212,22 @@ class Preparer:
                 log.info("claim unprepared", extra={"claim": ref.uid})
             return Outcome()
 
+    async def _refresh(self) -> None:
+        """Take in the claims another plugin instance (a rolling update) recorded since
+        this one last read or wrote the checkpoint, so `_hold` counts their devices.
+
+        A stat when nothing changed. Under the commit lock, so that no commit of this
+        instance lands between the read and the assignment and is lost from memory.
+        """
+        if not self._store.changed():
+            return
+        async with self._commit_lock:
+            if self._store.changed():
+                loaded = await asyncio.to_thread(self._store.load, self._boot_id)
+                if loaded.problem:
+                    log.error(loaded.problem)
+                self._claims = dict(loaded.claims)
+
     def _hold(self, prepared: PreparedClaim, inventory: NodeInventory) -> None:
         """Refuse devices another claim holds; otherwise hold them for this one.
 
@@ -220,8 +237,9 @@ class Preparer:
         this: they let different claims run together, and two claims for one device
         would each pass a check made while the other awaited its API read, spec write
         or checkpoint write. Held devices are those of committed claims (`_claims`, as
-        the checkpoint had them at the last write, so with a second instance's claims
-        too) and of claims between this point and their commit (`_preparing`).
+        the checkpoint had them when last read or written, and `_refresh` reads it
+        again whenever a second instance wrote it since) and of claims between this
+        point and their commit (`_preparing`).
         """
         held = [
             Holding(ClaimRef(r.namespace, r.name, r.uid), d.pool, d.device, d.admin_access)

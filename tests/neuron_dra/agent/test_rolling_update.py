@@ -114,3 +114,20 @@ def test_a_claim_the_other_instance_unprepared_no_longer_holds_its_devices(
     outcome = prepare(new, successor)[successor.uid]
     assert outcome == Outcome(recorded(successor.uid, DEVICES))
     assert_answer_is_on_disk(node, successor, outcome)
+
+
+def test_a_device_the_other_instance_prepared_is_held_here_too(node: Node) -> None:
+    new = node.preparer()  # started before the other instance prepared anything
+    old = node.preparer()
+    first = node.api.add(uid(1), DEVICES)
+    assert prepare(old, first)[first.uid].devices
+
+    # A second claim for one of those devices, sent to the other instance: refused, as
+    # it would be on the instance that prepared the first.
+    second = node.api.add(uid(2), DEVICES[1:])
+    refused = prepare(new, second)[second.uid]
+
+    assert refused.devices == ()
+    assert "neurondevice3" in refused.error and first.uid in refused.error, refused.error
+    assert node.files() == [spec_name(first.uid)]
+    assert node.checkpointed() == {first.uid: record_of(first, DEVICES)}
