@@ -191,7 +191,7 @@ def _configs(claim: ClaimRef, entries: list[Any]) -> list[tuple[list[str], Devic
     if not ours:
         return []
     # Deferred to the first claim with a config: the schema's pydantic models are a fifth
-    # of the agent's memory and a third of its start-up, and most claims carry none.
+    # of the agent's memory and a quarter of its imports, and most claims carry none.
     from api.config import ConfigError, decode  # noqa: PLC0415
 
     decoded = []
