@@ -9,6 +9,9 @@ are requests that work only somewhere, or only on some clusters.
 
 Every problem of every file is reported: a malformed request, selector, file
 or DeviceClass is a finding, and the checks that do not depend on it still run.
+
+Pods (and the pod templates of workloads) are read for the device plugin's
+extended resources only: what DRA nodes make of such a request.
 """
 
 from __future__ import annotations
@@ -50,6 +53,12 @@ Json = dict[str, Any]
 BETA_VERSIONS = ("resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2")
 KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 GROUP_PREFIX = f"{GROUP_ATTRIBUTE_DOMAIN}/devicegroup"
+# The Neuron device plugin's resource names. Whole devices are served on DRA nodes by the
+# DeviceClasses of deploy/deviceclass.yaml that carry them as extendedResourceName.
+DEVICE_RESOURCES = ("aws.amazon.com/neuron", "aws.amazon.com/neurondevice")
+CORE_RESOURCE = "aws.amazon.com/neuroncore"
+# Workloads whose pods come from spec.template (CronJob: spec.jobTemplate.spec.template).
+TEMPLATE_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,9 @@ def lint_document(
     instance_types: Sequence[str] = (),
 ) -> list[Finding]:
     kind = str(doc.get("kind"))
-    if not _resource(doc) or kind not in KINDS:
+    if not _resource(doc):
+        return _pod_findings(file, f"{kind} {_name(doc) or '?'}", doc)
+    if kind not in KINDS:
         return []
     name = _name(doc)
     checker = _Checker(file, f"{kind} {name or '?'}", classes, instance_types)
@@ -415,6 +426,79 @@ class _Checker:
             f"prepares it; only {with_lnc} have them",
             part,
         )
+
+
+def _pod_specs(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(where in the document, pod spec) of a Pod or of a workload's pod templates."""
+    kind = doc.get("kind")
+    spec = doc.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    if kind == "Pod":
+        return [("", spec)]
+    templates: list[tuple[str, object]] = []
+    if kind in TEMPLATE_KINDS:
+        templates.append(("spec.template", spec.get("template")))
+    elif kind == "CronJob":
+        job = (spec.get("jobTemplate") or {}).get("spec") or {}
+        templates.append(("spec.jobTemplate.spec.template", job.get("template")))
+    elif kind == "LeaderWorkerSet":
+        lws = spec.get("leaderWorkerTemplate") or {}
+        for part in ("leaderTemplate", "workerTemplate"):
+            templates.append((f"spec.leaderWorkerTemplate.{part}", lws.get(part)))
+    found = []
+    for where, template in templates:
+        pod_spec = template.get("spec") if isinstance(template, Mapping) else None
+        if isinstance(pod_spec, Mapping):
+            found.append((where, pod_spec))
+    return found
+
+
+def _pod_findings(file: str, subject: str, doc: Mapping[str, Any]) -> list[Finding]:
+    """What DRA nodes make of the device plugin's resources a pod asks for."""
+    findings = []
+    for where, spec in _pod_specs(doc):
+        for field in ("initContainers", "containers"):
+            containers = spec.get(field)
+            for container in containers if isinstance(containers, list) else []:
+                if not isinstance(container, Mapping):
+                    continue
+                at = ": ".join(
+                    p for p in (subject, where, f"container {container.get('name')}") if p
+                )
+                for name, amount in _extended_resources(container).items():
+                    if name in DEVICE_RESOURCES:
+                        message = (
+                            f"{name}: {amount} is served through extended resources on "
+                            "Kubernetes 1.36+ (DRA nodes) and carries no connected-set "
+                            f"constraint: any {amount} devices of the node, not a connected "
+                            "group; for a connected set use a ResourceClaimTemplate with a "
+                            f"{GROUP_PREFIX}N_id matchAttribute"
+                        )
+                        findings.append(Finding(file, at, message, False))
+                    elif name == CORE_RESOURCE:
+                        message = (
+                            f"{name}: NeuronCore-level allocation is not served by this driver "
+                            "yet; DRA nodes never schedule the pod, only nodes running the "
+                            "Neuron device plugin do; ask whole devices instead"
+                        )
+                        findings.append(Finding(file, at, message, False))
+    return findings
+
+
+def _extended_resources(container: Mapping[str, Any]) -> dict[str, str]:
+    """The Neuron resources a container asks, from its limits, else its requests."""
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return {}
+    found: dict[str, str] = {}
+    for field in ("requests", "limits"):  # limits win: requests default to them
+        values = resources.get(field)
+        if isinstance(values, Mapping):
+            for name, amount in values.items():
+                if name in (*DEVICE_RESOURCES, CORE_RESOURCE):
+                    found[str(name)] = str(amount)
+    return found
 
 
 def _sets_lnc(entries: Sequence[Json]) -> bool:

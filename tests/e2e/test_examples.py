@@ -28,6 +28,7 @@ from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view, env_of
+from tests.e2e.test_extended_resources import check_and_delete, too_old
 from tests.e2e.test_plugin import (
     claim_of,
     cluster_of,
@@ -209,6 +210,16 @@ def test_all_devices_of_any_instance_type(nodes: dict[str, SimulatedNode], node:
     )
     # count None: every device of the node; the env is checked at the node's default LNC.
     run_and_check(nodes, ns, "all-devices", None, None)
+
+
+def test_device_plugin_style_pod(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    reason = too_old(cluster.binaries)
+    if reason:
+        pytest.skip(reason)
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("device-plugin-style-neuron.yaml"), "trn2-a"))
+    assert len(check_and_delete(nodes["trn2-a"], "device-plugin-style", ns)) == 4
 
 
 def test_inf2_connected_pair(nodes: dict[str, SimulatedNode]) -> None:

@@ -69,13 +69,16 @@ def test_every_example_lints_clean(path: Path) -> None:
     if "v1beta1" in path.parts:
         [warning] = messages(findings, error=False)
         assert warning.startswith("apiVersion resource.k8s.io/v1beta1: Kubernetes 1.34 serves it")
+    elif path.name == "device-plugin-style-neuron.yaml":
+        [warning] = messages(findings, error=False)
+        assert warning.startswith("aws.amazon.com/neuron: 4 is served through extended resources")
     else:
         assert findings == []
 
 
 def test_examples_exit_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["lint", *map(str, EXAMPLES)]) == 0
-    assert capsys.readouterr().out.endswith("0 errors, 7 warnings\n")
+    assert capsys.readouterr().out.endswith("0 errors, 8 warnings\n")
 
 
 def test_typo_attribute_gets_a_suggestion(tmp_path: Path) -> None:
@@ -401,3 +404,58 @@ def test_a_request_of_the_wrong_shape_is_a_finding_not_a_crash(tmp_path: Path) -
     assert messages(lint_docs(tmp_path, claim), error=True) == [
         "request 'neurons' is malformed: a string where a mapping belongs"
     ]
+
+
+# --- the device plugin's resources ------------------------------------------------------
+
+
+def pod(resources: Json, kind: str = "Pod", name: str = "p") -> Json:
+    """A Pod (or a Deployment of it) whose one container has `resources`."""
+    spec: Json = {"containers": [{"name": "c", "image": "none", "resources": resources}]}
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name},
+            "spec": {"template": {"spec": spec}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("resource", ["aws.amazon.com/neuron", "aws.amazon.com/neurondevice"])
+def test_device_plugin_devices_warn_that_they_are_no_connected_set(
+    tmp_path: Path, resource: str
+) -> None:
+    [finding] = lint_docs(tmp_path, pod({"limits": {resource: 2}}))
+    assert not finding.error
+    assert finding.where == "Pod p: container c"
+    assert finding.message == (
+        f"{resource}: 2 is served through extended resources on Kubernetes 1.36+ (DRA "
+        "nodes) and carries no connected-set constraint: any 2 devices of the node, not a "
+        "connected group; for a connected set use a ResourceClaimTemplate with a "
+        "resource.aws.com/devicegroupN_id matchAttribute"
+    )
+
+
+def test_a_workload_template_is_read_like_a_pod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = [pod({"requests": {"aws.amazon.com/neuron": 4}}, kind="Deployment", name="d")]
+    [finding] = lint_docs(tmp_path, *docs)
+    assert finding.where == "Deployment d: spec.template: container c"
+    assert "any 4 devices of the node" in finding.message
+    assert cli.main(["lint", str(tmp_path / "docs.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{tmp_path / 'docs.yaml'}: warning: Deployment d: spec.template: ")
+    assert out.endswith("0 errors, 1 warnings\n")
+
+
+def test_neuroncores_are_not_served_by_the_driver(tmp_path: Path) -> None:
+    [finding] = lint_docs(tmp_path, pod({"limits": {"aws.amazon.com/neuroncore": 2}}))
+    assert finding.message.startswith(
+        "aws.amazon.com/neuroncore: NeuronCore-level allocation is not served by this driver yet"
+    )
+
+
+def test_pods_without_device_plugin_resources_have_no_findings(tmp_path: Path) -> None:
+    docs = [
+        pod({"limits": {"cpu": "1", "memory": "1Gi"}}),
+        pod({"claims": [{"name": "x"}]}, name="q"),
+    ]
+    assert lint_docs(tmp_path, *docs) == []
