@@ -23,8 +23,8 @@ from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view, env_of
-from tests.e2e.test_plugin import cluster_of, expected_env
+from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view
+from tests.e2e.test_plugin import assert_container_got, cluster_of, delete_and_assert_released
 from tests.e2e.workloads import unschedulable_reason
 
 pytestmark = [pytest.mark.e2e, pytest.mark.versions(check="extended resources")]
@@ -129,17 +129,9 @@ def check_and_delete(node: SimulatedNode, name: str, namespace: str) -> list[int
     devices = sorted(int(n.removeprefix("neurondevice")) for n in names)
     assert len(devices) == int(count)
 
-    assert env_of(pod, container["name"]) == expected_env(node, devices, None)
-    nodes = [f"/dev/neuron{d}" for d in devices]
-    assert container_view(pod, container["name"])["deviceNodes"] == nodes
     uid = claim["metadata"]["uid"]
-    assert node.cdi_files() == [f"neuron.aws.com-{uid}.json"]
-    assert uid in node.checkpointed()
-
-    cluster.delete("v1", "Pod", name, namespace)
-    cluster.wait_for_pod_gone(name, namespace, timeout=60)
-    cluster.wait_for(f"CDI spec of {uid} removed", lambda: not node.cdi_files())
-    assert uid not in node.checkpointed()
+    assert_container_got(node, pod, container["name"], devices, uid)
+    delete_and_assert_released(node, name, namespace, uid)
     claim_name = claim["metadata"]["name"]
     cluster.wait_for(
         f"claim {claim_name} deleted",

@@ -127,14 +127,31 @@ def run_and_check(
     results = claim["status"]["allocation"]["devices"]["results"]
     devices = sorted(int(r["device"].removeprefix("neurondevice")) for r in results)
     assert len(devices) == (count or INSTANCE_TYPES[node.instance_type].devices)
-    assert env_of(pod, "ctr0") == expected_env(node, devices, lnc)
-    assert container_view(pod, "ctr0")["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
+    assert_container_got(node, pod, "ctr0", devices, uid, lnc=lnc)
+    delete_and_assert_released(node, pod_name, ns, uid)
+
+
+def assert_container_got(
+    node: SimulatedNode,
+    pod: Obj,
+    container: str,
+    devices: list[int],
+    uid: str,
+    *,
+    lnc: int | None = None,
+) -> None:
+    """The container sees exactly `devices`, with their environment; the claim is prepared."""
+    assert env_of(pod, container) == expected_env(node, devices, lnc)
+    assert container_view(pod, container)["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
     assert node.cdi_files() == [f"neuron.aws.com-{uid}.json"]
     assert uid in node.checkpointed()
 
-    cluster.delete("v1", "Pod", pod_name, ns)
-    cluster.wait_for_pod_gone(pod_name, ns, timeout=60)
-    cluster.wait_for(f"CDI spec of {uid} removed", lambda: not node.cdi_files())
+
+def delete_and_assert_released(node: SimulatedNode, pod_name: str, ns: str, uid: str) -> None:
+    """Delete the pod; its claim is unprepared: CDI spec and checkpoint entry gone."""
+    node.cluster.delete("v1", "Pod", pod_name, ns)
+    node.cluster.wait_for_pod_gone(pod_name, ns, timeout=60)
+    node.cluster.wait_for(f"CDI spec of {uid} removed", lambda: not node.cdi_files())
     assert uid not in node.checkpointed()
 
 
