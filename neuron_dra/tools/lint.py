@@ -46,6 +46,7 @@ from neuron_dra.tools.simulate import (
     default_classes,
     parse_claim_spec,
     parse_device_class,
+    pod_specs,
 )
 
 Json = dict[str, Any]
@@ -57,8 +58,6 @@ GROUP_PREFIX = f"{GROUP_ATTRIBUTE_DOMAIN}/devicegroup"
 # DeviceClasses of deploy/deviceclass.yaml that carry them as extendedResourceName.
 DEVICE_RESOURCES = ("aws.amazon.com/neuron", "aws.amazon.com/neurondevice")
 CORE_RESOURCE = "aws.amazon.com/neuroncore"
-# Workloads whose pods come from spec.template (CronJob: spec.jobTemplate.spec.template).
-TEMPLATE_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
 
 
 @dataclass(frozen=True)
@@ -428,36 +427,10 @@ class _Checker:
         )
 
 
-def _pod_specs(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """(where in the document, pod spec) of a Pod or of a workload's pod templates."""
-    kind = doc.get("kind")
-    spec = doc.get("spec")
-    if not isinstance(spec, Mapping):
-        return []
-    if kind == "Pod":
-        return [("", spec)]
-    templates: list[tuple[str, object]] = []
-    if kind in TEMPLATE_KINDS:
-        templates.append(("spec.template", spec.get("template")))
-    elif kind == "CronJob":
-        job = (spec.get("jobTemplate") or {}).get("spec") or {}
-        templates.append(("spec.jobTemplate.spec.template", job.get("template")))
-    elif kind == "LeaderWorkerSet":
-        lws = spec.get("leaderWorkerTemplate") or {}
-        for part in ("leaderTemplate", "workerTemplate"):
-            templates.append((f"spec.leaderWorkerTemplate.{part}", lws.get(part)))
-    found = []
-    for where, template in templates:
-        pod_spec = template.get("spec") if isinstance(template, Mapping) else None
-        if isinstance(pod_spec, Mapping):
-            found.append((where, pod_spec))
-    return found
-
-
 def _pod_findings(file: str, subject: str, doc: Mapping[str, Any]) -> list[Finding]:
     """What DRA nodes make of the device plugin's resources a pod asks for."""
     findings = []
-    for where, spec in _pod_specs(doc):
+    for where, spec in pod_specs(doc):
         for field in ("initContainers", "containers"):
             containers = spec.get(field)
             for container in containers if isinstance(containers, list) else []:

@@ -28,6 +28,7 @@ from neuron_dra.tools.simulate.inputs import (
     load_documents,
     parse_claim_spec,
     parse_device_class,
+    pod_specs,
     read_inputs,
 )
 from neuron_dra.tools.simulate.nodes import (
@@ -67,6 +68,7 @@ __all__ = [
     "parse_device_class",
     "parse_node_counts",
     "parse_taken",
+    "pod_specs",
     "read_inputs",
     "simulate",
     "simulated_nodes",

@@ -371,9 +371,10 @@ def take_allocated(cluster: Cluster, claims: Sequence[Json]) -> None:
 
 def simulate(files: Sequence[Path], cluster: Cluster) -> list[Outcome]:
     """Allocate the claims the files stand for on `cluster`, in order."""
-    inputs = read_inputs(load_documents(files))
+    docs = load_documents(files)
     for device_class in default_classes():
         cluster.classes.setdefault(device_class.name, device_class)
+    inputs = read_inputs(docs, cluster.classes)
     # Classes among the inputs win over the cluster's, as applying them would make them.
     cluster.classes.update(inputs.classes)
     return cluster.allocate(inputs.claims)

@@ -3,24 +3,29 @@
 ResourceClaimTemplates and ResourceClaims in the resource.k8s.io v1, v1beta1
 and v1beta2 spellings, and the workloads that use them (Pods, Deployments and
 other pod-template controllers, LeaderWorkerSets), become `Claim`s in the
-order the documents give them, with the pods whose claims share a node.
+order the documents give them, with the pods whose claims share a node. Pods
+that ask an extended resource a DeviceClass serves (`extendedResourceName`)
+get the claim the kube-scheduler makes for them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from consts import DRIVER_NAME
+from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_DEVICE
 
 Json = dict[str, Any]
 
 RESOURCE_GROUP = "resource.k8s.io"
-WORKLOAD_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "Job", "DaemonSet")
+# Workloads whose pods come from spec.template (CronJob: spec.jobTemplate.spec.template).
+WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
+# Every DeviceClass also serves this name plus its own name, whatever extendedResourceName says.
+IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 
 class InputError(ValueError):
@@ -32,6 +37,7 @@ class DeviceClass:
     name: str
     selectors: tuple[str, ...]
     config: tuple[Json, ...] = ()
+    extended_resource: str | None = None  # spec.extendedResourceName
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class Claim:
     template: str | None = None
     pod: str | None = None  # claims of one pod share its node
     node_selector: tuple[tuple[str, str], ...] = ()
+    # The claim the scheduler makes for a pod's extended resources: (name, devices) each.
+    extended: tuple[tuple[str, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -153,7 +161,13 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
     selectors = tuple(
         str((s.get("cel") or {}).get("expression", "")) for s in spec.get("selectors") or []
     )
-    return DeviceClass(str(obj["metadata"]["name"]), selectors, tuple(spec.get("config") or ()))
+    extended = spec.get("extendedResourceName")
+    return DeviceClass(
+        str(obj["metadata"]["name"]),
+        selectors,
+        tuple(spec.get("config") or ()),
+        str(extended) if extended else None,
+    )
 
 
 @dataclass
@@ -181,8 +195,14 @@ def load_documents(paths: Iterable[Path]) -> list[tuple[str, Json]]:
     return docs
 
 
-def read_inputs(docs: Sequence[tuple[str, Json]]) -> Inputs:
-    """Claims to allocate, in the order the documents give them."""
+def read_inputs(
+    docs: Sequence[tuple[str, Json]], known_classes: Mapping[str, DeviceClass] | None = None
+) -> Inputs:
+    """Claims to allocate, in the order the documents give them.
+
+    `known_classes` are the cluster's DeviceClasses: with those among the inputs they
+    decide which extended resources of pods the scheduler turns into a claim.
+    """
     inputs = Inputs()
     templates: dict[tuple[str, str], tuple[str, Json]] = {}
     named_claims: dict[tuple[str, str], tuple[str, Json]] = {}
@@ -195,6 +215,7 @@ def read_inputs(docs: Sequence[tuple[str, Json]]) -> Inputs:
             templates[(namespace_of(doc), doc["metadata"]["name"])] = (where, doc)
         elif _is_resource(doc) and kind == "ResourceClaim":
             named_claims[(namespace_of(doc), doc["metadata"]["name"])] = (where, doc)
+    extended = extended_resource_classes({**(known_classes or {}), **inputs.classes})
 
     referenced = set()
     for _, doc in docs:
@@ -221,6 +242,9 @@ def read_inputs(docs: Sequence[tuple[str, Json]]) -> Inputs:
                 inputs.claims.append(Claim(namespace, name, spec, where))
         for pod in _pods(doc):
             _pod_claims(pod, where, templates, named_claims, inputs)
+            claim = _extended_claim(pod, where, extended)
+            if claim is not None:
+                inputs.claims.append(claim)
     return inputs
 
 
@@ -277,9 +301,130 @@ def _pod_claims(
             )
 
 
+def _extended_claim(pod: Json, where: str, classes: Mapping[str, str]) -> Claim | None:
+    """The claim the scheduler makes for the extended resources DeviceClasses serve.
+
+    As the kube-scheduler's DRAExtendedResource support builds it: one ExactCount
+    request per container and resource, named container-<index>-request-<index of
+    the resource among the container's sorted requests>, sorted by name. Init
+    containers that are not sidecars run before the others and reuse their
+    devices: only the largest of their shortfalls is asked on top.
+    """
+    spec = pod["spec"]
+    inits = [c for c in spec.get("initContainers") or [] if isinstance(c, Mapping)]
+    containers = [*inits, *(c for c in spec.get("containers") or [] if isinstance(c, Mapping))]
+    at = f"{where}: pod {pod['metadata']['name']}"
+    requested = [_requests(c, classes, at) for c in containers]
+    short = [i for i in range(len(inits)) if containers[i].get("restartPolicy") != "Always"]
+    made: list[tuple[str, Request]] = []
+    for resource in sorted({n for r in requested for n, amount in r.items() if amount}):
+        if resource not in classes:
+            continue
+        long_lived = {
+            i: _request(requested[i], i, 0, resource, classes)
+            for i in range(len(containers))
+            if i not in short
+        }
+        made.extend((resource, r) for r in long_lived.values() if r is not None)
+        widest: Request | None = None
+        for i in short:
+            # An init container reuses the requests of the long-lived containers after it,
+            # in their order, until they cover its own amount; it asks only the rest.
+            have = 0
+            for j, later in long_lived.items():
+                if j > i and later is not None and have < requested[i].get(resource, 0):
+                    have += later.alternatives[0].count
+            own = _request(requested[i], i, have, resource, classes)
+            if own is not None and (widest is None or _count(own) > _count(widest)):
+                widest = own
+        if widest is not None:
+            made.append((resource, widest))
+    if not made:
+        return None
+    made.sort(key=lambda pair: pair[1].name)
+    totals: dict[str, int] = {}
+    for resource, r in made:
+        totals[resource] = totals.get(resource, 0) + _count(r)
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    return Claim(
+        namespace,
+        f"{name}-extended-resources",
+        ClaimSpec(tuple(r for _, r in made), (), ()),
+        where,
+        pod=f"{namespace}/{name}",
+        node_selector=tuple(sorted((spec.get("nodeSelector") or {}).items())),
+        extended=tuple(sorted(totals.items())),
+    )
+
+
+def _request(
+    requested: Mapping[str, int], index: int, have: int, resource: str, classes: Mapping[str, str]
+) -> Request | None:
+    """Container `index`'s request for what it asks of `resource` beyond `have`, if any."""
+    amount = requested.get(resource, 0)
+    if amount <= have:
+        return None
+    name = f"container-{index}-request-{sorted(requested).index(resource)}"
+    return Request(name, (Alternative(name, classes[resource], (), False, amount - have),))
+
+
+def _count(request: Request) -> int:
+    return request.alternatives[0].count
+
+
+def _requests(container: Mapping[str, Any], served: Container[str], where: str) -> dict[str, int]:
+    """A container's resource requests as the API server defaults them: limits fill gaps.
+
+    Every name is kept, since a request's name counts the container's sorted names;
+    only the amounts of served extended resources matter, and those must be whole.
+    """
+    resources = container.get("resources") or {}
+    merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    out: dict[str, int] = {}
+    for name, value in merged.items():
+        amount = 0
+        if name in served:
+            try:
+                amount = int(str(value))
+            except ValueError:
+                raise InputError(
+                    f"{where}: container {container.get('name')}: {name}: {value!r} is not "
+                    "a whole number of devices"
+                ) from None
+        out[str(name)] = amount
+    return out
+
+
+def extended_resource_classes(classes: Mapping[str, DeviceClass]) -> dict[str, str]:
+    """Extended resource name -> the DeviceClass that serves it.
+
+    When two classes name one resource the scheduler takes the newer; classes later in
+    `classes` (those among the inputs come last) count as newer.
+    """
+    mapping = {f"{IMPLICIT_EXTENDED_PREFIX}{name}": name for name in classes}
+    for device_class in classes.values():
+        if device_class.extended_resource:
+            mapping[device_class.extended_resource] = device_class.name
+    return mapping
+
+
 def default_classes() -> list[DeviceClass]:
-    """The DeviceClass the driver installs (`deploy/deviceclass.yaml`; a test keeps them equal)."""
-    return [DeviceClass(DRIVER_NAME, (f"device.driver == '{DRIVER_NAME}'",))]
+    """The DeviceClasses the driver installs (`deploy/deviceclass.yaml`; a test keeps them equal).
+
+    Built in, not read from deploy/: an installed `neuron-dra simulate` has no checkout.
+    """
+    driver = f"device.driver == '{DRIVER_NAME}'"
+    whole = f"device.attributes['{DRIVER_NAME}'].{ATTR_RESOURCE_TYPE} == '{RESOURCE_TYPE_DEVICE}'"
+    return [
+        DeviceClass(DRIVER_NAME, (driver,)),
+        *(
+            DeviceClass(f"extended-resource-{kind}.{DRIVER_NAME}", (driver, whole), (), name)
+            for kind, name in (
+                ("neuron", "aws.amazon.com/neuron"),
+                ("neurondevice", "aws.amazon.com/neurondevice"),
+            )
+        ),
+    ]
 
 
 def namespace_of(doc: Mapping[str, Any]) -> str:
@@ -294,6 +439,32 @@ def _template_spec(template: Mapping[str, Any]) -> Json:
     return dict(((template.get("spec") or {}).get("spec")) or {})
 
 
+def pod_specs(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(where in the document, pod spec) of a Pod or of a workload's pod templates."""
+    kind = doc.get("kind")
+    spec = doc.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    if kind == "Pod":
+        return [("", spec)]
+    templates: list[tuple[str, object]] = []
+    if kind in WORKLOAD_KINDS:
+        templates.append(("spec.template", spec.get("template")))
+    elif kind == "CronJob":
+        job = (spec.get("jobTemplate") or {}).get("spec") or {}
+        templates.append(("spec.jobTemplate.spec.template", job.get("template")))
+    elif kind == "LeaderWorkerSet":
+        lws = spec.get("leaderWorkerTemplate") or {}
+        for part in ("leaderTemplate", "workerTemplate"):
+            templates.append((f"spec.leaderWorkerTemplate.{part}", lws.get(part)))
+    found = []
+    for where, template in templates:
+        pod_spec = template.get("spec") if isinstance(template, Mapping) else None
+        if isinstance(pod_spec, Mapping):
+            found.append((where, pod_spec))
+    return found
+
+
 def _pods(doc: Json) -> Iterator[Json]:
     """The pods a workload document stands for, named as their controllers name them."""
     kind = doc.get("kind")
@@ -301,15 +472,9 @@ def _pods(doc: Json) -> Iterator[Json]:
     namespace = str(metadata.get("namespace") or "default")
     name = str(metadata.get("name") or kind)
     spec = doc.get("spec") or {}
-    if kind == "Pod" and doc.get("apiVersion") == "v1":
-        yield _pod(name, namespace, spec)
-    elif kind in WORKLOAD_KINDS and spec.get("template"):
-        # DaemonSets have one pod per node; one stands for them here.
-        replicas = spec.get("parallelism", 1) if kind == "Job" else spec.get("replicas", 1)
-        for i in range(int(replicas)):
-            suffix = str(i) if kind == "StatefulSet" else f"{i:05d}"
-            yield _pod(f"{name}-{suffix}", namespace, spec["template"].get("spec") or {})
-    elif kind == "LeaderWorkerSet":
+    if kind == "Pod" and doc.get("apiVersion") != "v1":
+        return
+    if kind == "LeaderWorkerSet":
         template = spec.get("leaderWorkerTemplate") or {}
         size = int(template.get("size", 1))
         worker = (template.get("workerTemplate") or {}).get("spec") or {}
@@ -318,6 +483,22 @@ def _pods(doc: Json) -> Iterator[Json]:
             yield _pod(f"{name}-{group}", namespace, leader)
             for member in range(1, size):
                 yield _pod(f"{name}-{group}-{member}", namespace, worker)
+        return
+    for _, pod_spec in pod_specs(doc):
+        if kind == "Pod":
+            yield _pod(name, namespace, dict(pod_spec))
+            continue
+        # DaemonSets have one pod per node; one stands for them here, as one run of a CronJob
+        # stands for its schedule.
+        if kind == "CronJob":
+            replicas = ((spec.get("jobTemplate") or {}).get("spec") or {}).get("parallelism", 1)
+        elif kind == "Job":
+            replicas = spec.get("parallelism", 1)
+        else:
+            replicas = spec.get("replicas", 1)
+        for i in range(int(replicas)):
+            suffix = str(i) if kind == "StatefulSet" else f"{i:05d}"
+            yield _pod(f"{name}-{suffix}", namespace, dict(pod_spec))
 
 
 def _pod(name: str, namespace: str, spec: Json) -> Json:

@@ -13,6 +13,7 @@ def outcome_json(outcome: Outcome) -> Json:
         "source": claim.source,
         "template": claim.template,
         "pod": claim.pod,
+        **({"extendedResources": dict(claim.extended)} if claim.extended else {}),
         "allocated": outcome.allocated,
         "letter": outcome.letter,
     }
@@ -36,6 +37,9 @@ def outcome_json(outcome: Outcome) -> Json:
 def describe(outcome: Outcome) -> list[str]:
     claim = outcome.claim
     origin = f"template {claim.template}, " if claim.template else ""
+    if claim.extended and claim.pod:
+        asked = ", ".join(f"{name}: {count}" for name, count in claim.extended)
+        origin = f"Pod {claim.pod.split('/', 1)[1]} ({asked}), "
     lines = [f"[{outcome.letter}] claim {claim.key} ({origin}{claim.source})"]
     if not outcome.allocated:
         lines.append("  does not fit:")

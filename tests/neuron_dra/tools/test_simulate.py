@@ -116,10 +116,13 @@ def _single(outcomes: list[Outcome]) -> None:
     assert env(only) == {"NEURON_RT_VISIBLE_CORES": "0-1"}
 
 
-def _no_claim(outcomes: list[Outcome]) -> None:
-    # Extended resources are allocated by the scheduler from a claim it makes itself;
-    # simulate models the claims users write, so such a pod has nothing to allocate.
-    assert outcomes == []
+def _four_whole_devices(outcomes: list[Outcome]) -> None:
+    # The claim the scheduler makes for the pod's `aws.amazon.com/neuron: 4`: any 4 devices.
+    [only] = outcomes
+    assert only.claim.pod == "default/device-plugin-style"
+    assert only.claim.extended == (("aws.amazon.com/neuron", 4),)
+    assert only.node == SECOND and len(indices(only)) == 4
+    assert {p.request for p in only.placements} == {"container-0-request-0"}
 
 
 def _inf2_pair(outcomes: list[Outcome]) -> None:
@@ -151,7 +154,7 @@ def _ultraserver(mode: int, pods: int) -> Check:
 TRN2 = [("trn2.48xlarge", 1)]
 EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "1x4-connected-devices.yaml": (TRN2, _row_on_trn2),
-    "device-plugin-style-neuron.yaml": (TRN2, _no_claim),
+    "device-plugin-style-neuron.yaml": (TRN2, _four_whole_devices),
     "v1beta1/1x4-connected-devices.yaml": (TRN2, _row_on_trn2),
     "l-trn2.yaml": (TRN2, _half),
     "v1beta1/l-trn2.yaml": (TRN2, _half),
@@ -200,11 +203,14 @@ def test_examples_only_fit_where_the_readme_says() -> None:
 
 def test_the_default_class_is_the_one_the_driver_installs() -> None:
     # Built in, not read from deploy/: an installed `neuron-dra simulate` has no checkout.
-    # The classes that serve extended resources (pods without claims, which simulate does
-    # not model) are left out; every class a claim is written against is built in.
     docs = yaml.safe_load_all((REPO / "deploy" / "deviceclass.yaml").read_text())
-    named = [d for d in docs if d and "extendedResourceName" not in d["spec"]]
-    assert [parse_device_class(d) for d in named] == default_classes()
+    installed = [parse_device_class(d) for d in docs if d]
+    assert installed == default_classes()
+    assert {c.extended_resource for c in installed} == {
+        None,
+        "aws.amazon.com/neuron",
+        "aws.amazon.com/neurondevice",
+    }
 
 
 def test_v1beta1_and_v1_spellings_parse_alike() -> None:
