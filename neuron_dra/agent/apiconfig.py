@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neuron_dra.agent.filestamp import Stamp, stamp
+
 __all__ = [
     "IN_CLUSTER_DIR",
     "ApiConfig",
@@ -114,7 +116,7 @@ class TokenFile:
         self._reread_s = reread_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: Stamp | None = None
         self._read_at = 0.0
         self._token = ""
         self._read()
@@ -124,24 +126,20 @@ class TokenFile:
     def __call__(self) -> str:
         with self._lock:
             now = self._clock()
-            try:
-                stat = self._path.stat()
-                stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-            except OSError:
-                stamp = None
-            if stamp != self._stamp or now - self._read_at >= self._reread_s:
+            if stamp(self._path) != self._stamp or now - self._read_at >= self._reread_s:
                 with contextlib.suppress(ConfigError):
                     self._read()
             return f"Bearer {self._token}"
 
     def _read(self) -> None:
+        # Before the read: a change in between makes the next stamp differ, not match.
+        found = stamp(self._path)
         try:
-            stat = self._path.stat()
             token = self._path.read_text().strip()
         except OSError as err:
             raise ConfigError(f"{self._path}: cannot read the token file: {err}") from None
         self._read_at = self._clock()
-        self._stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        self._stamp = found
         if token:
             self._token = token
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from neuron_dra.agent.cdi import atomic_write
 from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir
+from neuron_dra.agent.filestamp import Stamp, stamp
 
 VERSION = 1
 
@@ -100,8 +101,8 @@ class CheckpointStore:
         # file under the lock first (another instance may have written it); when it is
         # still what we wrote, the comparison of bytes replaces the decode.
         self._written: tuple[bytes, str, Claims] | None = None
-        # The file as this store last read or wrote it (inode, mtime, size), or None.
-        self._seen: tuple[int, int, int] | None = None
+        # The file's stamp when this store last read or wrote it.
+        self._seen: Stamp | None = None
 
     def load(self, boot_id: str) -> Loaded:
         """Read the checkpoint of this boot; set aside anything else."""
@@ -111,7 +112,7 @@ class CheckpointStore:
     def changed(self) -> bool:
         """Whether the file differs from the one this store last read or wrote: written
         by another plugin instance since (a rolling update). One stat, no lock."""
-        return self._stat() != self._seen
+        return stamp(self.path) != self._seen
 
     def apply(self, boot_id: str, changes: Mapping[str, ClaimRecord | None]) -> Claims:
         """Add (record) or drop (None) claims on top of what is on disk; return the result."""
@@ -125,12 +126,12 @@ class CheckpointStore:
             data = encode(boot_id, claims)
             atomic_write(self.path, data, mode=0o600, dir_mode=PLUGIN_DIR_MODE)
             self._written = (data, boot_id, claims)
-            self._seen = self._stat()
+            self._seen = stamp(self.path)
             return dict(claims)
 
     def _read(self, boot_id: str) -> Loaded:
         # Before the read: a write in between makes the next `changed` true, not false.
-        self._seen = self._stat()
+        self._seen = stamp(self.path)
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -149,13 +150,6 @@ class CheckpointStore:
             problem = f"checkpoint {self.path} is from boot {saved_boot}, not {boot_id}; discarded"
             return Loaded({}, problem, other_boot=True)
         return Loaded(claims)
-
-    def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            found = self.path.stat()
-        except FileNotFoundError:
-            return None
-        return found.st_ino, found.st_mtime_ns, found.st_size
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
