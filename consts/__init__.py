@@ -32,6 +32,9 @@ DEVICE_NAME_PREFIX: Final = "neurondevice"
 NODE_DEVICE_NAME: Final = "neuronnode"
 """ResourceSlice device standing for a whole UltraServer node."""
 
+CORE_NAME_PREFIX: Final = "neuroncore"
+"""ResourceSlice device name prefix of a logical NeuronCore, then its host-global number."""
+
 # --- Attributes (short names, domain ATTRIBUTE_DOMAIN) ----------------------
 
 ATTR_DEVICE_ID: Final = "deviceId"
@@ -47,7 +50,10 @@ ATTR_DRA_DRIVER_VERSION: Final = "draDriverVersion"
 """version: semantic version of this DRA driver."""
 
 ATTR_RESOURCE_TYPE: Final = "resourceType"
-"""string: RESOURCE_TYPE_DEVICE or RESOURCE_TYPE_NODE."""
+"""string: RESOURCE_TYPE_DEVICE, RESOURCE_TYPE_NODE or RESOURCE_TYPE_CORE."""
+
+ATTR_CORE_ID: Final = "coreId"
+"""int: a logical NeuronCore's host-global number, as NEURON_RT_VISIBLE_CORES gives it."""
 
 ATTR_TOPOLOGY_X: Final = "topology_x"
 """int: torus row of the device (multi-device Trainium)."""
@@ -91,6 +97,9 @@ RESOURCE_TYPE_DEVICE: Final = "neuron_device"
 RESOURCE_TYPE_NODE: Final = "neuron_node"
 """resourceType of the device standing for a whole UltraServer node."""
 
+RESOURCE_TYPE_CORE: Final = "neuron_core"
+"""resourceType of one logical NeuronCore (its Neuron device's deviceId, its own coreId)."""
+
 # --- Attributes (domain GROUP_ATTRIBUTE_DOMAIN) -----------------------------
 
 GROUP_ATTRIBUTE_TEMPLATE: Final = "devicegroup{size}_id"
@@ -112,10 +121,11 @@ CAPACITY_MEMORY: Final = "memory"
 # --- Shared counters (partitionable devices) --------------------------------
 
 COUNTER_SET_NODE: Final = "neuron-node"
-"""Counter set shared by a node's devices and its whole-node device."""
+"""Counter set of a node's Neuron devices: one counter per device, named after it.
 
-COUNTER_DEVICES: Final = "devices"
-"""Counter of Neuron devices: each device takes 1, the whole-node device all."""
+A device's counter holds its logical cores (1 where cores are not published): a
+core takes 1, the device all of them, the whole-node device all of every one.
+"""
 
 # --- Device taints ------------------------------------------------------------
 

@@ -8,7 +8,13 @@ from typing import Any
 import yaml
 
 import consts
-from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_DEVICE, RESOURCE_TYPE_NODE
+from consts import (
+    ATTR_RESOURCE_TYPE,
+    DRIVER_NAME,
+    RESOURCE_TYPE_CORE,
+    RESOURCE_TYPE_DEVICE,
+    RESOURCE_TYPE_NODE,
+)
 from neuron_dra.cli import parser
 from neuron_dra.tools.cel import compile_selector
 from neuron_dra.tools.published import published
@@ -52,12 +58,20 @@ def device_classes() -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in docs if d}
 
 
-def test_the_driver_class_selects_every_device_of_the_driver() -> None:
-    # Every template names this class: its meaning must not change.
-    driver_class = device_classes()[DRIVER_NAME]
-    assert driver_class["spec"] == {
-        "selectors": [{"cel": {"expression": f"device.driver == '{DRIVER_NAME}'"}}]
-    }
+def kind_of(view: Any) -> str:
+    return str(view.attributes[DRIVER_NAME][ATTR_RESOURCE_TYPE])
+
+
+# Each class, and the resourceType of the devices it hands out: whole devices only for the
+# device plugin's names (`aws.amazon.com/neuron: 16` must be 16 devices, never the
+# UltraServer node device), NeuronCores only for its cores.
+KINDS = {
+    DRIVER_NAME: {RESOURCE_TYPE_DEVICE, RESOURCE_TYPE_NODE},
+    f"neuroncore.{DRIVER_NAME}": {RESOURCE_TYPE_CORE},
+    f"extended-resource-neuron.{DRIVER_NAME}": {RESOURCE_TYPE_DEVICE},
+    f"extended-resource-neurondevice.{DRIVER_NAME}": {RESOURCE_TYPE_DEVICE},
+    f"extended-resource-neuroncore.{DRIVER_NAME}": {RESOURCE_TYPE_CORE},
+}
 
 
 def test_one_extended_resource_class_per_device_plugin_name() -> None:
@@ -66,23 +80,25 @@ def test_one_extended_resource_class_per_device_plugin_name() -> None:
         for name, d in device_classes().items()
         if "extendedResourceName" in d["spec"]
     }
-    assert sorted(names) == ["aws.amazon.com/neuron", "aws.amazon.com/neurondevice"]
+    assert sorted(names) == [
+        "aws.amazon.com/neuron", "aws.amazon.com/neuroncore", "aws.amazon.com/neurondevice",
+    ]  # fmt: skip
 
 
-def test_extended_resource_classes_select_whole_devices_only() -> None:
-    """`aws.amazon.com/neuron: 16` must be 16 devices, never the UltraServer node device."""
+def test_each_class_selects_exactly_its_kinds_of_device() -> None:
+    # Every template names `neuron.aws.com`: it keeps meaning whole devices and the node
+    # device when cores are published beside them.
     found = published().devices
-    assert any(
-        v.attributes[DRIVER_NAME][ATTR_RESOURCE_TYPE] == RESOURCE_TYPE_NODE
-        for views in found.values()
-        for v in views
-    ), "no instance type publishes the node device: the check below would prove nothing"
-    for name, doc in device_classes().items():
-        if "extendedResourceName" not in doc["spec"]:
-            continue
+    kinds = {kind_of(v) for views in found.values() for v in views}
+    assert kinds == {RESOURCE_TYPE_DEVICE, RESOURCE_TYPE_NODE, RESOURCE_TYPE_CORE}, (
+        "some kind is published by no instance type: the check below would prove less"
+    )
+    classes = device_classes()
+    assert sorted(classes) == sorted(KINDS)
+    for name, doc in classes.items():
         selectors = [compile_selector(s["cel"]["expression"]) for s in doc["spec"]["selectors"]]
+        assert selectors[0].expression == f"device.driver == '{DRIVER_NAME}'"
         for instance_type, views in found.items():
             for view in views:
-                whole = view.attributes[DRIVER_NAME][ATTR_RESOURCE_TYPE] == RESOURCE_TYPE_DEVICE
                 selected = all(s.matches(view) for s in selectors)
-                assert selected == whole, (name, instance_type, view.name)
+                assert selected == (kind_of(view) in KINDS[name]), (name, instance_type, view.name)

@@ -2,11 +2,12 @@
 
 Pure: the ResourceClaim object (as the API server returns it) and the node
 inventory in, a PreparedClaim or a ClaimError out. Every rule of the opaque
-configuration (LNC only where the hardware has it, UltraServerConfig only for
-the whole-node device of an UltraServer node) is enforced here, with messages
-that name the claim, the field and the allowed values. So is the rule that a
-device serves one claim at a time (`check_exclusive`), given what other claims
-hold.
+configuration (LNC only where the hardware has it and only for whole devices,
+UltraServerConfig only for the whole-node device of an UltraServer node) is
+enforced here, with messages that name the claim, the field and the allowed
+values. So is the rule that a device serves one claim at a time
+(`check_exclusive`), given what other claims hold: a NeuronCore shares its
+Neuron device with the device itself, the node device and nothing else.
 
 A container references either the whole claim or one of its requests, and gets
 the devices of what it references, so the environment that depends on the
@@ -30,6 +31,7 @@ from consts import (
     NODE_DEVICE_NAME,
 )
 from neuron_dra.agent.claimref import ClaimRef
+from neuron_dra.hardware import cores as logical
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory
 
 if TYPE_CHECKING:
@@ -56,6 +58,9 @@ class PreparedDevice:
     device: str  # ResourceSlice device name
     neuron_devices: tuple[NeuronDevice, ...]  # /dev/neuronN nodes it gives the container
     admin_access: bool = False
+    # A NeuronCore device: the host-global logical core numbers it gives (else every core
+    # of `neuron_devices`).
+    cores: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,7 @@ def _plan(
         applied = [c for requests, c in configs if _applies(requests, request)]
         lnc = _last(applied, "logicalNeuronCore")  # NeuronConfig's
         mode = _last(applied, "ultraserverMode")  # UltraServerConfig's
+        core_numbers: tuple[int, ...] = ()
         if device_name == NODE_DEVICE_NAME:
             neuron_devices = _whole_node(claim, inventory)
             if mode is not None:
@@ -133,10 +139,13 @@ def _plan(
             if mode is not None:
                 raise ClaimError(
                     f"claim {claim}: UltraServerConfig applies to request {request!r} whose "
-                    f"device {device_name} is a single Neuron device; it is only valid for "
+                    f"device {device_name} is not the whole node; it is only valid for "
                     f"the {NODE_DEVICE_NAME} device (resourceType == 'neuron_node')"
                 )
             device = by_name.get(device_name)
+            core = None if device else logical.find(inventory, device_name)
+            if core is not None:
+                device, core_numbers = core.device, (core.index,)
             if device is None:
                 raise ClaimError(f"claim {claim}: device {device_name} is not on this node")
             neuron_devices = (device,)
@@ -146,10 +155,19 @@ def _plan(
                 f"but {inventory.instance_type or 'this node'} has no logical NeuronCores "
                 "(LNC exists on trn2 only); remove the field"
             )
+        if lnc is not None and core_numbers:
+            raise ClaimError(
+                f"claim {claim}: NeuronConfig.logicalNeuronCore is set for request {request!r}, "
+                f"whose device {device_name} is one logical NeuronCore of "
+                f"{neuron_devices[0].name}; a core is as large as the node's LNC "
+                f"({inventory.lnc}), fixed when the node boots: remove the field, or ask for "
+                "whole devices (DeviceClass neuron.aws.com) to set it"
+            )
         lnc_by_request[request] = lnc
         admin = result.get("adminAccess") is True
+        names = _request_names(request)
         prepared.append(
-            PreparedDevice(_request_names(request), pool, device_name, neuron_devices, admin)
+            PreparedDevice(names, pool, device_name, neuron_devices, admin, core_numbers)
         )
 
     return _with_env(claim, prepared, inventory, lnc_by_request, ultraserver_mode)
@@ -277,18 +295,21 @@ def _claim_lnc(
 
 
 def _cores_env(claim: ClaimRef, prepared: Iterable[PreparedDevice], lnc: int | None) -> Env:
-    """NEURON_RT_VISIBLE_CORES for exactly the Neuron devices of `prepared`."""
-    devices = sorted({d.index: d for p in prepared for d in p.neuron_devices}.items())
-    cores: list[int] = []
-    for index, device in devices:
-        if device.cores is None:
-            raise ClaimError(
-                f"claim {claim}: core count of neuron{index} is unknown (see the driver's "
-                "discovery log), so NEURON_RT_VISIBLE_CORES cannot be computed"
-            )
-        per_device = device.cores // (lnc or 1)
-        cores.extend(range(index * per_device, (index + 1) * per_device))
-    return ((ENV_NEURON_RT_VISIBLE_CORES, format_cores(cores)),)
+    """NEURON_RT_VISIBLE_CORES for exactly the Neuron devices and cores of `prepared`."""
+    cores: set[int] = set()
+    for device in prepared:
+        if device.cores:
+            cores.update(device.cores)
+            continue
+        for neuron in device.neuron_devices:
+            numbers = logical.device_cores(neuron, lnc)
+            if numbers is None:
+                raise ClaimError(
+                    f"claim {claim}: core count of neuron{neuron.index} is unknown (see the "
+                    "driver's discovery log), so NEURON_RT_VISIBLE_CORES cannot be computed"
+                )
+            cores.update(numbers)
+    return ((ENV_NEURON_RT_VISIBLE_CORES, format_cores(sorted(cores))),)
 
 
 def _claim_env(inventory: NodeInventory, lnc: int | None, ultraserver_mode: int | None) -> Env:
@@ -315,42 +336,70 @@ def check_exclusive(
 ) -> None:
     """Refuse a device that another claim holds, unless either side has admin access.
 
-    The scheduler allocates each device once, so this only fires when something went
-    wrong upstream (a stale allocation, a claim written by hand); the driver is the
-    last place that can stop two unrelated workloads from sharing a device.
-    `neuronnode` is every device of the node, so it overlaps each of them.
+    The scheduler allocates each device once, and shared counters keep a NeuronCore
+    from going out with its device, so this only fires when something went wrong
+    upstream (a stale allocation, a claim written by hand); the driver is the last
+    place that can stop two unrelated workloads from sharing a device. `neuronnode`
+    is every device of the node, a Neuron device every one of its cores.
     """
     ours = [d for d in prepared.devices if not d.admin_access]
     for holding in held:
         if holding.admin_access or holding.claim.uid == prepared.claim.uid:
             continue
-        theirs = _dev_paths(holding.device, inventory)
+        theirs = _footprint(holding.device, inventory)
         for device in ours:
             if device.pool != holding.pool:
                 continue
-            shared = sorted(
-                {n.dev_path for n in device.neuron_devices} & theirs,
-                key=lambda path: int(path.removeprefix("/dev/neuron")),
-            )
+            shared = _footprint(device.device, inventory) & theirs
             if device.device == holding.device:
                 what = f"device {device.device} is already prepared for claim {holding.claim}"
             elif shared:
                 what = (
                     f"device {device.device} and device {holding.device}, already prepared "
-                    f"for claim {holding.claim}, share {', '.join(shared)}"
+                    f"for claim {holding.claim}, share {_describe(shared, inventory)}"
                 )
             else:
                 continue
             raise ClaimError(
-                f"claim {prepared.claim}: {what}; a Neuron device serves one claim at a time "
-                "unless a request has adminAccess"
+                f"claim {prepared.claim}: {what}; a Neuron device or NeuronCore serves one claim "
+                "at a time unless a request has adminAccess"
             )
 
 
-def _dev_paths(device: str, inventory: NodeInventory) -> set[str]:
+_WHOLE = -1  # in a footprint: a device whose cores are unknown
+
+
+def _footprint(device: str, inventory: NodeInventory) -> set[tuple[int, int]]:
+    """(Neuron device, logical core) pairs a published device stands for, at the node's LNC."""
     if device == NODE_DEVICE_NAME:
-        return {d.dev_path for d in inventory.devices}
-    return {d.dev_path for d in inventory.devices if d.name == device}
+        whole = inventory.devices
+    else:
+        core = logical.find(inventory, device)
+        if core is not None:
+            return {(core.device.index, core.index)}
+        whole = tuple(d for d in inventory.devices if d.name == device)
+    return {
+        (d.index, number)
+        for d in whole
+        for number in logical.device_cores(d, inventory.lnc) or (_WHOLE,)
+    }
+
+
+def _describe(shared: set[tuple[int, int]], inventory: NodeInventory) -> str:
+    """`/dev/neuron2, /dev/neuron3 (core 13)`: a device, or the cores of it shared."""
+    parts = []
+    for device in inventory.devices:
+        numbers = sorted(n for i, n in shared if i == device.index)
+        if not numbers:
+            continue
+        path = device.dev_path
+        if numbers == [_WHOLE] or numbers == list(
+            logical.device_cores(device, inventory.lnc) or ()
+        ):
+            parts.append(path)
+        else:
+            parts.append(f"{path} (core{'s' if len(numbers) > 1 else ''} {format_cores(numbers)})")
+    return ", ".join(parts)
 
 
 def format_cores(cores: list[int]) -> str:

@@ -40,6 +40,11 @@ _NODE_ONLY = (
     "the API server drops shared counters (DRAPartitionableDevices off): publishing only the "
     "whole-node device; use --ultraserver-devices=devices for single devices"
 )
+_NO_CORES = (
+    "the API server drops shared counters (DRAPartitionableDevices off): NeuronCores are not "
+    "published as devices, whole devices only"
+)
+_CORES = "publishing each logical NeuronCore as a device, drawing on its device's counter"
 _NO_TAINTS = "the API server drops device taints: unhealthy devices are withdrawn"
 _TAINTS = "the API server serves device taints: unhealthy devices are tainted"
 
@@ -59,6 +64,7 @@ class Uses:
     mode: UltraServerDevices = UltraServerDevices.BOTH
     layout: CounterLayout | None = None  # None: the pool has no shared counters
     taints: bool = True
+    cores: bool = False  # logical NeuronCores published as devices
 
 
 # --- pure decisions -----------------------------------------------------------
@@ -88,12 +94,13 @@ def accepted_layout(answers: Mapping[CounterLayout, Answer]) -> CounterLayout | 
 
 
 def log_lines(
-    version: str, pool: str, before: Uses | None, after: Uses, *, auto: bool
+    version: str, pool: str, before: Uses | None, after: Uses, *, auto: bool, cores: bool = False
 ) -> list[tuple[int, str]]:
     """(level, message) for what a probe decided; `before` None: the first probe.
 
     A layout change gets one line naming the server version and both layouts.
-    `auto`: the operator left the UltraServer devices to the driver.
+    `auto`: the operator left the UltraServer devices to the driver. `cores`: the
+    operator wants NeuronCores published where they can be.
     """
     lines: list[tuple[int, str]] = []
     node_only = auto and after.mode is UltraServerDevices.NODE
@@ -110,6 +117,15 @@ def log_lines(
             f"(was: {LAYOUT_WORDS[before.layout]})"
             + ("; publishing only the whole-node device" if node_only else ""),
         ))  # fmt: skip
+    if cores and after.cores != (before.cores if before is not None else None):
+        if after.cores:
+            lines.append((logging.INFO, _CORES))
+        elif after.layout is None:
+            lines.append((logging.WARNING, _NO_CORES))
+        else:
+            lines.append((logging.WARNING, f"NeuronCores are not published as devices: with "
+                                           f"{LAYOUT_WORDS[after.layout]} they break a "
+                                           "ResourceSlice limit"))  # fmt: skip
     if not after.taints and (before is None or before.taints):
         lines.append((logging.WARNING, _NO_TAINTS))
     elif after.taints and before is not None and not before.taints:

@@ -23,6 +23,7 @@ from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.preparer import Preparer, StepHook, no_step_hook
 from neuron_dra.agent.publisher import SlicePublisher
 from neuron_dra.agent.resourcehealth import health_entries
+from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.discovery import DEVICES_DIR, boot_id, discover, log_findings
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources import limits
@@ -125,38 +126,67 @@ class Agent:
         """
         version = await features.server_version(self._kube)
         taints = await features.probe_taints(self._kube, self.options.node_name)
-        uses = features.Uses(*await self._counters(taints), taints)
+        uses = await self._counters(taints)
         auto = self.options.ultraserver_devices == "auto"
         for level, line in features.log_lines(
-            version, self.options.node_name, self._uses, uses, auto=auto
-        ):
+            version, self.options.node_name, self._uses, uses, auto=auto,
+            cores=self.options.neuron_cores,
+        ):  # fmt: skip
             log.log(level, line)
         changed, self._uses = uses != (self._uses or features.Uses()), uses
         return changed
 
-    async def _counters(self, taints: bool) -> tuple[UltraServerDevices, CounterLayout | None]:
-        """Which kinds an UltraServer node publishes, and where their shared counters go."""
+    async def _counters(self, taints: bool) -> features.Uses:
+        """Which kinds the node publishes, and where their shared counters go.
+
+        Counters keep an UltraServer's node device apart from its devices, and each
+        NeuronCore apart from its device; either is reason to ask the server for them.
+        """
         wanted = self.options.ultraserver_devices
-        if wanted in (UltraServerDevices.NODE, UltraServerDevices.DEVICES):
-            return UltraServerDevices(wanted), None  # one kind: nothing shared
-        if self.inventory.ultraserver is None or not self.inventory.devices:
-            return UltraServerDevices.BOTH, None  # no node device: nothing shared
+        ultraserver = self.inventory.ultraserver is not None and wanted not in (
+            UltraServerDevices.NODE,
+            UltraServerDevices.DEVICES,
+        )
+        single = UltraServerDevices(wanted) if wanted != "auto" else UltraServerDevices.BOTH
+        cores = (
+            self.options.neuron_cores
+            and single is not UltraServerDevices.NODE
+            and bool(logical_cores(self.inventory))  # none where core counts are unknown
+        )
+        if not self.inventory.devices or not (ultraserver or cores):
+            return features.Uses(single, None, taints)  # nothing shared
 
         def build(layout: CounterLayout) -> list[Json]:
-            uses = features.Uses(UltraServerDevices.BOTH, layout, taints)
-            return self._slices(1, None, uses)
+            return self._slices(1, None, self._uses_in(layout, taints, single))
 
         answers = await features.probe_counter_layout(self._kube, build)
         layout = features.choose_layout(answers)
         if layout is not None:
-            return UltraServerDevices.BOTH, layout
+            return self._uses_in(layout, taints, single)
+        if not ultraserver:
+            return features.Uses(single, None, taints)
         if wanted == UltraServerDevices.BOTH:
             log.warning(
                 "the API server drops shared counters, yet --ultraserver-devices=both: the "
                 "whole-node device and its devices may be allocated together"
             )
-            return UltraServerDevices.BOTH, features.accepted_layout(answers)
-        return UltraServerDevices.NODE, None
+            return features.Uses(UltraServerDevices.BOTH, features.accepted_layout(answers), taints)
+        return features.Uses(UltraServerDevices.NODE, None, taints)
+
+    def _uses_in(
+        self, layout: CounterLayout, taints: bool, mode: UltraServerDevices
+    ) -> features.Uses:
+        """What the slices use with counters in `layout`: cores too where they fit in it."""
+        with_cores = features.Uses(mode, layout, taints, cores=True)
+        slices = build_slices(self.inventory, self._slice_options(1, None, with_cores))
+        cores = (
+            mode is not UltraServerDevices.NODE
+            and self.options.neuron_cores
+            and bool(logical_cores(self.inventory))
+        )
+        return features.Uses(
+            mode, layout, taints, cores and not limits.validate_pool(slices, layout)
+        )
 
     def _discover(self) -> NodeInventory:
         result = discover(self.options.sysfs_root)
@@ -173,19 +203,25 @@ class Agent:
         return self._slices(generation, node_uid, self._uses or features.Uses())
 
     def _slices(self, generation: int, node_uid: str | None, uses: features.Uses) -> list[Json]:
+        options = self._slice_options(generation, node_uid, uses)
+        slices = build_slices(self.inventory, options)
+        for problem in limits.validate_pool(slices, options.counter_layout):
+            log.error("slice breaks a resource.k8s.io/v1 limit: %s", problem)
+        return slices
+
+    def _slice_options(
+        self, generation: int, node_uid: str | None, uses: features.Uses
+    ) -> SliceOptions:
         unhealthy = tuple(
             Unhealthy(device, p.kind, self.options.unhealthy_effect, p.since)
             for device, p in sorted(self.health.problems.items())
         )
         # Without counters every layout gives the same slices: any will do.
         layout = uses.layout or CounterLayout.BESIDE_DEVICES
-        options = SliceOptions(
-            self.options.node_name, node_uid, generation, uses.mode, unhealthy, uses.taints, layout
-        )
-        slices = build_slices(self.inventory, options)
-        for problem in limits.validate_pool(slices, layout):
-            log.error("slice breaks a resource.k8s.io/v1 limit: %s", problem)
-        return slices
+        return SliceOptions(
+            self.options.node_name, node_uid, generation, uses.mode, unhealthy, uses.taints,
+            layout, cores=uses.cores,
+        )  # fmt: skip
 
     async def _label_node(self) -> None:
         labels: dict[str, str | None] | None = None

@@ -18,6 +18,7 @@ class RunOptions:
     health_port: int | None = None
     health_address: str = "127.0.0.1"
     ultraserver_devices: str = "auto"  # or a UltraServerDevices value
+    neuron_cores: bool = True  # each logical NeuronCore a device, where counters are served
     rediscover_interval_s: float = 60.0
     health_interval_s: float = 5.0
     health_recovery_s: float = 0.0  # 0: a device marked unhealthy stays so until restart

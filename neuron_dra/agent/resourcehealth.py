@@ -23,6 +23,7 @@ from api.kubelet.drahealth.v1alpha1 import api_pb2 as drahealth_v1alpha1
 from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_v1alpha1_grpc
 from consts import DEVICE_NAME_PREFIX, NODE_DEVICE_NAME
 from neuron_dra.agent.health import Problem
+from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.inventory import NodeInventory
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ def health_entries(
         # device's taint in the slice: a pod on it uses every device of the node.
         sick = ", ".join(f"{DEVICE_NAME_PREFIX}{i} ({problems[i].kind})" for i in sorted(problems))
         entries[NODE_DEVICE_NAME] = (not problems, f"unhealthy devices: {sick}" if sick else "")
+    # A NeuronCore is as healthy as its device (listed whether or not the slices carry
+    # cores: the kubelet asks only about devices it prepared).
+    entries |= {core.name: entries[core.device.name] for core in logical_cores(inventory)}
     return entries
 
 

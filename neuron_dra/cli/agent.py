@@ -63,6 +63,13 @@ def add_command(subparsers: SubParsers) -> None:
         help="auto: both kinds with shared counters where the API server serves them, "
         "else only the whole-node device",
     )
+    cmd.add_argument(
+        "--neuron-cores",
+        default="auto",
+        choices=["auto", "off"],
+        help="auto: each logical NeuronCore is a device too where the API server serves "
+        "shared counters (partitionable devices); off: whole devices only",
+    )
     cmd.add_argument("--rediscover-interval", type=float, default=60.0, metavar="SECONDS")
     cmd.add_argument("--health-interval", type=float, default=5.0, metavar="SECONDS")
     cmd.add_argument(
@@ -103,6 +110,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         health_port=args.healthcheck_port if args.healthcheck_port >= 0 else None,
         health_address=args.healthcheck_address,
         ultraserver_devices=args.ultraserver_devices,
+        neuron_cores=args.neuron_cores == "auto",
         rediscover_interval_s=args.rediscover_interval,
         health_interval_s=args.health_interval,
         health_recovery_s=args.health_recovery,

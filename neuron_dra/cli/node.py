@@ -57,6 +57,13 @@ def add_commands(subparsers: SubParsers) -> None:
         help="where shared counters go: own-slice (Kubernetes 1.35 and later, the default) or "
         "beside-devices (1.34); the running driver asks its API server",
     )
+    cmd.add_argument(
+        "--neuron-cores",
+        default="on",
+        choices=["on", "off"],
+        help="each logical NeuronCore a device too, as the driver publishes them where the API "
+        "server serves shared counters (1.36+ by default); off: as on 1.34 and 1.35",
+    )
     cmd.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
     cmd.set_defaults(command=_slices)
 
@@ -86,6 +93,7 @@ def _slices(args: argparse.Namespace) -> int:
         node_uid=args.node_uid,
         ultraserver_devices=args.ultraserver_devices,
         counter_layout=args.counter_layout,
+        cores=args.neuron_cores == "on",
     )
     slices = build_slices(inventory, options)
     problems = limits.validate_pool(slices, options.counter_layout)

@@ -48,6 +48,14 @@ def add_commands(subparsers: SubParsers) -> None:
         help="what simulated UltraServer nodes publish (default: both, with shared counters)",
     )
     cmd.add_argument("--driver-version", help="Neuron driver version of the simulated nodes")
+    cmd.add_argument(
+        "--neuron-cores",
+        default="on",
+        choices=["on", "off"],
+        help="on: simulated nodes publish each logical NeuronCore as a device too, as the driver "
+        "does where the API server serves partitionable devices (Kubernetes 1.36+); off: whole "
+        "devices only, as on 1.34 and 1.35 (default: on)",
+    )
     cmd.add_argument("-o", "--output", default="text", choices=["text", "json"])
     cmd.add_argument("--picture", type=Path, metavar="FILE.svg", help="draw the allocation")
     cmd.set_defaults(command=_simulate)
@@ -91,7 +99,10 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         counts = simulate.parse_node_counts(args.node)
         nodes = simulate.simulated_nodes(
-            counts, ultraserver_devices=args.ultraserver_devices, driver_version=args.driver_version
+            counts,
+            ultraserver_devices=args.ultraserver_devices,
+            driver_version=args.driver_version,
+            cores=args.neuron_cores == "on",
         )
         cluster = simulate.Cluster(nodes, {})
     for node, device in simulate.parse_taken(args.taken):
@@ -107,6 +118,8 @@ def _simulate(args: argparse.Namespace) -> int:
             "nodes": [
                 {"name": v.name, "instanceType": v.instance_type,
                  "devices": {str(i): outcomes[n].claim.key for i, n in sorted(v.owners.items())},
+                 "cores": {str(core): outcomes[n].claim.key for held in v.cores.values()
+                           for core, n in held if n is not None},
                  "wholeNode": None if v.whole_node is None else outcomes[v.whole_node].claim.key}
                 for v in views
             ],

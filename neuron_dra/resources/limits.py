@@ -37,6 +37,7 @@ MAX_ID_LENGTH = 32
 MAX_DRIVER_NAME_LENGTH = 63
 MAX_POOL_NAME_LENGTH = 253
 MAX_TAINTS_PER_DEVICE = 4  # 1.34; 16 from 1.35
+MAX_COUNTERS_PER_SET = 32  # 1.35+; 1.34 allows 32 counters in a slice's sets together
 
 
 class CounterLayout(StrEnum):
@@ -88,7 +89,7 @@ COUNTER_RULES: dict[CounterLayout, CounterRules] = {
         max_devices=64,
         max_sets_per_slice=8,
         max_counters_per_slice=None,
-        max_counters_per_set=32,
+        max_counters_per_set=MAX_COUNTERS_PER_SET,
         max_consumptions_per_device=2,
         max_counters_per_consumption=32,
         max_counters_per_device=None,

@@ -4,10 +4,19 @@ A pure function: same inventory and options, same slices, byte for byte, so
 the publisher can compare desired and actual state without noise.
 
 UltraServer nodes also publish one `neuron_node` device standing for the
-whole node. It must never be allocated while any of the node's devices is,
-nor the reverse. With partitionable devices (shared counters) both kinds are
-published and draw on one counter of the node's devices; where the cluster
-does not serve counters the operator chooses per node which kind to publish.
+whole node, and where asked each logical NeuronCore is a device too. A core,
+its device and the node device must never go to two claims: with partitionable
+devices (shared counters) every kind draws on one counter per Neuron device,
+holding its logical cores, so the scheduler itself keeps them apart. Where the
+cluster does not serve counters, cores are not published and the operator
+chooses per node which of the other two kinds to publish.
+
+The layout, for the largest node (trn2u.48xlarge at LNC 1: 16 devices, 128
+cores, the node device) and the 1.35+ limits: one counter set of 16 counters
+(at most 8 sets per slice, 32 counters per set); each device draws on one set
+(at most 2), the node device on all 16 counters of it in one consumption (at
+most 32 counters per consumption); 145 devices in slices of 64, the limit once
+devices consume counters, after the counter slice: 4 slices.
 
 Where the counters go depends on the Kubernetes release (see
 `limits.CounterLayout`): beside the devices in the pool's first slice (1.34), or
@@ -23,6 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from consts import (
+    ATTR_CORE_ID,
     ATTR_DEVICE_ID,
     ATTR_DEVICE_NAME,
     ATTR_DRA_DRIVER_VERSION,
@@ -42,15 +52,16 @@ from consts import (
     ATTR_ULTRASERVER_SERVER_ID_4,
     CAPACITY_CORES,
     CAPACITY_MEMORY,
-    COUNTER_DEVICES,
     COUNTER_SET_NODE,
     DRA_DRIVER_VERSION,
     DRIVER_NAME,
     NODE_DEVICE_NAME,
+    RESOURCE_TYPE_CORE,
     RESOURCE_TYPE_DEVICE,
     RESOURCE_TYPE_NODE,
     TAINT_UNHEALTHY,
 )
+from neuron_dra.hardware import cores as logical
 from neuron_dra.hardware import devicegroups
 from neuron_dra.hardware.instance_types import Shape
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
@@ -95,6 +106,9 @@ class SliceOptions:
     # the callers publishing slices themselves (tests, tools) have always been given; the
     # agent sets the layout its API server accepts.
     counter_layout: CounterLayout = CounterLayout.BESIDE_DEVICES
+    # Each logical NeuronCore as a device too; they need shared counters, so only where the
+    # API server keeps them (the agent asks it).
+    cores: bool = False
 
 
 def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
@@ -104,7 +118,8 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
         UltraServerDevices.NODE,
     )
     publish_devices = not publish_node or options.ultraserver_devices is UltraServerDevices.BOTH
-    counters = publish_node and publish_devices and bool(inventory.devices)
+    cores = logical.logical_cores(inventory) if options.cores and publish_devices else ()
+    counters = bool(inventory.devices) and ((publish_node and publish_devices) or bool(cores))
 
     ids = devicegroups.group_ids(inventory)
     sick = {u.device: u for u in options.unhealthy}
@@ -120,27 +135,29 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
         # a later failure must not move its taint's value or time.
         first = min(sick.values(), key=_first_seen, default=None)
         devices.append(_tainted(_node_device(inventory, ultraserver), first))
+    # A core is as healthy as its device.
+    devices += [
+        _tainted(_core_device(inventory, core), sick.get(core.device.index))
+        for core in cores
+        if options.device_taints or core.device.index not in sick
+    ]
     if counters:
+        pool = _Counters(inventory, cores=bool(cores))
         for device in devices:
-            taken = len(inventory.devices) if device["name"] == NODE_DEVICE_NAME else 1
-            device["consumesCounters"] = [_consumption(taken)]
+            device["consumesCounters"] = pool.consumption(device)
 
     per_slice = limits.MAX_DEVICES
     if counters:
-        # Beside devices (1.34) one counter set cannot serve devices of other slices: no
-        # Neuron node comes near the 128 devices that fit beside it.
+        # Beside devices (1.34) one counter set cannot serve devices of other slices: only
+        # the 128 devices that fit beside it can use it, which no Neuron node passes
+        # without its cores.
         per_slice = limits.COUNTER_RULES[options.counter_layout].max_devices
     elif any("taints" in d for d in devices):
         per_slice = limits.MAX_DEVICES_WITH_TAINTS_OR_COUNTERS
     chunks = [devices[i : i + per_slice] for i in range(0, len(devices), per_slice)] or [[]]
     if not counters:
         return [_slice(options, len(chunks), {"devices": chunk}) for chunk in chunks]
-    shared = [
-        {
-            "name": COUNTER_SET_NODE,
-            "counters": {COUNTER_DEVICES: {"value": str(len(inventory.devices))}},
-        }
-    ]
+    shared = pool.shared()
     if options.counter_layout is CounterLayout.OWN_SLICE:
         # No `devices` key at all: an empty list beside counters is refused too.
         count = len(chunks) + 1
@@ -151,6 +168,50 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     slices = [_slice(options, len(chunks), {"devices": chunk}) for chunk in chunks]
     slices[0]["spec"]["sharedCounters"] = shared
     return slices
+
+
+class _Counters:
+    """The pool's shared counters: one per Neuron device, in sets of at most 32."""
+
+    def __init__(self, inventory: NodeInventory, *, cores: bool) -> None:
+        per_set = limits.MAX_COUNTERS_PER_SET
+        self._devices = inventory.devices
+        self._set = {
+            d.index: _counter_set_name(i // per_set) for i, d in enumerate(inventory.devices)
+        }
+        self._by_name = {d.name: d for d in inventory.devices}
+        # What a whole device is worth: its logical cores when they are devices too.
+        self._units = {
+            d.index: (logical.per_device(d, inventory.lnc) or 1) if cores else 1
+            for d in inventory.devices
+        }
+
+    def shared(self) -> list[Json]:
+        sets: dict[str, Json] = {}
+        for device in self._devices:
+            counters = sets.setdefault(self._set[device.index], {})
+            counters[device.name] = {"value": str(self._units[device.index])}
+        return [{"name": name, "counters": counters} for name, counters in sets.items()]
+
+    def consumption(self, published: Json) -> list[Json]:
+        name = published["name"]
+        if name == NODE_DEVICE_NAME:
+            taken = {d.index: self._units[d.index] for d in self._devices}
+        elif name in self._by_name:
+            index = self._by_name[name].index
+            taken = {index: self._units[index]}
+        else:
+            taken = {published["attributes"][ATTR_DEVICE_ID]["int"]: 1}  # a core
+        by_set: dict[str, Json] = {}
+        for device in self._devices:
+            if device.index in taken:
+                counters = by_set.setdefault(self._set[device.index], {})
+                counters[device.name] = {"value": str(taken[device.index])}
+        return [{"counterSet": s, "counters": counters} for s, counters in by_set.items()]
+
+
+def _counter_set_name(number: int) -> str:
+    return COUNTER_SET_NODE if number == 0 else f"{COUNTER_SET_NODE}-{number}"
 
 
 def _first_seen(unhealthy: Unhealthy) -> tuple[bool, float, int]:
@@ -227,6 +288,13 @@ def _device(inventory: NodeInventory, device: NeuronDevice, groups: dict[int, st
     return _named(device.name, attributes, capacity)
 
 
+def _core_device(inventory: NodeInventory, core: logical.LogicalCore) -> Json:
+    attributes = _common_attributes(inventory, RESOURCE_TYPE_CORE)
+    attributes[ATTR_DEVICE_ID] = {"int": core.device.index}
+    attributes[ATTR_CORE_ID] = {"int": core.index}
+    return _named(core.name, attributes, {})
+
+
 def _node_device(inventory: NodeInventory, ultraserver: UltraServer) -> Json:
     attributes = _common_attributes(inventory, RESOURCE_TYPE_NODE)
     capacity: Json = {}
@@ -273,7 +341,3 @@ def _named(name: str, attributes: Json, capacity: Json) -> Json:
     if capacity:
         device["capacity"] = capacity
     return device
-
-
-def _consumption(devices: int) -> Json:
-    return {"counterSet": COUNTER_SET_NODE, "counters": {COUNTER_DEVICES: {"value": str(devices)}}}

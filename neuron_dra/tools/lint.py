@@ -10,8 +10,11 @@ are requests that work only somewhere, or only on some clusters.
 Every problem of every file is reported: a malformed request, selector, file
 or DeviceClass is a finding, and the checks that do not depend on it still run.
 
-Pods (and the pod templates of workloads) are read for the device plugin's
-extended resources only: what DRA nodes make of such a request.
+Requests for logical NeuronCores (resourceType neuron_core) get a note that
+cores are published only where partitionable devices are served, and the
+rules of cores: no LNC of their own, at most 32 to a claim, no more of one
+device than it has. Pods (and the pod templates of workloads) are read for the
+device plugin's extended resources only (`plugin_pods`).
 """
 
 from __future__ import annotations
@@ -24,11 +27,16 @@ from typing import Any
 import yaml
 
 from api.config import ConfigError, NeuronConfig, decode
-from consts import DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN
+from consts import ATTR_DEVICE_ID, DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN, RESOURCE_TYPE_CORE
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.tools.cel import CelCompileError, compile_selector
+from neuron_dra.tools.plugin_pods import GROUP_PREFIX, pod_warnings
 from neuron_dra.tools.published import (
     OUR_DOMAINS,
+    cores_by_family,
+    cores_text,
+    matching_cores,
+    matching_kinds,
     matching_types,
     narrow,
     published,
@@ -37,6 +45,8 @@ from neuron_dra.tools.published import (
     usable,
 )
 from neuron_dra.tools.simulate import (
+    CORE_CLASS,
+    MAX_CLAIM_DEVICES,
     Alternative,
     ClaimSpec,
     Constraint,
@@ -46,18 +56,14 @@ from neuron_dra.tools.simulate import (
     default_classes,
     parse_claim_spec,
     parse_device_class,
-    pod_specs,
 )
 
 Json = dict[str, Any]
 
 BETA_VERSIONS = ("resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2")
 KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
-GROUP_PREFIX = f"{GROUP_ATTRIBUTE_DOMAIN}/devicegroup"
-# The Neuron device plugin's resource names. Whole devices are served on DRA nodes by the
-# DeviceClasses of deploy/deviceclass.yaml that carry them as extendedResourceName.
-DEVICE_RESOURCES = ("aws.amazon.com/neuron", "aws.amazon.com/neurondevice")
-CORE_RESOURCE = "aws.amazon.com/neuroncore"
+CORES = frozenset({RESOURCE_TYPE_CORE})
+RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,8 @@ def lint_document(
 ) -> list[Finding]:
     kind = str(doc.get("kind"))
     if not _resource(doc):
-        return _pod_findings(file, f"{kind} {_name(doc) or '?'}", doc)
+        warnings = pod_warnings(f"{kind} {_name(doc) or '?'}", doc)
+        return [Finding(file, where, message, False) for where, message in warnings]
     if kind not in KINDS:
         return []
     name = _name(doc)
@@ -178,6 +185,7 @@ class _Checker:
         self.types: dict[str, tuple[str, ...]] = {}
         self.pinned: dict[str, tuple[str, ...]] = {}
         self.unreadable: set[str] = set()  # requests that exist but could not be read
+        self.cores: list[str] = []  # requests (alternatives) that can only get NeuronCores
 
     def error(self, message: str, part: str = "") -> None:
         self.findings.append(Finding(self.file, self._at(part), message, True))
@@ -200,14 +208,16 @@ class _Checker:
 
     def selectors(
         self, part: str, expressions: Sequence[str], base: Sequence[str] = ()
-    ) -> tuple[tuple[str, ...], bool]:
-        """Instance types the usable selectors (and `base`) accept, and whether all were usable.
+    ) -> tuple[tuple[str, ...], bool, tuple[str, ...]]:
+        """Instance types the usable selectors (and `base`) accept, whether all were usable,
+        and the usable `expressions`.
 
         A selector that does not compile or names an attribute never published
         is reported and left out, so the rest still tells where the request can
         land: the types of the full set are among those.
         """
         accepted = [e for e in base if usable(e)]
+        own: list[str] = []
         unknown: list[tuple[str, str, str]] = []
         clean = True
         for i, expression in enumerate(expressions):
@@ -223,7 +233,8 @@ class _Checker:
             if missing:
                 clean = False
             else:
-                accepted.append(expression)
+                own.append(expression)
+        accepted += own
         types = matching_types(tuple(accepted))
         pinned = self.instance_types or (types if narrow(types) else ())
         known = published().names_on(pinned)
@@ -231,14 +242,17 @@ class _Checker:
             hint = suggest(name, known.get(domain, ()))
             tip = f"; did you mean {hint!r}?" if hint else ""
             self.error(f"attribute {domain}/{name} is never published by the driver{tip}", at)
-        return types, clean
+        return types, clean, tuple(own)
 
     # --- device classes -------------------------------------------------------
 
     def device_class(self, device_class: DeviceClass) -> None:
-        types, _ = self.selectors("", device_class.selectors)
+        types, _, own = self.selectors("", device_class.selectors)
         if self.configs(device_class.config, set(), None):
-            self._lnc(self.instance_types or types, "", "the class")
+            if types and matching_kinds(own) == CORES:
+                self._lnc_of_cores("", "the class selects")
+            else:
+                self._lnc(self.instance_types or types, "", "the class")
 
     # --- claims ---------------------------------------------------------------
 
@@ -281,9 +295,27 @@ class _Checker:
             a.name for r in claim.requests for a in r.alternatives
         }
         names |= self.unreadable  # reported already; a config naming one is not wrong too
+        start = len(self.findings)
         for request in claim.requests:
             for alt in request.alternatives:
                 self.request(claim, alt)
+        if self.cores:
+            # One note for the claim, ahead of what its requests were found to get wrong.
+            plural = len(self.cores) > 1
+            self.findings.insert(start, Finding(self.file, self.where, (
+                f"request{'s' if plural else ''} {', '.join(self.cores)} "
+                f"ask{'' if plural else 's'} for NeuronCores, which the driver publishes only "
+                "where the API server serves partitionable devices (Kubernetes 1.36+ by default, "
+                "1.35 with the DRAPartitionableDevices feature gate, not 1.34); elsewhere the "
+                "claim stays pending"
+            ), False))  # fmt: skip
+        counts = [min(a.count for a in r.alternatives) for r in claim.requests]
+        if sum(counts) > MAX_CLAIM_DEVICES >= max(counts, default=0):
+            self.error(
+                f"the requests ask for {sum(counts)} devices together: a claim holds at most "
+                f"{MAX_CLAIM_DEVICES} ({RESULTS_LIMIT}), so the scheduler never allocates it; "
+                "split them over several claims"
+            )
         for i, constraint in enumerate(claim.constraints):
             self._constraint(f"constraints[{i}]", constraint)
         lnc_requests = self.configs(claim.config, names, claim)
@@ -291,7 +323,11 @@ class _Checker:
             for alt in request.alternatives:
                 device_class = self.classes.get(alt.device_class)
                 from_class = device_class is not None and _sets_lnc(device_class.config)
-                if from_class or lnc_requests & {"*", request.name, alt.name}:
+                if not (from_class or lnc_requests & {"*", request.name, alt.name}):
+                    continue
+                if alt.name in self.cores:
+                    self._lnc_of_cores(f"request {alt.name}", "the request asks for")
+                else:
                     self._lnc(self.instance_types or self.types[alt.name], f"request {alt.name}")
 
     def request(self, claim: ClaimSpec, alt: Alternative) -> None:
@@ -304,12 +340,27 @@ class _Checker:
                 part,
             )
         base = device_class.selectors if device_class else ()
-        types, clean = self.selectors(f"{part}: ", alt.selectors, base)
+        types, clean, own = self.selectors(f"{part}: ", alt.selectors, base)
         pinned = self.instance_types or (types if narrow(types) else ())
         self.types[alt.name], self.pinned[alt.name] = types, pinned
         if not types:
-            if clean:
+            if clean and not self._class_without_cores(part, alt, base, own):
                 self.warn("no device of any Neuron instance type matches the selectors", part)
+            return
+        usable_base = tuple(e for e in base if usable(e))
+        cores = matching_kinds((*usable_base, *own)) == CORES
+        if cores:
+            self.cores.append(alt.name)
+        if not alt.all and alt.count > MAX_CLAIM_DEVICES:
+            self.error(
+                f"count {alt.count}: a claim holds at most {MAX_CLAIM_DEVICES} devices "
+                f"({RESULTS_LIMIT}), so the scheduler never allocates it; split the request "
+                "over several claims",
+                part,
+            )
+            return
+        if cores and not alt.all:
+            self._core_count(claim, alt, matching_cores((*usable_base, *own)), pinned)
             return
         if alt.all or not pinned:
             return
@@ -319,6 +370,76 @@ class _Checker:
         ]  # fmt: skip
         for instance_type in pinned:
             self._count(part, alt.count, instance_type, groups)
+
+    def _class_without_cores(
+        self, part: str, alt: Alternative, base: Sequence[str], own: Sequence[str]
+    ) -> bool:
+        """Report a class that never hands out cores asked for by selectors that want only them."""
+        usable_base = tuple(e for e in base if usable(e))
+        if not own or matching_kinds(tuple(own)) != CORES:
+            return False
+        if RESOURCE_TYPE_CORE in matching_kinds(usable_base):
+            return False
+        self.error(
+            f"DeviceClass {alt.device_class} never hands out NeuronCores (its selectors exclude "
+            f"resourceType '{RESOURCE_TYPE_CORE}'), yet the request's selectors ask for them, so "
+            f"no device matches; use deviceClassName {CORE_CLASS}",
+            part,
+        )
+        return True
+
+    def _core_count(
+        self,
+        claim: ClaimSpec,
+        alt: Alternative,
+        sizes: Sequence[tuple[str, int | None, int]],
+        pinned: Sequence[str],
+    ) -> None:
+        """A count of cores against the cores of one device (matchAttribute deviceId) or node."""
+        part, count = f"request {alt.name}", alt.count
+        one_device = any(
+            c.applies(alt.name) and c.attribute == f"{DRIVER_NAME}/{ATTR_DEVICE_ID}"
+            for c in claim.constraints
+        )
+        head = (
+            f"count {count} with matchAttribute {DRIVER_NAME}/{ATTR_DEVICE_ID}: the cores must "
+            "all be of one Neuron device"
+        )
+        if one_device and not pinned:
+            largest = max((n for _, _, n in sizes), default=count)
+            if count > largest:
+                everything = {t for t, _, _ in sizes} == set(INSTANCE_TYPES)
+                which = "Neuron device" if everything else "device the selectors accept"
+                self.error(
+                    f"{head}, and no {which} has more than {largest} logical NeuronCores "
+                    f"({cores_by_family(sizes)})",
+                    part,
+                )
+            return
+        for instance_type in pinned:
+            numbers = [(lnc, n) for t, lnc, n in sizes if t == instance_type]
+            if one_device:
+                self._cores_fit(
+                    part, count, f"{head}, and each {instance_type} device has", numbers
+                )
+            else:
+                devices = INSTANCE_TYPES[instance_type].devices
+                numbers = [(lnc, n * devices) for lnc, n in numbers]
+                self._cores_fit(part, count, f"count {count}: {instance_type} has only", numbers)
+
+    def _cores_fit(
+        self, part: str, count: int, lead: str, numbers: Sequence[tuple[int | None, int]]
+    ) -> None:
+        """An error where no LNC gives `count` cores, a warning where only some do."""
+        fit = [lnc for lnc, n in numbers if n >= count]
+        if not numbers or len(fit) == len(numbers):
+            return
+        text = f"{lead} {cores_text(numbers)}"
+        if not fit:
+            self.error(text, part)
+            return
+        at = _alternatives([str(lnc) for lnc in fit])
+        self.warn(f"{text}: only nodes at LNC {at} fit it; elsewhere the claim stays pending", part)
 
     def _constraint(self, part: str, constraint: Constraint) -> None:
         domain, _, attribute = constraint.attribute.partition("/")
@@ -405,6 +526,14 @@ class _Checker:
                 lnc.update(entry.get("requests") or names or {"*"})
         return lnc
 
+    def _lnc_of_cores(self, part: str, subject: str) -> None:
+        self.error(
+            f"NeuronConfig.logicalNeuronCore is set, but {subject} NeuronCores: a core is as "
+            "large as the node's LNC, fixed when the node boots, so the driver refuses to "
+            f"prepare it; set LNC on whole devices (DeviceClass {DRIVER_NAME}) instead",
+            part,
+        )
+
     def _lnc(self, types: Sequence[str], part: str, subject: str = "the request") -> None:
         """LNC set for a request (or class) that can land on `types`."""
         without = sorted(t for t in types if not INSTANCE_TYPES[t].has_lnc)
@@ -425,53 +554,6 @@ class _Checker:
             f"prepares it; only {with_lnc} have them",
             part,
         )
-
-
-def _pod_findings(file: str, subject: str, doc: Mapping[str, Any]) -> list[Finding]:
-    """What DRA nodes make of the device plugin's resources a pod asks for."""
-    findings = []
-    for where, spec in pod_specs(doc):
-        for field in ("initContainers", "containers"):
-            containers = spec.get(field)
-            for container in containers if isinstance(containers, list) else []:
-                if not isinstance(container, Mapping):
-                    continue
-                at = ": ".join(
-                    p for p in (subject, where, f"container {container.get('name')}") if p
-                )
-                for name, amount in _extended_resources(container).items():
-                    if name in DEVICE_RESOURCES:
-                        message = (
-                            f"{name}: {amount} is served through extended resources on "
-                            "Kubernetes 1.36+ (DRA nodes) and carries no connected-set "
-                            f"constraint: any {amount} devices of the node, not a connected "
-                            "group; for a connected set use a ResourceClaimTemplate with a "
-                            f"{GROUP_PREFIX}N_id matchAttribute"
-                        )
-                        findings.append(Finding(file, at, message, False))
-                    elif name == CORE_RESOURCE:
-                        message = (
-                            f"{name}: NeuronCore-level allocation is not served by this driver "
-                            "yet; DRA nodes never schedule the pod, only nodes running the "
-                            "Neuron device plugin do; ask whole devices instead"
-                        )
-                        findings.append(Finding(file, at, message, False))
-    return findings
-
-
-def _extended_resources(container: Mapping[str, Any]) -> dict[str, str]:
-    """The Neuron resources a container asks, from its limits, else its requests."""
-    resources = container.get("resources")
-    if not isinstance(resources, Mapping):
-        return {}
-    found: dict[str, str] = {}
-    for field in ("requests", "limits"):  # limits win: requests default to them
-        values = resources.get(field)
-        if isinstance(values, Mapping):
-            for name, amount in values.items():
-                if name in (*DEVICE_RESOURCES, CORE_RESOURCE):
-                    found[str(name)] = str(amount)
-    return found
 
 
 def _sets_lnc(entries: Sequence[Json]) -> bool:

@@ -5,8 +5,10 @@ edge links wrap around, rings as a circle, lines as a row, single devices as
 one box), every device filled with the colour of the claim holding it. Where a
 claim holds exactly one of the node's connected sets (a torus row or half, an
 aligned ring block), the set is outlined, so a reader sees at once whether the
-devices a workload got are wired together. The SVG is written by hand: it is a
-few rectangles and lines, and the driver takes no drawing dependency for it.
+devices a workload got are wired together. A device some of whose NeuronCores
+are held shows the claims holding them (pale in the SVG, lower-case letters in
+text). The SVG is written by hand: it is a few rectangles and lines, and the
+driver takes no drawing dependency for it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
-from consts import ATTR_DEVICE_ID, DRIVER_NAME, NODE_DEVICE_NAME
+from consts import (
+    ATTR_CORE_ID,
+    ATTR_DEVICE_ID,
+    ATTR_RESOURCE_TYPE,
+    DRIVER_NAME,
+    NODE_DEVICE_NAME,
+    RESOURCE_TYPE_CORE,
+)
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES, Shape
 from neuron_dra.hardware.topology import TORUS_SIDE, DeviceSet, connected_sets
 from neuron_dra.tools.simulate import Cluster, Outcome, SimNode
@@ -43,6 +52,8 @@ class NodeView:
     whole_node: int | None = None  # claim number holding the whole-node device
     taken: frozenset[int] = frozenset()  # devices held before the simulation
     outlines: tuple[tuple[DeviceSet, int], ...] = field(default=())  # set, claim number
+    # Device index -> its held NeuronCores: (core number, claim number; None: held before).
+    cores: Mapping[int, tuple[tuple[int, int | None], ...]] = field(default_factory=dict)
 
 
 def colour(claim: int) -> str:
@@ -63,6 +74,7 @@ def _view(node: SimNode, cluster: Cluster, holder: Mapping[tuple[str, str, str],
     owners: dict[int, int] = {}
     taken: set[int] = set()
     whole: int | None = None
+    cores: dict[int, list[tuple[int, int | None]]] = {}
     indices = []
     for device in node.devices:
         if device.driver != DRIVER_NAME:
@@ -71,8 +83,13 @@ def _view(node: SimNode, cluster: Cluster, holder: Mapping[tuple[str, str, str],
         if device.name == NODE_DEVICE_NAME:
             whole = number
             continue
-        index = device.view.attributes.get(DRIVER_NAME, {}).get(ATTR_DEVICE_ID)
+        own = device.view.attributes.get(DRIVER_NAME, {})
+        index = own.get(ATTR_DEVICE_ID)
         if index is None:
+            continue
+        if own.get(ATTR_RESOURCE_TYPE) == RESOURCE_TYPE_CORE:
+            if number is not None or device.key in cluster.taken:
+                cores.setdefault(int(index), []).append((int(own[ATTR_CORE_ID]), number))
             continue
         indices.append(int(index))
         if number is not None:
@@ -91,19 +108,35 @@ def _view(node: SimNode, cluster: Cluster, holder: Mapping[tuple[str, str, str],
             size = len(members)
             if size > 1 and frozenset(members) in sets.get(size, ()):
                 outlines.append((frozenset(members), number))
+    held = {i: tuple(sorted(c, key=lambda pair: pair[0])) for i, c in sorted(cores.items())}
     return NodeView(node.name, node.instance_type, shape, count, owners, whole,
-                    frozenset(taken), tuple(outlines))  # fmt: skip
+                    frozenset(taken), tuple(outlines), held)  # fmt: skip
+
+
+def core_holders(view: NodeView, index: int) -> list[int | None]:
+    """The claims holding NeuronCores of device `index`, first core first (None: held before)."""
+    holders: list[int | None] = []
+    for _, number in view.cores.get(index, ()):
+        if number not in holders:
+            holders.append(number)
+    return holders
 
 
 # --- Text -------------------------------------------------------------------------------
 
 
 def render_text(view: NodeView, letters: Sequence[str]) -> str:
-    """A few lines per node: each device as `index:letter` (`.` free, `#` taken before)."""
+    """A few lines per node: each device as `index:letter` (`.` free, `#` taken before).
+
+    A device whose NeuronCores are held shows the holders' letters in lower case.
+    """
 
     def cell(index: int) -> str:
         if index in view.owners:
             mark = letters[view.owners[index]]
+        elif index in view.cores:
+            marks = ["#" if n is None else letters[n].lower() for n in core_holders(view, index)]
+            mark = "".join(marks) if len(marks) <= 2 else f"{marks[0]}+"
         elif view.whole_node is not None:
             mark = letters[view.whole_node]
         else:
@@ -122,6 +155,8 @@ def render_text(view: NodeView, letters: Sequence[str]) -> str:
     else:
         suffix = "  (ring: last wraps to first)" if view.shape is Shape.RING else ""
         lines.append("  " + " ".join(cell(i) for i in range(view.devices)).rstrip() + suffix)
+    if view.cores:
+        lines.append("  lower case: NeuronCores of the device held by that claim (+: more claims)")
     return "\n".join(lines)
 
 
@@ -232,9 +267,19 @@ def _panel(view: NodeView, labels: Sequence[str]) -> tuple[str, float, float]:
         if number is None and index in view.taken:
             fill = TAKEN_COLOUR
         title = labels[number] if number is not None else "taken" if index in view.taken else "free"
+        partly = ""
+        if number is None and index in view.cores:
+            # Held core by core: the first holder's colour, paler, and every core in the title.
+            first = core_holders(view, index)[0]
+            fill = TAKEN_COLOUR if first is None else colour(first)
+            partly = ' fill-opacity="0.5"'
+            title = ", ".join(
+                f"neuroncore{core}: {'taken' if n is None else labels[n]}"
+                for core, n in view.cores[index]
+            )
         out.append(
             f'<rect class="device" data-device="{index}" x="{box.x:.1f}" y="{box.y:.1f}" '
-            f'width="{BOX}" height="{BOX}" rx="4" fill="{fill}" stroke="#222">'
+            f'width="{BOX}" height="{BOX}" rx="4" fill="{fill}"{partly} stroke="#222">'
             f"<title>neurondevice{index}: {escape(title)}</title></rect>"
             f'<text x="{box.x + BOX / 2:.1f}" y="{box.y + BOX / 2 + 5:.1f}" font-size="14" '
             f'text-anchor="middle">{index}</text>'

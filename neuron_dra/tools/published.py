@@ -3,7 +3,10 @@
 `lint` checks claims against this: the attribute names, per instance type
 and over all of them, the devices selectors are evaluated on, and the sizes of
 the connected sets (`devicegroup{N}_id`). Nothing here is read from a
-cluster; it is the driver's own slice builder run on simulated nodes.
+cluster; it is the driver's own slice builder run on simulated nodes, with
+each logical NeuronCore a device too (as where partitionable devices are
+served) and at every LNC the instance type has, so a selector on the cores or
+the LNC finds what it asks for.
 """
 
 from __future__ import annotations
@@ -16,10 +19,18 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from consts import DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN
+from consts import (
+    ATTR_INSTANCE_TYPE,
+    ATTR_LOGICAL_NEURON_CORE,
+    ATTR_RESOURCE_TYPE,
+    DRIVER_NAME,
+    GROUP_ATTRIBUTE_DOMAIN,
+    RESOURCE_TYPE_CORE,
+)
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
-from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES, family_of
+from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, build_slices
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, DeviceView, compile_selector
 from neuron_dra.tools.cel import referenced_attributes as cel_attributes
@@ -27,6 +38,7 @@ from neuron_dra.tools.cel import referenced_attributes as cel_attributes
 Names = Mapping[str, frozenset[str]]  # domain -> attribute names
 
 OUR_DOMAINS = (DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN)
+LNCS = (2, 1)  # of the instance types that have logical NeuronCores; the default first
 # A devicegroup name as published (`devicegroup4_id`) or as commonly mistyped.
 GROUP_NAME = re.compile(r"devicegroup(\d+)_?id", re.IGNORECASE)
 
@@ -59,13 +71,20 @@ def published() -> Published:
     with tempfile.TemporaryDirectory(prefix="neuron-dra-lint-") as tmp:
         for instance_type, spec in INSTANCE_TYPES.items():
             unit = FakeUltraServer() if spec.ultraserver else None
-            root = build_fake_node(Path(tmp) / instance_type, instance_type, ultraserver=unit)
-            inventory = discover(root).inventory
-            views = [
-                DeviceView.from_slice_device(DRIVER_NAME, device)
-                for obj in build_slices(inventory, SliceOptions(instance_type))
-                for device in obj["spec"]["devices"]
-            ]
+            views = []
+            for lnc in LNCS if spec.has_lnc else (None,):
+                root = build_fake_node(
+                    Path(tmp) / f"{instance_type}-{lnc}", instance_type, ultraserver=unit, lnc=lnc
+                )
+                inventory = discover(root).inventory
+                options = SliceOptions(
+                    instance_type, counter_layout=CounterLayout.OWN_SLICE, cores=True
+                )
+                views += [
+                    DeviceView.from_slice_device(DRIVER_NAME, device)
+                    for obj in build_slices(inventory, options)
+                    for device in obj["spec"].get("devices") or ()
+                ]
             devices[instance_type] = tuple(views)
             sizes[instance_type] = frozenset(inventory.connected_sets())
             names: dict[str, set[str]] = {}
@@ -132,6 +151,73 @@ def matching_types(expressions: tuple[str, ...]) -> tuple[str, ...]:
             except CelEvalError:
                 continue
     return tuple(out)
+
+
+@cache
+def matching_kinds(expressions: tuple[str, ...]) -> frozenset[str]:
+    """The resourceTypes of the devices, of any instance type, every expression accepts."""
+    selectors = [compile_selector(e) for e in expressions]
+    kinds = set()
+    for views in published().devices.values():
+        for view in views:
+            try:
+                if all(s.matches(view) for s in selectors):
+                    kinds.add(str(view.attributes[DRIVER_NAME][ATTR_RESOURCE_TYPE]))
+            except CelEvalError:
+                continue
+    return frozenset(kinds)
+
+
+@cache
+def matching_cores(expressions: tuple[str, ...]) -> tuple[tuple[str, int | None, int], ...]:
+    """(instance type, LNC, logical cores per device) of the cores every expression accepts."""
+    selectors = [compile_selector(e) for e in expressions]
+    found: set[tuple[str, int | None, int]] = set()
+    for instance_type, views in published().devices.items():
+        spec = INSTANCE_TYPES[instance_type]
+        for view in views:
+            own = view.attributes[DRIVER_NAME]
+            if own[ATTR_RESOURCE_TYPE] != RESOURCE_TYPE_CORE:
+                continue
+            lnc = own.get(ATTR_LOGICAL_NEURON_CORE)
+            key = (str(own[ATTR_INSTANCE_TYPE]), None if lnc is None else int(lnc))
+            try:
+                if all(s.matches(view) for s in selectors):
+                    found.add((*key, spec.cores_per_device // (key[1] or 1)))
+            except CelEvalError:
+                continue
+    return tuple(sorted(found, key=lambda t: (t[0], -(t[1] or 0))))
+
+
+def cores_text(numbers: Sequence[tuple[int | None, int]]) -> str:
+    """`4 logical NeuronCores at LNC 2, 8 at LNC 1`, or `2 logical NeuronCores`."""
+    parts = [f"{n} at LNC {lnc}" if lnc is not None else str(n) for lnc, n in numbers]
+    first, _, where = parts[0].partition(" ")
+    parts[0] = f"{first} logical NeuronCores" + (f" {where}" if where else "")
+    return ", ".join(parts)
+
+
+def cores_by_family(sizes: Sequence[tuple[str, int | None, int]]) -> str:
+    """`trn2: 4 at LNC 2, 8 at LNC 1; inf1: 4; inf2 and trn1: 2`, largest first."""
+    per_family: dict[str, dict[int | None, int]] = {}
+    for instance_type, lnc, n in sizes:
+        match = re.match(r"[a-z]+\d+", family_of(instance_type))
+        family = match.group() if match else family_of(instance_type)
+        per_family.setdefault(family, {})[lnc] = n
+    by_text: dict[str, list[str]] = {}
+    for family, numbers in per_family.items():
+        ordered = sorted(numbers.items(), key=lambda pair: -(pair[0] or 0))
+        text = ", ".join(f"{n} at LNC {lnc}" if lnc is not None else str(n) for lnc, n in ordered)
+        by_text.setdefault(text, []).append(family)
+    groups = sorted(
+        by_text.items(), key=lambda item: (-max(per_family[item[1][0]].values()), sorted(item[1]))
+    )
+    named = []
+    for text, families in groups:
+        words = sorted(families)
+        joined = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+        named.append(f"{joined}: {text}")
+    return "; ".join(named)
 
 
 def narrow(types: Sequence[str]) -> bool:

@@ -3,9 +3,10 @@ sysfs and the real `neuron-dra run`, one call each."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 from consts import DRIVER_NAME, LABEL_INSTANCE_TYPE
 from neuron_dra.agent.preparer import Step
 from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
+from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.kubeletside import KUBELETSIDE_CDI_ANNOTATION, KubeletSide
 from tests.e2e.processes import Component
 
 Obj = dict[str, Any]
+DEVICE_CLASSES = Path(__file__).resolve().parents[2] / "deploy" / "deviceclass.yaml"
 PLUGIN = [sys.executable, "-m", "neuron_dra"]
 # The same command, killing itself after one step of a claim (see crashing_plugin.py).
 # -P: the script's directory stays off sys.path, where tests/e2e modules would shadow others.
@@ -37,7 +40,8 @@ class PluginNode:
         self.plugin = self.cluster.start_process(f"{label}-{self.name}", argv)
         if wait:
             self.side.wait_for_plugin(DRIVER_NAME)
-            self.cluster.wait_for(f"slices of {self.name}", lambda: self.slices() or None)
+            # The whole pool: the scheduler ignores one it has not seen complete.
+            self.cluster.wait_for(f"slices of {self.name}", self.pool)
         return self.plugin
 
     def stop_plugin(self) -> None:
@@ -51,6 +55,16 @@ class PluginNode:
             "ResourceSlice",
             field_selector=f"spec.nodeName={self.name},spec.driver={DRIVER_NAME}",
         )
+
+    def pool(self) -> list[Obj] | None:
+        """The node's slices once they form one whole pool (all of one generation, as many
+        as they count), else None: a pool is written slice by slice."""
+        slices = self.slices()
+        pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"])
+                 for s in slices}  # fmt: skip
+        if len(pools) != 1 or next(iter(pools))[1] != len(slices):
+            return None
+        return slices
 
 
 @dataclass
@@ -145,3 +159,17 @@ def container_view(pod: Obj, container: str) -> Obj:
 
 def env_of(pod: Obj, container: str) -> dict[str, str]:
     return dict(e.split("=", 1) for e in container_view(pod, container)["env"])
+
+
+@contextlib.contextmanager
+def trn2_and_ultraserver(binaries: Binaries, server: str) -> Iterator[dict[str, SimulatedNode]]:
+    """A cluster with the release's default gates and the driver's DeviceClasses, and two
+    nodes: "trn2", a trn2.48xlarge, and "us-0", a trn2u.48xlarge of UltraServer `server`."""
+    with Cluster(binaries) as cluster:
+        cluster.apply_yaml(DEVICE_CLASSES.read_text())
+        yield {
+            "trn2": add_simulated_node(cluster, "trn2", "trn2.48xlarge"),
+            "us-0": add_simulated_node(
+                cluster, "us-0", "trn2u.48xlarge", ultraserver=FakeUltraServer(server, 0)
+            ),
+        }

@@ -28,11 +28,12 @@ from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view, env_of
-from tests.e2e.test_extended_resources import check_and_delete, too_old
+from tests.e2e.test_extended_resources import check_and_delete, special_claim, too_old
 from tests.e2e.test_plugin import (
     claim_of,
     cluster_of,
     create_in,
+    delete_and_assert_released,
     expected_env,
     namespace,
     run_and_check,
@@ -78,8 +79,9 @@ LWS_CRD: Obj = {
 
 @pytest.fixture(scope="module")
 def nodes(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
-    """Kubernetes 1.34 as shipped (no shared counters, so trn2u nodes publish only
-    `neuronnode`) with two trn2.48xlarge, one inf2.48xlarge and two UltraServers of four
+    """The release's default feature gates (from 1.36: shared counters, so NeuronCores
+    too, and trn2u nodes publish both kinds; before: only `neuronnode`) with two
+    trn2.48xlarge, one inf2.48xlarge and two UltraServers of four
     trn2u.48xlarge nodes: us-4-node-config.yaml asks for two 4-node groups."""
     with Cluster(e2e_binaries) as cluster:
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
@@ -220,6 +222,70 @@ def test_device_plugin_style_pod(nodes: dict[str, SimulatedNode]) -> None:
     ns = namespace(cluster)
     create_in(cluster, ns, pinned(load("device-plugin-style-neuron.yaml"), "trn2-a"))
     assert len(check_and_delete(nodes["trn2-a"], "device-plugin-style", ns)) == 4
+
+
+def visible(cores: list[int]) -> str:
+    """NEURON_RT_VISIBLE_CORES as the device plugin wrote it: a range, else a list."""
+    if len(cores) > 1 and cores == list(range(cores[0], cores[-1] + 1)):
+        return f"{cores[0]}-{cores[-1]}"
+    return ",".join(map(str, cores))
+
+
+def check_cores(node: SimulatedNode, pod: Obj, claim: Obj, count: int) -> list[int]:
+    """The pod's one container got the device nodes and exactly the numbers of the claim's
+    `count` cores; returns the devices they are on."""
+    results = claim["status"]["allocation"]["devices"]["results"]
+    cores = sorted(int(r["device"].removeprefix("neuroncore")) for r in results)
+    assert len(cores) == count and all(r["device"].startswith("neuroncore") for r in results)
+    spec = INSTANCE_TYPES[node.instance_type]
+    per_device = spec.cores_per_device // (2 if spec.has_lnc else 1)
+    devices = sorted({c // per_device for c in cores})
+    [container] = pod["spec"]["containers"]
+    assert env_of(pod, container["name"]) == {"NEURON_RT_VISIBLE_CORES": visible(cores)}
+    view = container_view(pod, container["name"])
+    assert view["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
+    return devices
+
+
+@pytest.mark.parametrize("node", ["trn2-a", "inf2-a"])
+@pytest.mark.parametrize(
+    ("spec_file", "pod_name", "count"),
+    [
+        ("single-core.yaml", "single-core", 1),
+        ("cores-of-one-device.yaml", "cores-of-one-device", 2),
+    ],
+)
+def test_cores(
+    nodes: dict[str, SimulatedNode], node: str, spec_file: str, pod_name: str, count: int
+) -> None:
+    cluster = cluster_of(nodes)
+    reason = too_old(cluster.binaries)
+    if reason:
+        pytest.skip(reason)
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load(spec_file), node))
+    pod = cluster.wait_for_pod_running(pod_name, ns, timeout=60)
+    claim = claim_of(cluster, ns, pod)
+    assert len(check_cores(nodes[node], pod, claim, count)) == 1  # one device either way
+    delete_and_assert_released(nodes[node], pod_name, ns, claim["metadata"]["uid"])
+
+
+def test_device_plugin_style_cores(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    reason = too_old(cluster.binaries)
+    if reason:
+        pytest.skip(reason)
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("device-plugin-style-neuroncore.yaml"), "inf2-a"))
+    pod = cluster.wait_for_pod_running("device-plugin-style-cores", ns, timeout=60)
+    assert not pod["spec"].get("resourceClaims")
+    claim = special_claim(cluster, pod)
+    [request] = claim["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "extended-resource-neuroncore.neuron.aws.com"
+    check_cores(nodes["inf2-a"], pod, claim, 2)
+    delete_and_assert_released(
+        nodes["inf2-a"], "device-plugin-style-cores", ns, claim["metadata"]["uid"]
+    )
 
 
 def test_inf2_connected_pair(nodes: dict[str, SimulatedNode]) -> None:

@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from consts import NODE_DEVICE_NAME
-from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view
+from tests.e2e.nodes import SimulatedNode, container_view, trn2_and_ultraserver
 from tests.e2e.test_plugin import assert_container_got, cluster_of, delete_and_assert_released
 from tests.e2e.workloads import unschedulable_reason
 
 pytestmark = [pytest.mark.e2e, pytest.mark.versions(check="extended resources")]
 
-REPO = Path(__file__).resolve().parents[2]
 Obj = dict[str, Any]
 NEURON = "aws.amazon.com/neuron"
 NEURONDEVICE = "aws.amazon.com/neurondevice"
@@ -55,14 +52,8 @@ def nodes(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
     if too_old(e2e_binaries):
         yield {}
         return
-    with Cluster(e2e_binaries) as cluster:
-        cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
-        yield {
-            "trn2": add_simulated_node(cluster, "trn2", "trn2.48xlarge"),
-            "us-0": add_simulated_node(
-                cluster, "us-0", "trn2u.48xlarge", ultraserver=FakeUltraServer("us-x", 0)
-            ),
-        }
+    with trn2_and_ultraserver(e2e_binaries, "us-x") as nodes:
+        yield nodes
 
 
 @pytest.fixture(autouse=True)

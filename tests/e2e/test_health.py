@@ -59,10 +59,9 @@ def devices_of(cluster: Cluster, claim: str) -> set[int]:
 
 
 def taint_of(node: SimulatedNode, device: str) -> list[Obj] | None:
-    for obj in node.slices():
-        for found in obj["spec"]["devices"]:
-            if found["name"] == device:
-                return list(found.get("taints") or [])
+    for found in node.devices():
+        if found["name"] == device:
+            return list(found.get("taints") or [])
     return None
 
 
@@ -182,7 +181,10 @@ def test_without_device_taints_the_device_is_withdrawn(e2e_binaries: Binaries) -
         (node.sysfs / "dev/neuron3").unlink()
         cluster.wait_for("neurondevice3 withdrawn", lambda: node.slices() and
                          taint_of(node, "neurondevice3") is None, 10)  # fmt: skip
-        assert len(node.slices()[0]["spec"]["devices"]) == 11
+        names = node.device_names()
+        assert len([n for n in names if n.startswith("neurondevice")]) == 11
+        # Its cores (where the release publishes cores) go with it: inf2 has 2 a device.
+        assert not {"neuroncore6", "neuroncore7"} & set(names)
 
 
 def test_a_taint_is_dated_when_the_problem_was_first_seen(
@@ -197,8 +199,11 @@ def test_a_taint_is_dated_when_the_problem_was_first_seen(
         # Another plugin holds the node's slices: this one finds the problem but cannot
         # publish it until the lock is released, seconds later.
         fcntl.flock(held, fcntl.LOCK_EX)
-        node.start_plugin(wait=False)
+        plugin = node.start_plugin(wait=False)
         node.side.wait_for_plugin(DRIVER_NAME)
+        # The plugin registers before its agent reads the counters it then watches from:
+        # wait for the agent's first decision about the pool (its NeuronCores), which follows.
+        cluster.wait_for("the agent's start", lambda: "NeuronCore" in plugin.log_path.read_text())
         before = int(time.time())
         break_device(node, 3)
         event = cluster.wait_for("the unhealthy event", lambda: next(
@@ -217,8 +222,9 @@ def test_wakes_that_change_nothing_write_nothing(
 ) -> None:
     cluster = health[0]
     port = free_port()
+    # Whole devices only: a pool of one slice, so that every write shows on it.
     node = add_simulated_node(cluster, "steady", "trn2.48xlarge", start=False, extra_args=[
-        f"--health-interval={POLL_S}", f"--metrics-port={port}"])  # fmt: skip
+        f"--health-interval={POLL_S}", f"--metrics-port={port}", "--neuron-cores=off"])  # fmt: skip
     start_logging_passes(node)
     break_device(node, 3)
     stamp = cluster.wait_for("neurondevice3 tainted", lambda: taint_time(node, 3), 10)

@@ -333,17 +333,34 @@ def test_the_agent_loads_no_tool_in_its_whole_life(nodes: dict[str, SimulatedNod
     assert sorted(m for m in loaded if m.startswith(TOOL_MODULES)) == []
 
 
+def published(slices: list[Obj]) -> tuple[list[Obj], list[Obj]]:
+    """A pool's counter sets and devices, whichever slice holds them."""
+    counters = [c for s in slices for c in s["spec"].get("sharedCounters") or []]
+    devices = [d for s in slices for d in s["spec"].get("devices") or []]
+    return counters, sorted(devices, key=lambda d: d["name"])
+
+
+def generation(slices: list[Obj]) -> int:
+    return int(slices[0]["spec"]["pool"]["generation"])
+
+
 def test_slices_deleted_by_hand_come_back(nodes: dict[str, SimulatedNode]) -> None:
     cluster = cluster_of(nodes)
     node = nodes["inf2-a"]
-    [before] = node.slices()
-    cluster.delete("resource.k8s.io/v1", "ResourceSlice", before["metadata"]["name"])
+    before = node.pool()
+    assert before is not None
+    victim = next(s["metadata"]["name"] for s in before if s["spec"].get("devices"))
+    cluster.delete("resource.k8s.io/v1", "ResourceSlice", victim)
     started = time.monotonic()
-    [after] = cluster.wait_for("slice re-created", lambda: node.slices() or None, timeout=5)
+
+    def back() -> list[Obj] | None:
+        pool = node.pool()
+        gone = pool is not None and victim not in {s["metadata"]["name"] for s in pool}
+        return pool if gone and pool is not None and generation(pool) > generation(before) else None
+
+    after = cluster.wait_for("slice re-created", back, timeout=5)
     assert time.monotonic() - started < 2.0
-    assert after["metadata"]["name"] != before["metadata"]["name"]
-    assert after["spec"]["devices"] == before["spec"]["devices"]
-    assert after["spec"]["pool"]["generation"] > before["spec"]["pool"]["generation"]
+    assert published(after) == published(before)
 
 
 def test_kubelet_restart_wipes_slices_and_the_plugin_restores_them(
@@ -351,12 +368,13 @@ def test_kubelet_restart_wipes_slices_and_the_plugin_restores_them(
 ) -> None:
     cluster = cluster_of(nodes)
     node = nodes["inf2-a"]
-    [before] = node.slices()
+    before = node.pool()
+    assert before is not None
     cluster.stop_kubelet_side(node.name)
     node.side = cluster.start_kubelet_side(node.name)  # wipes the node's slices at start
     node.side.wait_for_plugin("neuron.aws.com")
-    [after] = cluster.wait_for("slices restored", lambda: node.slices() or None, timeout=10)
-    assert after["spec"]["devices"] == before["spec"]["devices"]
+    after = cluster.wait_for("slices restored", node.pool, timeout=10)
+    assert published(after) == published(before)
     assert any(e["event"] == "slices-wiped" for e in node.side.report())
 
 
@@ -375,10 +393,16 @@ def test_api_server_outage_is_survived(nodes: dict[str, SimulatedNode]) -> None:
     cluster.start_apiserver()
     assert plugin.alive()
     # The watch is back: a deleted slice is re-created.
-    [before] = cluster.wait_for("slices listed", lambda: node.slices() or None, timeout=30)
-    cluster.delete("resource.k8s.io/v1", "ResourceSlice", before["metadata"]["name"])
-    [after] = cluster.wait_for("slice re-created", lambda: node.slices() or None, timeout=30)
-    assert after["spec"]["devices"] == before["spec"]["devices"]
+    before = cluster.wait_for("slices listed", node.pool, timeout=30)
+    victim = next(s["metadata"]["name"] for s in before if s["spec"].get("devices"))
+    cluster.delete("resource.k8s.io/v1", "ResourceSlice", victim)
+
+    def back() -> list[Obj] | None:
+        pool = node.pool()
+        return pool if pool and victim not in {s["metadata"]["name"] for s in pool} else None
+
+    after = cluster.wait_for("slice re-created", back, timeout=30)
+    assert published(after) == published(before)
 
 
 def test_sigterm_stops_cleanly(nodes: dict[str, SimulatedNode]) -> None:

@@ -99,10 +99,14 @@ def test_slices_are_published_valid_and_complete(
     us = [d["name"] for d in release["us-0"].devices()]
     counter_slices = [s for s in release["us-0"].slices() if s["spec"].get("sharedCounters")]
     if counters_served(release):
-        # Every device and the whole node, exclusive through shared counters.
-        assert sorted(us) == sorted([*(f"neurondevice{i}" for i in range(16)), NODE_DEVICE_NAME])
+        # Every device, the whole node and each logical core (LNC 2: 4 a device),
+        # exclusive through shared counters.
+        assert sorted(us) == sorted([
+            *(f"neurondevice{i}" for i in range(16)), NODE_DEVICE_NAME,
+            *(f"neuroncore{i}" for i in range(64)),
+        ])  # fmt: skip
         assert counter_slices
-        record_property("detail", f"counters {layout_of(release['us-0'].slices())}")
+        record_property("detail", f"counters {layout_of(release['us-0'].slices())}, cores")
     else:
         assert us == [NODE_DEVICE_NAME]
         record_property("detail", "no counters served: UltraServer publishes neuronnode only")

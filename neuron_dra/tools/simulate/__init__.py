@@ -16,6 +16,9 @@ from neuron_dra.tools.simulate.allocator import (
     take_allocated,
 )
 from neuron_dra.tools.simulate.inputs import (
+    CORE_CLASS,
+    CORE_RESOURCE,
+    MAX_CLAIM_DEVICES,
     Alternative,
     Claim,
     ClaimSpec,
@@ -44,6 +47,9 @@ from neuron_dra.tools.simulate.output import describe, outcome_json
 from neuron_dra.tools.simulate.search import Placement
 
 __all__ = [
+    "CORE_CLASS",
+    "CORE_RESOURCE",
+    "MAX_CLAIM_DEVICES",
     "Alternative",
     "Claim",
     "ClaimSpec",

@@ -23,6 +23,7 @@ from neuron_dra.agent.claimref import ClaimRef
 from neuron_dra.agent.claims import ClaimError, plan
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, Selector, compile_selector
 from neuron_dra.tools.simulate.inputs import (
+    MAX_CLAIM_DEVICES,
     Alternative,
     Claim,
     DeviceClass,
@@ -159,7 +160,17 @@ class Cluster:
 
     def _allocate_group(self, group: list[Outcome]) -> None:
         claims = [o.claim for o in group]
-        reasons = []
+        reasons = [
+            f"{'the claim' if len(claims) == 1 else f'claim {c.key}'} asks for {n} devices, "
+            f"more than the {MAX_CLAIM_DEVICES} one claim can hold ({_RESULTS_LIMIT}): the "
+            "scheduler never allocates it"
+            for c in claims
+            if (n := _fewest(c)) > MAX_CLAIM_DEVICES
+        ]
+        if reasons:
+            for outcome in group:
+                outcome.reasons = reasons
+            return
         for node in self.nodes:
             unmatched = [(k, v) for k, v in claims[0].node_selector if node.labels.get(k) != v]
             if unmatched:
@@ -258,6 +269,11 @@ class Cluster:
         selected = self.selected(alt, node)
         if not selected:
             return self._explain_selectors(node, alt)
+        if alt.all and len(selected) > MAX_CLAIM_DEVICES:
+            return (
+                f"allocationMode All matches {len(selected)} devices, more than the "
+                f"{MAX_CLAIM_DEVICES} one claim can hold ({_RESULTS_LIMIT})"
+            )
         tolerable = [d for d in selected if tolerated(d.taints, alt.tolerations)]
         free = [d for d in tolerable if self._free(d)]
         matching = f"{len(selected)} devices match the selectors"
@@ -338,6 +354,14 @@ class Cluster:
             self.used.get(counter, Fraction(0)) + amount <= self.counters_of(counter)
             for counter, amount in device.consumes
         )
+
+
+_RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
+
+
+def _fewest(claim: Claim) -> int:
+    """The fewest devices an allocation of the claim holds (All requests counted as none)."""
+    return sum(min(a.count for a in r.alternatives) for r in claim.spec.requests)
 
 
 def _groups(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_DEVICE
+from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE, RESOURCE_TYPE_DEVICE
 
 Json = dict[str, Any]
 
@@ -26,6 +26,11 @@ RESOURCE_GROUP = "resource.k8s.io"
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
 # Every DeviceClass also serves this name plus its own name, whatever extendedResourceName says.
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
+# The Neuron device plugin's name of logical NeuronCores, served by a DeviceClass of cores.
+CORE_RESOURCE = "aws.amazon.com/neuroncore"
+CORE_CLASS = f"neuroncore.{DRIVER_NAME}"
+# resource.k8s.io AllocationResultsMaxSize: the devices one claim's allocation holds at most.
+MAX_CLAIM_DEVICES = 32
 
 
 class InputError(ValueError):
@@ -414,14 +419,17 @@ def default_classes() -> list[DeviceClass]:
     Built in, not read from deploy/: an installed `neuron-dra simulate` has no checkout.
     """
     driver = f"device.driver == '{DRIVER_NAME}'"
-    whole = f"device.attributes['{DRIVER_NAME}'].{ATTR_RESOURCE_TYPE} == '{RESOURCE_TYPE_DEVICE}'"
+    kind = f"device.attributes['{DRIVER_NAME}'].{ATTR_RESOURCE_TYPE}"
+    whole, core = f"{kind} == '{RESOURCE_TYPE_DEVICE}'", f"{kind} == '{RESOURCE_TYPE_CORE}'"
     return [
-        DeviceClass(DRIVER_NAME, (driver,)),
+        DeviceClass(DRIVER_NAME, (driver, f"{kind} != '{RESOURCE_TYPE_CORE}'")),
+        DeviceClass(CORE_CLASS, (driver, core)),
         *(
-            DeviceClass(f"extended-resource-{kind}.{DRIVER_NAME}", (driver, whole), (), name)
-            for kind, name in (
-                ("neuron", "aws.amazon.com/neuron"),
-                ("neurondevice", "aws.amazon.com/neurondevice"),
+            DeviceClass(f"extended-resource-{name}.{DRIVER_NAME}", (driver, selector), (), resource)
+            for name, selector, resource in (
+                ("neuron", whole, "aws.amazon.com/neuron"),
+                ("neurondevice", whole, "aws.amazon.com/neurondevice"),
+                ("neuroncore", core, CORE_RESOURCE),
             )
         ),
     ]

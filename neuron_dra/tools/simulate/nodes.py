@@ -20,6 +20,7 @@ from consts import (
     ATTR_INSTANCE_TYPE,
     ATTR_LOGICAL_NEURON_CORE,
     ATTR_NEURON_DRIVER_VERSION,
+    ATTR_RESOURCE_TYPE,
     ATTR_ULTRASERVER_MODES,
     ATTR_ULTRASERVER_NODE_ID_2,
     ATTR_ULTRASERVER_NODE_ID_4,
@@ -27,11 +28,13 @@ from consts import (
     ATTR_ULTRASERVER_SERVER_ID_4,
     CAPACITY_CORES,
     DRIVER_NAME,
+    RESOURCE_TYPE_DEVICE,
 )
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
+from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 from neuron_dra.tools.cel import DeviceView, Quantity
 from neuron_dra.tools.simulate.inputs import DeviceClass, InputError, Json, parse_device_class
@@ -130,8 +133,8 @@ def inventory_from_devices(devices: Sequence[SimDevice]) -> NodeInventory | None
     neuron_devices = []
     for device in ours:
         own = device.view.attributes.get(DRIVER_NAME, {})
-        if ATTR_DEVICE_ID not in own:
-            continue
+        if own.get(ATTR_RESOURCE_TYPE) != RESOURCE_TYPE_DEVICE or ATTR_DEVICE_ID not in own:
+            continue  # the node device, or a NeuronCore (which carries its device's id)
         cores = device.view.capacity.get(DRIVER_NAME, {}).get(CAPACITY_CORES)
         neuron_devices.append(
             NeuronDevice(int(own[ATTR_DEVICE_ID]), None if cores is None else int(cores.value), ())
@@ -161,9 +164,16 @@ def simulated_nodes(
     *,
     ultraserver_devices: UltraServerDevices = UltraServerDevices.BOTH,
     driver_version: str | None = None,
+    cores: bool = True,
 ) -> list[SimNode]:
-    """Nodes `<type>-<i>`; UltraServer nodes are grouped 4 to a server in creation order."""
+    """Nodes `<type>-<i>`; UltraServer nodes are grouped 4 to a server in creation order.
+
+    `cores`: each logical NeuronCore is a device too, as the driver publishes them where
+    the API server serves partitionable devices (the counters in a slice of their own, as
+    from Kubernetes 1.35).
+    """
     nodes = []
+    layout = CounterLayout.OWN_SLICE if cores else CounterLayout.BESIDE_DEVICES
     with tempfile.TemporaryDirectory(prefix="neuron-dra-simulate-") as tmp:
         for instance_type, count in counts:
             if instance_type not in INSTANCE_TYPES:
@@ -180,7 +190,12 @@ def simulated_nodes(
                     driver_version=driver_version or DEFAULT_DRIVER_VERSION,
                 )
                 inventory = discover(root).inventory
-                options = SliceOptions(name, ultraserver_devices=ultraserver_devices)
+                options = SliceOptions(
+                    name,
+                    ultraserver_devices=ultraserver_devices,
+                    counter_layout=layout,
+                    cores=cores,
+                )
                 slices = build_slices(inventory, options)
                 nodes.append(node_from_slices(name, slices, inventory=inventory))
     return nodes

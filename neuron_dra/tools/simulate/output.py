@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from consts import (
+    ATTR_DEVICE_ID,
+    ATTR_RESOURCE_TYPE,
+    DEVICE_NAME_PREFIX,
+    DRIVER_NAME,
+    RESOURCE_TYPE_CORE,
+)
 from neuron_dra.tools.simulate.allocator import Outcome
-from neuron_dra.tools.simulate.inputs import Json
+from neuron_dra.tools.simulate.inputs import CORE_RESOURCE, MAX_CLAIM_DEVICES, Claim, Json
 
 
 def outcome_json(outcome: Outcome) -> Json:
@@ -31,7 +38,48 @@ def outcome_json(outcome: Outcome) -> Json:
             out["prepareError"] = outcome.prepare_error
     else:
         out["reasons"] = list(outcome.reasons)
+    warnings = claim_warnings(claim)
+    if warnings:
+        out["warnings"] = warnings
     return out
+
+
+def claim_warnings(claim: Claim) -> list[str]:
+    """What the scheduler's claim for a pod's NeuronCores does not promise, or cannot do."""
+    warnings = []
+    for name, count in claim.extended:
+        if name != CORE_RESOURCE:
+            continue
+        if count > MAX_CLAIM_DEVICES:
+            warnings.append(
+                f"{name}: {count} cannot be allocated: one claim holds at most "
+                f"{MAX_CLAIM_DEVICES} devices, and each NeuronCore is one"
+            )
+        elif count > 1:
+            warnings.append(
+                f"{name}: {count} carries no constraint: any {count} NeuronCores of the node, "
+                "which may span Neuron devices; for cores of one device use a "
+                f"ResourceClaimTemplate with a {DRIVER_NAME}/{ATTR_DEVICE_ID} matchAttribute"
+            )
+    return warnings
+
+
+def _cores(outcome: Outcome) -> str | None:
+    """`4 NeuronCores, of neurondevice0 and neurondevice1`: the cores the claim got."""
+    devices: list[str] = []
+    count = 0
+    for placement in outcome.placements:
+        own = placement.device.view.attributes.get(DRIVER_NAME, {})
+        if own.get(ATTR_RESOURCE_TYPE) != RESOURCE_TYPE_CORE:
+            continue
+        count += 1
+        device = f"{DEVICE_NAME_PREFIX}{own.get(ATTR_DEVICE_ID)}"
+        if device not in devices:
+            devices.append(device)
+    if not count:
+        return None
+    of = devices[0] if len(devices) == 1 else f"{', '.join(devices[:-1])} and {devices[-1]}"
+    return f"{count} NeuronCore{'s' if count > 1 else ''}, of {of}"
 
 
 def describe(outcome: Outcome) -> list[str]:
@@ -41,20 +89,24 @@ def describe(outcome: Outcome) -> list[str]:
         asked = ", ".join(f"{name}: {count}" for name, count in claim.extended)
         origin = f"Pod {claim.pod.split('/', 1)[1]} ({asked}), "
     lines = [f"[{outcome.letter}] claim {claim.key} ({origin}{claim.source})"]
+    warnings = [f"  warning  {w}" for w in claim_warnings(claim)]
     if not outcome.allocated:
         lines.append("  does not fit:")
         lines.extend(f"    {r}" for r in outcome.reasons)
-        return lines
+        return lines + warnings
     lines.append(f"  node     {outcome.node}")
     by_request: dict[str, list[str]] = {}
     for placement in outcome.placements:
         by_request.setdefault(placement.request, []).append(placement.device.name)
     for request, devices in by_request.items():
         lines.append(f"  request  {request}: {' '.join(devices)}")
+    cores = _cores(outcome)
+    if cores is not None:
+        lines.append(f"  cores    {cores}")
     if outcome.prepared is not None:
         for name, value in outcome.prepared.env:
             lines.append(f"  env      {name}={value}")
         lines.append(f"  devices  {' '.join(outcome.prepared.device_nodes)}")
     if outcome.prepare_error:
         lines.append(f"  the driver would refuse to prepare it: {outcome.prepare_error}")
-    return lines
+    return lines + warnings

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
-from neuron_dra.tools.simulate.inputs import Alternative, Claim, Json
+from neuron_dra.tools.simulate.inputs import MAX_CLAIM_DEVICES, Alternative, Claim, Json
 from neuron_dra.tools.simulate.nodes import CounterKey, DeviceKey, SimDevice, SimNode
 
 SEARCH_LIMIT = 1_000_000  # device placements tried per node before giving up, as a time bound
@@ -113,7 +113,8 @@ class Search:
             return self._done([list(c) for c in self.chosen])
         requests = self.claims[ci].spec.requests
         if ri == len(requests):
-            return self._request(ci + 1, 0)
+            # An allocation holds at most so many results; All requests can reach past it.
+            return len(self.chosen[ci]) <= MAX_CLAIM_DEVICES and self._request(ci + 1, 0)
         for alt in requests[ri].alternatives:
             candidates = self._candidates.get(alt.name + f"@{ci}")
             if candidates is None:

@@ -214,8 +214,8 @@ def test_ultraserver_node_device(fake_node: FakeNode) -> None:
         ("trn2.48xlarge", ["neurondevice0"], [opaque([1])],
          "config[0] from the claim: parameters must be an object, not an array"),
         ("trn2.48xlarge", ["neurondevice0"], [opaque(ultraserver_config(4))],
-         "UltraServerConfig applies to request 'neurons' whose device neurondevice0 is a single "
-         "Neuron device; it is only valid for the neuronnode device"),
+         "UltraServerConfig applies to request 'neurons' whose device neurondevice0 is not the "
+         "whole node; it is only valid for the neuronnode device"),
         ("trn2.48xlarge", ["neuronnode"], [],
          "device neuronnode needs UltraServer membership, which this node does not report"),
         ("trn2u.48xlarge", ["neuronnode"], [opaque(ultraserver_config(1), source="FromClass")],
@@ -260,7 +260,9 @@ def test_uid_and_allocation_are_checked(fake_node: FakeNode) -> None:
 
 
 OTHER = ClaimRef("team", "other", "5e2a0c1d-2222-4333-8444-955566667777")
-NO_SHARING = "a Neuron device serves one claim at a time unless a request has adminAccess"
+NO_SHARING = (
+    "a Neuron device or NeuronCore serves one claim at a time unless a request has adminAccess"
+)
 
 
 def test_a_device_another_claim_holds_is_refused(fake_node: FakeNode) -> None:
@@ -313,3 +315,82 @@ def test_format_cores() -> None:
     assert format_cores([4]) == "4"
     assert format_cores([0, 1, 2, 3]) == "0-3"
     assert format_cores([2, 3, 8, 9]) == "2,3,8,9"
+
+
+# --- NeuronCores -----------------------------------------------------------------
+
+
+def test_cores_get_their_device_node_and_exactly_their_numbers(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "trn2.48xlarge")  # LNC 2: device 3 has cores 12-15
+    prepared = planned(inventory, ["neuroncore14", "neuroncore12"])
+    assert env(prepared) == {"NEURON_RT_VISIBLE_CORES": "12,14"}
+    assert [d.neuron_devices[0].dev_path for d in prepared.devices] == ["/dev/neuron3"] * 2
+    assert [d.cores for d in prepared.devices] == [(14,), (12,)]
+    # Cores of two devices, and a core beside a whole device.
+    assert env(planned(inventory, ["neuroncore3", "neuroncore4"])) == {
+        "NEURON_RT_VISIBLE_CORES": "3-4"
+    }
+    assert env(planned(inventory, ["neurondevice0", "neuroncore9"])) == {
+        "NEURON_RT_VISIBLE_CORES": "0,1,2,3,9"
+    }
+
+
+def test_cores_are_numbered_at_the_nodes_lnc(fake_node: FakeNode) -> None:
+    lnc1 = inventory_of(fake_node, "trn2.48xlarge", lnc=1)  # 8 a device
+    prepared = planned(lnc1, ["neuroncore127"])
+    assert prepared.devices[0].neuron_devices[0].dev_path == "/dev/neuron15"
+    assert env(prepared) == {"NEURON_RT_VISIBLE_CORES": "127"}
+    with pytest.raises(ClaimError, match="device neuroncore64 is not on this node"):
+        planned(inventory_of(fake_node, "trn2.48xlarge", name="lnc2"), ["neuroncore64"])  # 0-63
+
+
+def test_an_lnc_on_a_core_is_refused_with_the_reason(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "trn2.48xlarge")
+    with pytest.raises(ClaimError) as caught:
+        planned(inventory, ["neuroncore5"], [opaque(neuron_config(1))])
+    assert str(caught.value) == (
+        f"claim {REF}: NeuronConfig.logicalNeuronCore is set for request 'neurons', whose "
+        "device neuroncore5 is one logical NeuronCore of neurondevice1; a core is as large as "
+        "the node's LNC (2), fixed when the node boots: remove the field, or ask for whole "
+        "devices (DeviceClass neuron.aws.com) to set it"
+    )
+    # Hardware without LNC says that first.
+    with pytest.raises(ClaimError, match="has no logical NeuronCores"):
+        planned(
+            inventory_of(fake_node, "inf2.48xlarge"), ["neuroncore1"], [opaque(neuron_config(1))]
+        )
+    # An LNC for a whole-device request of a claim that also holds a core: one layout.
+    requests = {"device": ["neurondevice0"], "core": ["neuroncore9"]}
+    with pytest.raises(ClaimError, match="share one NeuronCore layout"):
+        planned(inventory, requests, [opaque(neuron_config(1), requests=["device"])])
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "shared"),
+    [
+        ("neuroncore13", "neurondevice3", "share /dev/neuron3 (core 13)"),
+        ("neurondevice3", "neuroncore13", "share /dev/neuron3 (core 13)"),
+        ("neuroncore13", "neuronnode", "share /dev/neuron3 (core 13)"),
+        ("neurondevice3", "neuronnode", "share /dev/neuron3"),
+        ("neuronnode", "neurondevice3", "share /dev/neuron3"),
+    ],
+)
+def test_a_core_overlaps_its_device_and_the_node_device(
+    fake_node: FakeNode, ours: str, theirs: str, shared: str
+) -> None:
+    inventory = inventory_of(fake_node, "trn2u.48xlarge", ultraserver=FakeUltraServer("us-1", 0))
+    held = [Holding(OTHER, "node-a", theirs, admin_access=False)]
+    with pytest.raises(ClaimError) as caught:
+        check_exclusive(planned(inventory, [ours]), held, inventory)
+    assert str(caught.value) == (
+        f"claim {REF}: device {ours} and device {theirs}, already prepared for claim {OTHER}, "
+        f"{shared}; {NO_SHARING}"
+    )
+
+
+def test_disjoint_cores_of_one_device_go_to_two_claims(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "trn2.48xlarge")
+    held = [Holding(OTHER, "node-a", "neuroncore12", admin_access=False)]
+    check_exclusive(planned(inventory, ["neuroncore13", "neuroncore14"]), held, inventory)
+    with pytest.raises(ClaimError, match="device neuroncore12 is already prepared"):
+        check_exclusive(planned(inventory, ["neuroncore12"]), held, inventory)

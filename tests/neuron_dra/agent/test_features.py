@@ -176,3 +176,27 @@ def test_probes_dry_run_slices_of_the_nodes_own_pool(fake_node: FakeNode) -> Non
     for layout in CounterLayout:
         sent = build_slices(discover(root).inventory, SliceOptions("trn2-7", counter_layout=layout))
         assert {s["spec"]["pool"]["name"] for s in sent} == {"trn2-7"}
+
+
+def test_cores_are_one_line_at_start_and_one_per_change() -> None:
+    [(level, line)] = log_lines("v1.35.4", "n", None, Uses(BOTH, None), auto=True, cores=True)
+    assert (level, line) == (
+        logging.WARNING,
+        "the API server drops shared counters (DRAPartitionableDevices off): NeuronCores are "
+        "not published as devices, whole devices only",
+    )
+    first = log_lines("v1.37.2", "n", None, Uses(BOTH, OWN, cores=True), auto=True, cores=True)
+    assert first[-1] == (
+        logging.INFO,
+        "publishing each logical NeuronCore as a device, drawing on its device's counter",
+    )
+    assert log_lines("v", "n", Uses(BOTH, OWN, cores=True), Uses(BOTH, OWN, cores=True),
+                     auto=True, cores=True) == []  # fmt: skip
+    [(level, line)] = log_lines("v1.34.4", "n", Uses(BOTH, OWN, cores=True), Uses(BOTH, BESIDE),
+                                auto=False, cores=True)[1:]  # fmt: skip
+    assert line == (
+        "NeuronCores are not published as devices: with counters beside devices they break a "
+        "ResourceSlice limit"
+    )
+    # An operator who turned cores off hears nothing of them.
+    assert log_lines("v1.35.4", "n", None, Uses(BOTH, None), auto=True, cores=False) == []

@@ -329,13 +329,17 @@ def test_whole_node_device_health_follows_its_devices(fake_node: FakeNode) -> No
 
     healthy = health_entries(inventory, {})
     assert healthy["neuronnode"] == (True, "")
-    assert set(healthy) == {d.name for d in inventory.devices} | {"neuronnode"}
+    cores = {f"neuroncore{i}" for i in range(64)}  # 4 logical cores a device at LNC 2
+    assert set(healthy) == {d.name for d in inventory.devices} | {"neuronnode"} | cores
     assert all(ok for ok, _ in healthy.values())
 
     one = health_entries(inventory, {3: _problem("MemEccUncorrected")})
     assert one["neurondevice3"] == (False, "MemEccUncorrected")
     assert one["neuronnode"] == (False, "unhealthy devices: neurondevice3 (MemEccUncorrected)")
-    assert [name for name, (ok, _) in one.items() if not ok] == ["neurondevice3", "neuronnode"]
+    assert [name for name, (ok, _) in one.items() if not ok] == [
+        "neurondevice3", "neuronnode", "neuroncore12", "neuroncore13", "neuroncore14",
+        "neuroncore15",
+    ]  # fmt: skip
 
     two = health_entries(
         inventory, {12: _problem("DeviceMissing"), 2: _problem("SramEccUncorrected")}
@@ -353,11 +357,14 @@ def test_whole_node_device_health_follows_its_devices(fake_node: FakeNode) -> No
 
 
 def test_only_ultraserver_nodes_get_a_whole_node_health_entry(fake_node: FakeNode) -> None:
-    inventory = discover(fake_node("trn2.48xlarge")).inventory
+    inventory = discover(fake_node("inf2.48xlarge")).inventory
     assert inventory.ultraserver is None
     entries = health_entries(inventory, {0: _problem("MemEccUncorrected")})
-    assert sorted(entries) == sorted(d.name for d in inventory.devices)
+    cores = [f"neuroncore{i}" for i in range(24)]  # 2 cores a device
+    assert sorted(entries) == sorted([d.name for d in inventory.devices] + cores)
     assert entries["neurondevice0"] == (False, "MemEccUncorrected")
+    assert entries["neuroncore1"] == (False, "MemEccUncorrected")
+    assert entries["neuroncore2"] == (True, "")
 
 
 def test_whole_node_device_health_reaches_the_kubelet(tmp_path: Path, fake_node: FakeNode) -> None:

@@ -514,7 +514,9 @@ def test_the_answer_of_a_claim_with_two_requests(node: Node) -> None:
 
 # --------------------------------------------------------------------- one claim per device
 
-NO_SHARING = "a Neuron device serves one claim at a time unless a request has adminAccess"
+NO_SHARING = (
+    "a Neuron device or NeuronCore serves one claim at a time unless a request has adminAccess"
+)
 
 
 def test_a_device_prepared_for_another_claim_is_refused(node: Node) -> None:

@@ -27,9 +27,15 @@ def test_fake_node_then_slices(tmp_path: Path, capsys: pytest.CaptureFixture[str
         "--ultraserver-server-id", "us-9", "--ultraserver-node-id", "1", "--lnc", "1",
     )  # fmt: skip
     assert (code, out.strip()) == (0, str(root))
-    code, out, _ = run(capsys, "slices", "--sysfs-root", str(root), "--node-name", "n1")
+    args = ("slices", "--sysfs-root", str(root), "--node-name", "n1")
+    code, out, _ = run(capsys, *args)
+    # Kubernetes 1.36+ by default: the counters in a slice of their own, then the devices
+    # and the node device, then the 128 logical cores (LNC 1), 64 devices to a slice.
+    pool = list(yaml.safe_load_all(out))
     assert code == 0
-    # Kubernetes 1.35+ by default: the counters in a slice of their own, then the devices.
+    assert [len(s["spec"].get("devices", [])) for s in pool] == [0, 64, 64, 17]
+    assert pool[-1]["spec"]["devices"][-1]["name"] == "neuroncore127"
+    code, out, _ = run(capsys, *args, "--neuron-cores", "off")  # as on 1.35 with counters
     counters, published = yaml.safe_load_all(out)
     assert counters["spec"]["sharedCounters"] and "devices" not in counters["spec"]
     assert published["spec"]["pool"]["resourceSliceCount"] == 2
@@ -38,8 +44,7 @@ def test_fake_node_then_slices(tmp_path: Path, capsys: pytest.CaptureFixture[str
     node = published["spec"]["devices"][-1]["attributes"]
     assert node["ultraserverServerId4"] == {"string": "us-9"}
     assert node["logicalNeuronCore"] == {"int": 1}
-    args = ("slices", "--sysfs-root", str(root), "--node-name", "n1")
-    code, out, _ = run(capsys, *args, "--counter-layout", "beside-devices")
+    code, out, _ = run(capsys, *args, "--neuron-cores", "off", "--counter-layout", "beside-devices")
     [beside] = yaml.safe_load_all(out)  # 1.34: one slice, counters beside the devices
     assert (code, beside["spec"]["devices"]) == (0, published["spec"]["devices"])
     assert beside["spec"]["sharedCounters"] == counters["spec"]["sharedCounters"]

@@ -25,7 +25,7 @@ def slices_of(root: Path, **options: Any) -> list[Json]:
 
 
 def devices_of(slices: list[Json]) -> dict[str, Json]:
-    return {d["name"]: d for s in slices for d in s["spec"]["devices"]}
+    return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
 
 
 def partition(devices: dict[str, Json], attribute: str) -> set[frozenset[int]]:
@@ -154,19 +154,19 @@ def test_slices_are_deterministic(fake_node: FakeNode) -> None:
     assert slices_of(root) == slices_of(root)
 
 
-def test_ultraserver_both_kinds_share_one_counter(fake_node: FakeNode) -> None:
+def per_device(value: int, devices: range = range(16)) -> Json:
+    return {f"neurondevice{i}": {"value": str(value)} for i in devices}
+
+
+def test_ultraserver_devices_and_node_draw_on_one_counter_per_device(fake_node: FakeNode) -> None:
     [s] = slices_of(fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-1", 2)))
-    assert s["spec"]["sharedCounters"] == [
-        {"name": "neuron-node", "counters": {"devices": {"value": "16"}}}
-    ]
+    assert s["spec"]["sharedCounters"] == [{"name": "neuron-node", "counters": per_device(1)}]
     devices = devices_of([s])
     assert len(devices) == 17
     node = devices["neuronnode"]
-    assert node["consumesCounters"] == [
-        {"counterSet": "neuron-node", "counters": {"devices": {"value": "16"}}}
-    ]
+    assert node["consumesCounters"] == [{"counterSet": "neuron-node", "counters": per_device(1)}]
     assert devices["neurondevice3"]["consumesCounters"] == [
-        {"counterSet": "neuron-node", "counters": {"devices": {"value": "1"}}}
+        {"counterSet": "neuron-node", "counters": per_device(1, range(3, 4))}
     ]
     assert node["attributes"]["resourceType"] == {"string": "neuron_node"}
     assert node["attributes"]["ultraserverServerId4"] == {"string": "us-1"}
@@ -320,7 +320,7 @@ def test_the_whole_node_device_carries_its_devices_taint(fake_node: FakeNode) ->
 
 # --- where the shared counters go ----------------------------------------------
 
-COUNTER_SET = [{"name": "neuron-node", "counters": {"devices": {"value": "16"}}}]
+COUNTER_SET = [{"name": "neuron-node", "counters": per_device(1)}]
 
 
 def test_counters_beside_devices_stay_in_the_one_slice(fake_node: FakeNode) -> None:
@@ -348,7 +348,7 @@ def test_counters_in_their_own_slice_lead_the_pool(fake_node: FakeNode) -> None:
     published = devices_of([devices])
     assert len(published) == 17
     assert published["neuronnode"]["consumesCounters"] == [
-        {"counterSet": "neuron-node", "counters": {"devices": {"value": "16"}}}
+        {"counterSet": "neuron-node", "counters": per_device(1)}
     ]
     # The devices are the same in both layouts; only the counters moved.
     beside = slices_of(root, node_uid="u-1", counter_layout=CounterLayout.BESIDE_DEVICES)
@@ -388,18 +388,18 @@ def big_ultraserver_node(devices: int) -> NodeInventory:
 
 
 @pytest.mark.parametrize(
-    ("layout", "shape"),
+    ("layout", "cores", "shape"),
     [
         # (devices per slice, counter sets per slice), in pool order
-        (CounterLayout.BESIDE_DEVICES, [(101, 1)]),  # 1.34: the devices of the counters' slice
-        (CounterLayout.OWN_SLICE, [(None, 1), (64, 0), (37, 0)]),
+        (CounterLayout.BESIDE_DEVICES, False, [(31, 1)]),  # 1.34: the counters' slice only
+        (CounterLayout.OWN_SLICE, True, [(None, 1), (64, 0), (64, 0), (64, 0), (64, 0), (15, 0)]),
     ],
 )
 def test_a_pool_of_many_devices_counts_its_slices(
-    layout: CounterLayout, shape: list[tuple[int | None, int]]
+    layout: CounterLayout, cores: bool, shape: list[tuple[int | None, int]]
 ) -> None:
-    options = SliceOptions("node-a", counter_layout=layout)
-    slices = build_slices(big_ultraserver_node(100), options)
+    options = SliceOptions("node-a", counter_layout=layout, cores=cores)
+    slices = build_slices(big_ultraserver_node(30), options)  # 30 devices of 8 cores
     found = [
         (
             len(s["spec"]["devices"]) if "devices" in s["spec"] else None,
@@ -410,6 +410,22 @@ def test_a_pool_of_many_devices_counts_its_slices(
     assert found == shape
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {len(shape)}
     assert validate_pool(slices, layout) == []
+
+
+def test_the_node_device_reaches_at_most_64_devices() -> None:
+    # A counter per device, 32 to a set, and a device draws on at most 2 sets: no Neuron
+    # node comes near, and the check names the rule a bigger one would break.
+    options = SliceOptions("node-a", counter_layout=CounterLayout.OWN_SLICE)
+    assert (
+        validate_pool(build_slices(big_ultraserver_node(64), options), CounterLayout.OWN_SLICE)
+        == []
+    )
+    problems = validate_pool(
+        build_slices(big_ultraserver_node(65), options), CounterLayout.OWN_SLICE
+    )
+    assert problems == [
+        "slice 2: spec.devices[1].consumesCounters: 3 counter sets, at most 2 allowed"
+    ]
 
 
 def test_each_release_refuses_the_other_layout(fake_node: FakeNode) -> None:
@@ -482,17 +498,94 @@ def test_the_1_34_rules_count_counters_per_slice(fake_node: FakeNode) -> None:
     assert not any("spec.sharedCounters:" in p for p in validate_slice(s, CounterLayout.OWN_SLICE))
 
 
-def test_counters_beside_devices_cannot_span_slices() -> None:
-    # Past 128 devices the 1.34 layout has no valid form; the check says so.
-    options = SliceOptions("node-a", counter_layout=CounterLayout.BESIDE_DEVICES)
-    slices = build_slices(big_ultraserver_node(200), options)
-    problems = validate_pool(slices, CounterLayout.BESIDE_DEVICES)
+def test_counters_beside_devices_cannot_span_slices(fake_node: FakeNode) -> None:
+    # Past 128 devices the 1.34 layout has no valid form; the check says so. (The agent
+    # then publishes no cores there.)
+    root = fake_node("trn2.48xlarge", lnc=1)  # 16 devices, 128 cores
+    options = SliceOptions("node-a", counter_layout=CounterLayout.BESIDE_DEVICES, cores=True)
+    problems = validate_pool(
+        build_slices(discover(root).inventory, options), options.counter_layout
+    )
     assert problems[0] == (
         "slice 1: spec.devices[0].consumesCounters[0].counterSet: 'neuron-node' "
         "is not in spec.sharedCounters"
     )
-    options = SliceOptions("node-a", counter_layout=CounterLayout.OWN_SLICE)
+    options = SliceOptions("node-a", counter_layout=CounterLayout.OWN_SLICE, cores=True)
     assert (
-        validate_pool(build_slices(big_ultraserver_node(200), options), options.counter_layout)
-        == []
+        validate_pool(build_slices(discover(root).inventory, options), options.counter_layout) == []
     )
+
+
+# --- NeuronCores as devices --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "lnc", "ultraserver", "cores", "per_core_device", "slices"),
+    [
+        # The numbers of the layout (1.35+): a counter slice, then devices 64 to a slice.
+        ("trn2.48xlarge", 2, None, 64, 4, 3),  # 16 + 64 = 80 devices
+        ("trn2.48xlarge", 1, None, 128, 8, 4),  # 16 + 128 = 144
+        ("trn2u.48xlarge", 1, FakeUltraServer("us-1", 0), 128, 8, 4),  # 16 + 1 + 128 = 145
+        ("inf2.48xlarge", None, None, 24, 2, 2),  # 12 + 24 = 36
+        ("inf1.24xlarge", None, None, 64, 4, 3),  # 16 + 64 = 80
+    ],
+)
+def test_each_logical_core_is_a_device_of_its_devices_counter(  # noqa: PLR0917
+    fake_node: FakeNode, instance_type: str, lnc: int | None,
+    ultraserver: FakeUltraServer | None, cores: int, per_core_device: int, slices: int,
+) -> None:  # fmt: skip
+    root = fake_node(instance_type, lnc=lnc, ultraserver=ultraserver)
+    pool = slices_of(root, counter_layout=CounterLayout.OWN_SLICE, cores=True)
+    assert len(pool) == slices and validate_pool(pool, CounterLayout.OWN_SLICE) == []
+    [counter_set] = pool[0]["spec"]["sharedCounters"]
+    devices = devices_of(pool)
+    found = {n: d for n, d in devices.items() if n.startswith("neuroncore")}
+    assert sorted(found) == sorted(f"neuroncore{i}" for i in range(cores))
+    count = len(counter_set["counters"])
+    assert counter_set["counters"] == per_device(per_core_device, range(count))
+    # Core 5 is on device 5 // per_core_device and takes one of its counter.
+    core = found["neuroncore5"]
+    parent = 5 // per_core_device
+    assert core["attributes"]["resourceType"] == {"string": "neuron_core"}
+    assert core["attributes"]["deviceId"] == {"int": parent}
+    assert core["attributes"]["coreId"] == {"int": 5}
+    assert core["consumesCounters"] == [
+        {"counterSet": "neuron-node", "counters": per_device(1, range(parent, parent + 1))}
+    ]
+    # The whole device takes every core of its counter.
+    assert devices[f"neurondevice{parent}"]["consumesCounters"] == [
+        {
+            "counterSet": "neuron-node",
+            "counters": per_device(per_core_device, range(parent, parent + 1)),
+        }
+    ]
+
+
+def test_cores_follow_their_devices_health(fake_node: FakeNode) -> None:
+    root = fake_node("trn2.48xlarge")  # LNC 2: device 1 has cores 4-7
+    unhealthy = (Unhealthy(1, "nc_hang"),)
+    options: dict[str, Any] = {"counter_layout": CounterLayout.OWN_SLICE, "cores": True}
+    tainted = devices_of(slices_of(root, unhealthy=unhealthy, **options))
+    assert [n for n, d in tainted.items() if "taints" in d] == [
+        "neurondevice1", "neuroncore4", "neuroncore5", "neuroncore6", "neuroncore7",
+    ]  # fmt: skip
+    withdrawn = devices_of(slices_of(root, unhealthy=unhealthy, device_taints=False, **options))
+    assert {"neurondevice1", "neuroncore4", "neuroncore7"}.isdisjoint(withdrawn)
+    assert {"neurondevice2", "neuroncore8"} <= set(withdrawn)
+
+
+def test_cores_are_published_only_when_asked_and_never_on_a_node_only_pool(
+    fake_node: FakeNode,
+) -> None:
+    root = fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-1", 0))
+    assert not any(n.startswith("neuroncore") for n in devices_of(slices_of(root)))
+    node_only = slices_of(root, cores=True, ultraserver_devices=UltraServerDevices.NODE)
+    assert list(devices_of(node_only)) == ["neuronnode"]
+    # Without the node device, cores alone are reason for counters.
+    devices_only = slices_of(
+        root, cores=True, ultraserver_devices=UltraServerDevices.DEVICES,
+        counter_layout=CounterLayout.OWN_SLICE,
+    )  # fmt: skip
+    assert "neuronnode" not in devices_of(devices_only)
+    assert len(devices_of(devices_only)) == 16 + 64
+    assert devices_only[0]["spec"]["sharedCounters"][0]["counters"] == per_device(4)

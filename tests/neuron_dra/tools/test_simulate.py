@@ -125,6 +125,26 @@ def _four_whole_devices(outcomes: list[Outcome]) -> None:
     assert {p.request for p in only.placements} == {"container-0-request-0"}
 
 
+def _single_core(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert [p.device.name for p in only.placements] == ["neuroncore0"]
+    assert env(only) == {"NEURON_RT_VISIBLE_CORES": "0"}
+    assert only.prepared is not None and only.prepared.device_nodes == ("/dev/neuron0",)
+
+
+def _two_cores(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert [p.device.name for p in only.placements] == ["neuroncore0", "neuroncore1"]
+    assert env(only) == {"NEURON_RT_VISIBLE_CORES": "0-1"}
+    assert only.prepared is not None and only.prepared.device_nodes == ("/dev/neuron0",)
+
+
+def _two_cores_for_the_pod(outcomes: list[Outcome]) -> None:
+    # The claim the scheduler makes for `aws.amazon.com/neuroncore: 2`: any 2 cores.
+    _two_cores(outcomes)
+    assert outcomes[0].claim.extended == (("aws.amazon.com/neuroncore", 2),)
+
+
 def _inf2_pair(outcomes: list[Outcome]) -> None:
     [only] = outcomes
     assert indices(only) in [{i, i + 1} for i in range(0, 12, 2)]
@@ -155,6 +175,9 @@ TRN2 = [("trn2.48xlarge", 1)]
 EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "1x4-connected-devices.yaml": (TRN2, _row_on_trn2),
     "device-plugin-style-neuron.yaml": (TRN2, _four_whole_devices),
+    "device-plugin-style-neuroncore.yaml": (TRN2, _two_cores_for_the_pod),
+    "single-core.yaml": (TRN2, _single_core),
+    "cores-of-one-device.yaml": (TRN2, _two_cores),
     "v1beta1/1x4-connected-devices.yaml": (TRN2, _row_on_trn2),
     "l-trn2.yaml": (TRN2, _half),
     "v1beta1/l-trn2.yaml": (TRN2, _half),
@@ -193,7 +216,9 @@ def test_example_gets_the_intended_devices(name: str) -> None:
 def test_examples_only_fit_where_the_readme_says() -> None:
     [pair] = run([SPECS / "inf2-2-connected.yaml"], TRN2)
     assert pair.reasons == [
-        "trn2.48xlarge-0: no device matches the selectors: of 16 devices, selector "
+        "trn2.48xlarge-0: no device matches the selectors: of 80 devices, DeviceClass "
+        "neuron.aws.com selector `device.attributes['neuron.aws.com'].resourceType != "
+        "'neuron_core'` excludes 64, selector "
         "`device.attributes['neuron.aws.com'].instanceType == 'inf2.48xlarge'` excludes 16"
     ]
     [pinned] = run([SPECS / "2.26-driver-trn2.yaml"], TRN2, driver_version="2.26.1.0")
@@ -210,6 +235,7 @@ def test_the_default_class_is_the_one_the_driver_installs() -> None:
         None,
         "aws.amazon.com/neuron",
         "aws.amazon.com/neurondevice",
+        "aws.amazon.com/neuroncore",
     }
 
 
@@ -326,7 +352,8 @@ def test_node_selector_is_honoured(tmp_path: Path) -> None:
 
 def test_device_taints_exclude_unless_tolerated(tmp_path: Path) -> None:
     cluster = Cluster(simulated_nodes([("inf2.xlarge", 1)]), {})
-    [device] = cluster.nodes[0].devices
+    [device, *cores] = cluster.nodes[0].devices
+    assert device.name == "neurondevice0" and len(cores) == 2
     taint = {"key": "neuron.aws.com/unhealthy", "value": "ecc", "effect": "NoSchedule"}
     cluster.nodes[0].devices[0] = type(device)(
         device.driver, device.pool, device.name, device.view, device.consumes, (taint,)

@@ -118,8 +118,8 @@ def test_workload_pods_and_their_order(tmp_path: Path) -> None:
 
 def test_pods_without_served_resources_are_ignored(tmp_path: Path) -> None:
     plain = pod(container("c", {"cpu": "1"}))
-    cores = pod(container("c", {"aws.amazon.com/neuroncore": 2}), name="cores")
-    assert run(tmp_path, [plain, cores], "trn2.48xlarge") == []
+    other = pod(container("c", {"example.com/gpu": 2}), name="other")
+    assert run(tmp_path, [plain, other], "trn2.48xlarge") == []
 
 
 def test_a_class_among_the_inputs_serves_its_name(tmp_path: Path) -> None:

@@ -1,0 +1,76 @@
+"""Pods asking the Neuron device plugin's resources: what DRA nodes make of them.
+
+`lint` reads Pods, and the pod templates of workloads, for these names only.
+On DRA nodes the kube-scheduler turns them into one claim per pod from the
+DeviceClass that names them as its extendedResourceName (deploy/deviceclass.yaml):
+whole devices for `aws.amazon.com/neuron` and `aws.amazon.com/neurondevice`,
+logical NeuronCores for `aws.amazon.com/neuroncore`. Every finding is a warning:
+nodes running the device plugin still serve the pod the old way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from consts import ATTR_DEVICE_ID, DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN
+from neuron_dra.tools.simulate import CORE_CLASS, CORE_RESOURCE, MAX_CLAIM_DEVICES, pod_specs
+
+GROUP_PREFIX = f"{GROUP_ATTRIBUTE_DOMAIN}/devicegroup"
+# The Neuron device plugin's names of whole devices.
+DEVICE_RESOURCES = ("aws.amazon.com/neuron", "aws.amazon.com/neurondevice")
+
+
+def pod_warnings(subject: str, doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(where, message) for each device-plugin resource a container of the pod asks."""
+    warnings: list[tuple[str, str]] = []
+    for where, spec in pod_specs(doc):
+        for field in ("initContainers", "containers"):
+            containers = spec.get(field)
+            for container in containers if isinstance(containers, list) else []:
+                if not isinstance(container, Mapping):
+                    continue
+                at = ": ".join(
+                    p for p in (subject, where, f"container {container.get('name')}") if p
+                )
+                for name, amount in _extended_resources(container).items():
+                    warnings.extend((at, message) for message in _messages(name, amount))
+    return warnings
+
+
+def _messages(name: str, amount: str) -> list[str]:
+    if name in DEVICE_RESOURCES:
+        return [
+            f"{name}: {amount} is served through extended resources on Kubernetes 1.36+ (DRA "
+            f"nodes) and carries no connected-set constraint: any {amount} devices of the node, "
+            "not a connected group; for a connected set use a ResourceClaimTemplate with a "
+            f"{GROUP_PREFIX}N_id matchAttribute"
+        ]
+    messages = [
+        f"{name}: {amount} is served through extended resources on Kubernetes 1.36+ (DRA "
+        f"nodes) and carries no constraint: any {amount} NeuronCores of the node, which may "
+        "span Neuron devices; for cores of one device use a ResourceClaimTemplate of "
+        f"DeviceClass {CORE_CLASS} with a {DRIVER_NAME}/{ATTR_DEVICE_ID} matchAttribute"
+    ]
+    if amount.isdigit() and int(amount) > MAX_CLAIM_DEVICES:
+        messages.append(
+            f"{name}: {amount} is more than DRA nodes ever allocate: the scheduler's claim for "
+            f"the pod holds at most {MAX_CLAIM_DEVICES} devices, one per NeuronCore; only nodes "
+            "running the Neuron device plugin can serve it"
+        )
+    return messages
+
+
+def _extended_resources(container: Mapping[str, Any]) -> dict[str, str]:
+    """The Neuron resources a container asks, from its limits, else its requests."""
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return {}
+    found: dict[str, str] = {}
+    for field in ("requests", "limits"):  # limits win: requests default to them
+        values = resources.get(field)
+        if isinstance(values, Mapping):
+            for name, amount in values.items():
+                if name in (*DEVICE_RESOURCES, CORE_RESOURCE):
+                    found[str(name)] = str(amount)
+    return found
