@@ -45,6 +45,7 @@ bench: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/concurrency.py
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/cel.py
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/footprint.py
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/scheduler.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
