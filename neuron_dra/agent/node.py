@@ -157,12 +157,12 @@ class Agent:
             return features.Uses(single, None, taints)  # nothing shared
 
         def build(layout: CounterLayout) -> list[Json]:
-            return self._slices(1, None, self._uses_in(layout, taints, single))
+            return self._slices(1, None, self._uses_in(layout, taints, single, cores=cores))
 
         answers = await features.probe_counter_layout(self._kube, build)
         layout = features.choose_layout(answers)
         if layout is not None:
-            return self._uses_in(layout, taints, single)
+            return self._uses_in(layout, taints, single, cores=cores)
         if not ultraserver:
             return features.Uses(single, None, taints)
         if wanted == UltraServerDevices.BOTH:
@@ -174,19 +174,14 @@ class Agent:
         return features.Uses(UltraServerDevices.NODE, None, taints)
 
     def _uses_in(
-        self, layout: CounterLayout, taints: bool, mode: UltraServerDevices
+        self, layout: CounterLayout, taints: bool, mode: UltraServerDevices, *, cores: bool
     ) -> features.Uses:
-        """What the slices use with counters in `layout`: cores too where they fit in it."""
+        """What the slices use with counters in `layout`: the cores wanted where they fit."""
         with_cores = features.Uses(mode, layout, taints, cores=True)
-        slices = build_slices(self.inventory, self._slice_options(1, None, with_cores))
-        cores = (
-            mode is not UltraServerDevices.NODE
-            and self.options.neuron_cores
-            and bool(logical_cores(self.inventory))
+        fits = cores and not limits.validate_pool(
+            build_slices(self.inventory, self._slice_options(1, None, with_cores)), layout
         )
-        return features.Uses(
-            mode, layout, taints, cores and not limits.validate_pool(slices, layout)
-        )
+        return features.Uses(mode, layout, taints, fits)
 
     def _discover(self) -> NodeInventory:
         result = discover(self.options.sysfs_root)

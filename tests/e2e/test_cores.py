@@ -33,6 +33,7 @@ from tests.e2e.nodes import (
     env_of,
     trn2_and_ultraserver,
 )
+from tests.e2e.test_extended_resources import add_device_plugin_node
 from tests.e2e.test_extended_resources import submit as submit_extended
 from tests.e2e.test_plugin import cluster_of
 from tests.e2e.workloads import unschedulable_reason
@@ -394,12 +395,7 @@ def test_device_plugin_nodes_and_dra_nodes_serve_cores_side_by_side(
     nodes: dict[str, SimulatedNode],
 ) -> None:
     cluster = cluster_of(nodes)
-    # What the device plugin makes of a node: the name in capacity and allocatable.
-    cluster.add_node("dp-core", {"node.kubernetes.io/instance-type": "trn2.48xlarge"})
-    advertised = {NEURONCORE: "64"}
-    cluster.patch("v1", "Node", "dp-core",
-                  {"status": {"capacity": advertised, "allocatable": advertised}},
-                  subresource="status")  # fmt: skip
+    add_device_plugin_node(cluster, "dp-core", NEURONCORE, 64)
     on_plugin = submit_extended(cluster, NEURONCORE, 4, "dp-core")
     on_dra = submit_extended(cluster, NEURONCORE, 4, "trn2")
     try:

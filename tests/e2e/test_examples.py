@@ -28,6 +28,7 @@ from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view, env_of
+from tests.e2e.test_cores import visible
 from tests.e2e.test_extended_resources import check_and_delete, special_claim, too_old
 from tests.e2e.test_plugin import (
     claim_of,
@@ -214,21 +215,19 @@ def test_all_devices_of_any_instance_type(nodes: dict[str, SimulatedNode], node:
     run_and_check(nodes, ns, "all-devices", None, None)
 
 
-def test_device_plugin_style_pod(nodes: dict[str, SimulatedNode]) -> None:
-    cluster = cluster_of(nodes)
+def skip_too_old(cluster: Cluster) -> None:
+    """Skip on releases that serve neither extended resources nor NeuronCores (1.36+)."""
     reason = too_old(cluster.binaries)
     if reason:
         pytest.skip(reason)
+
+
+def test_device_plugin_style_pod(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    skip_too_old(cluster)
     ns = namespace(cluster)
     create_in(cluster, ns, pinned(load("device-plugin-style-neuron.yaml"), "trn2-a"))
     assert len(check_and_delete(nodes["trn2-a"], "device-plugin-style", ns)) == 4
-
-
-def visible(cores: list[int]) -> str:
-    """NEURON_RT_VISIBLE_CORES as the device plugin wrote it: a range, else a list."""
-    if len(cores) > 1 and cores == list(range(cores[0], cores[-1] + 1)):
-        return f"{cores[0]}-{cores[-1]}"
-    return ",".join(map(str, cores))
 
 
 def check_cores(node: SimulatedNode, pod: Obj, claim: Obj, count: int) -> list[int]:
@@ -259,9 +258,7 @@ def test_cores(
     nodes: dict[str, SimulatedNode], node: str, spec_file: str, pod_name: str, count: int
 ) -> None:
     cluster = cluster_of(nodes)
-    reason = too_old(cluster.binaries)
-    if reason:
-        pytest.skip(reason)
+    skip_too_old(cluster)
     ns = namespace(cluster)
     create_in(cluster, ns, pinned(load(spec_file), node))
     pod = cluster.wait_for_pod_running(pod_name, ns, timeout=60)
@@ -272,9 +269,7 @@ def test_cores(
 
 def test_device_plugin_style_cores(nodes: dict[str, SimulatedNode]) -> None:
     cluster = cluster_of(nodes)
-    reason = too_old(cluster.binaries)
-    if reason:
-        pytest.skip(reason)
+    skip_too_old(cluster)
     ns = namespace(cluster)
     create_in(cluster, ns, pinned(load("device-plugin-style-neuroncore.yaml"), "inf2-a"))
     pod = cluster.wait_for_pod_running("device-plugin-style-cores", ns, timeout=60)

@@ -83,6 +83,15 @@ def submit(cluster: Cluster, resource: str, count: int, node: str) -> str:
     return name
 
 
+def add_device_plugin_node(cluster: Cluster, name: str, resource: str, count: int) -> None:
+    """A trn2.48xlarge as the device plugin makes it: `resource` in capacity and allocatable."""
+    cluster.add_node(name, {"node.kubernetes.io/instance-type": "trn2.48xlarge"})
+    advertised = {resource: str(count)}
+    cluster.patch("v1", "Node", name,
+                  {"status": {"capacity": advertised, "allocatable": advertised}},
+                  subresource="status")  # fmt: skip
+
+
 def special_claim(cluster: Cluster, pod: Obj) -> Obj:
     """The claim the scheduler made for the pod's extended resources."""
     status = pod["status"]["extendedResourceClaimStatus"]
@@ -156,12 +165,7 @@ def test_device_plugin_nodes_and_dra_nodes_serve_side_by_side(
     nodes: dict[str, SimulatedNode],
 ) -> None:
     cluster = cluster_of(nodes)
-    # What the device plugin makes of a node: the name in capacity and allocatable.
-    cluster.add_node("dp-0", {"node.kubernetes.io/instance-type": "trn2.48xlarge"})
-    advertised = {NEURON: "16"}
-    cluster.patch("v1", "Node", "dp-0",
-                  {"status": {"capacity": advertised, "allocatable": advertised}},
-                  subresource="status")  # fmt: skip
+    add_device_plugin_node(cluster, "dp-0", NEURON, 16)
     on_plugin = submit(cluster, NEURON, 4, "dp-0")
     on_dra = submit(cluster, NEURON, 4, "trn2")
     try:
