@@ -91,6 +91,15 @@ ATTR_ULTRASERVER_NODE_ID_4: Final = "ultraserverNodeId4"
 ATTR_ULTRASERVER_MODES: Final = "ultraserverModes"
 """string: supported UltraServer unit sizes joined by '_', e.g. 1_2_4."""
 
+ATTR_NETWORK_NODE_LAYERS: Final = (
+    "networkNodeLayer1",
+    "networkNodeLayer2",
+    "networkNodeLayer3",
+    "networkNodeLayer4",
+)
+"""strings: the node's EC2 network nodes, top layer first, from the Node's labels
+LABEL_NETWORK_NODE_LAYER_PREFIX + 1..4; each present only where its label is."""
+
 RESOURCE_TYPE_DEVICE: Final = "neuron_device"
 """resourceType of one Neuron device."""
 
@@ -108,7 +117,10 @@ GROUP_ATTRIBUTE_TEMPLATE: Final = "devicegroup{size}_id"
 # --- Attributes (domain KUBERNETES_ATTRIBUTE_DOMAIN) ------------------------
 
 ATTR_PCIE_ROOT: Final = "pcieRoot"
-"""string: PCIe root complex of the device, where sysfs reveals it."""
+"""string: PCIe root complex of the device (`pci<domain>:<bus>`), where sysfs reveals it."""
+
+ATTR_NUMA_NODE: Final = "numaNode"
+"""int: NUMA node of the device's PCI function, where sysfs gives one (never -1)."""
 
 # --- Capacities (short names, domain ATTRIBUTE_DOMAIN) ----------------------
 
@@ -151,6 +163,9 @@ LABEL_ULTRASERVER_NODE_ID_2: Final = "neuron.amazonaws.com/ultraserver-node-id-2
 
 LABEL_ULTRASERVER_NODE_ID_4: Final = "neuron.amazonaws.com/ultraserver-node-id-4"
 """Position of the node within its 4-node UltraServer."""
+
+LABEL_NETWORK_NODE_LAYER_PREFIX: Final = "topology.k8s.aws/network-node-layer-"
+"""Prefix of the EC2 instance topology labels EKS puts on a Node, then the layer 1..4."""
 
 # --- Driver process environment (names of the reference DaemonSet) ----------
 

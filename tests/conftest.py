@@ -21,6 +21,7 @@ def fake_node(tmp_path: Path) -> FakeNode:
         driver_version: str = DEFAULT_DRIVER_VERSION,
         lnc: int | None = None,
         ultraserver: FakeUltraServer | None = None,
+        pci_parents: bool = False,
     ) -> Path:
         return build_fake_node(
             tmp_path / name,
@@ -28,6 +29,7 @@ def fake_node(tmp_path: Path) -> FakeNode:
             driver_version=driver_version,
             lnc=lnc,
             ultraserver=ultraserver,
+            pci_parents=pci_parents,
         )
 
     return build

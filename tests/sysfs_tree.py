@@ -23,6 +23,7 @@ class FakeNode(Protocol):
         driver_version: str = DEFAULT_DRIVER_VERSION,
         lnc: int | None = None,
         ultraserver: FakeUltraServer | None = None,
+        pci_parents: bool = False,
     ) -> Path: ...
 
 

@@ -37,8 +37,6 @@ from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory
 if TYPE_CHECKING:
     from api.config import DeviceConfig
 
-# UltraServerConfig.ultraserverMode (nodes in the unit) -> the Neuron runtime's mode enum.
-RUNTIME_ULTRASERVER_MODE = {4: 1, 2: 2, 1: 4}  # X4=1, X2H=2, X1=4
 # What the API server allows as a request name; such names become part of CDI device names.
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -318,16 +316,14 @@ def _claim_env(inventory: NodeInventory, lnc: int | None, ultraserver_mode: int 
     if lnc is not None:
         env.append((ENV_NEURON_LOGICAL_NC_CONFIG, str(lnc)))
     if ultraserver_mode is not None and inventory.ultraserver is not None:
+        # ultraserverMode counts nodes; the runtime takes its own mode number, and the
+        # ids of the node's unit of that many nodes (none for a single node).
         us = inventory.ultraserver
-        env.append(
-            (ENV_NEURON_RT_ULTRASERVER_MODE, str(RUNTIME_ULTRASERVER_MODE[ultraserver_mode]))
-        )
-        if ultraserver_mode == 4:
-            env += [(ENV_NEURON_RT_ULTRASERVER_SERVER_ID, us.server_id_4),
-                    (ENV_NEURON_RT_ULTRASERVER_NODE_ID, str(us.node_id_4))]  # fmt: skip
-        elif ultraserver_mode == 2:
-            env += [(ENV_NEURON_RT_ULTRASERVER_SERVER_ID, us.server_id_2),
-                    (ENV_NEURON_RT_ULTRASERVER_NODE_ID, str(us.node_id_2))]  # fmt: skip
+        env.append((ENV_NEURON_RT_ULTRASERVER_MODE, str(us.runtime_mode(ultraserver_mode))))
+        unit = us.unit(ultraserver_mode)
+        if unit is not None:
+            env += [(ENV_NEURON_RT_ULTRASERVER_SERVER_ID, unit[0]),
+                    (ENV_NEURON_RT_ULTRASERVER_NODE_ID, str(unit[1]))]  # fmt: skip
     return tuple(env)
 
 

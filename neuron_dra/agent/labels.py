@@ -30,6 +30,11 @@ def ultraserver_labels(inventory: NodeInventory) -> dict[str, str | None]:
         LABEL_ULTRASERVER_MODE: modes_label(us.modes),
         LABEL_ULTRASERVER_SERVER_ID_2: us.server_id_2,
         LABEL_ULTRASERVER_SERVER_ID_4: us.server_id_4,
-        LABEL_ULTRASERVER_NODE_ID_2: str(us.node_id_2),
-        LABEL_ULTRASERVER_NODE_ID_4: str(us.node_id_4),
+        LABEL_ULTRASERVER_NODE_ID_2: _optional(us.node_id_2),
+        LABEL_ULTRASERVER_NODE_ID_4: _optional(us.node_id_4),
     }
+
+
+def _optional(value: int | None) -> str | None:
+    """A unit the node is not in (trn3 knows only its reservation's) has no label."""
+    return None if value is None else str(value)

@@ -28,6 +28,7 @@ from neuron_dra.hardware.discovery import DEVICES_DIR, boot_id, discover, log_fi
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
+from neuron_dra.resources.nodetopology import NodeTopology, from_labels
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
 
 log = logging.getLogger("neuron_dra")
@@ -47,6 +48,10 @@ class Agent:
         self._kube = kube
         self._started = started
         self.inventory = self._discover()
+        # The Node's EC2 network topology labels, read again with the hardware.
+        self.topology = NodeTopology()
+        self._topology_problems: tuple[str, ...] = ()
+        self._topology_tried = asyncio.Event()
         self._uses: features.Uses | None = None  # what the slices may use: see `_reprobe`
         self.metrics = Metrics()
         self.metrics.gauges = self._gauges
@@ -86,6 +91,7 @@ class Agent:
             asyncio.create_task(self.plugin.supervise(), name="registration"),
             asyncio.create_task(self._label_node(), name="labels"),
             asyncio.create_task(self._rediscover(), name="rediscovery"),
+            asyncio.create_task(self._follow_topology(), name="node-topology"),
             asyncio.create_task(self._report_ready(), name="ready"),
         ]
         try:
@@ -99,6 +105,7 @@ class Agent:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _publish(self) -> None:
+        await self._topology_tried.wait()  # so that the first write carries the labels
         await self._probe_features()
         lock = self.options.plugins_dir / DRIVER_NAME / "publisher.lock"
         async with leader.held(lock):
@@ -215,7 +222,7 @@ class Agent:
         layout = uses.layout or CounterLayout.BESIDE_DEVICES
         return SliceOptions(
             self.options.node_name, node_uid, generation, uses.mode, unhealthy, uses.taints,
-            layout, cores=uses.cores,
+            layout, cores=uses.cores, topology=self.topology,
         )  # fmt: skip
 
     async def _label_node(self) -> None:
@@ -229,6 +236,42 @@ class Agent:
                 except ApiError as err:
                     log.warning("node labels not set, retrying: %s", err)
             await asyncio.sleep(5.0 if labels != wanted else self.options.rediscover_interval_s)
+
+    async def _follow_topology(self) -> None:
+        """Keep the network layer attributes equal to the Node's labels: read them again
+        as often as the hardware, sooner after a failed read."""
+        while True:
+            read = False
+            try:
+                read = await self._read_topology()
+            except Exception:
+                # Never in the publisher's way: the slices go out without the layers.
+                log.exception("reading the Node's network topology labels failed")
+            finally:
+                self._topology_tried.set()
+            await asyncio.sleep(self.options.rediscover_interval_s if read else 5.0)
+
+    async def _read_topology(self) -> bool:
+        """Read the Node's topology labels; republish when they changed. False: no answer."""
+        try:
+            node = await self._kube.get_node(self.options.node_name)
+        except ApiError as err:
+            log.warning("Node not read for its network topology labels, retrying: %s", err)
+            return False
+        topology, problems = from_labels(node.get("metadata", {}).get("labels"))
+        if problems != self._topology_problems:
+            for problem in problems:
+                log.warning("%s", problem, extra={"node": self.options.node_name})
+            self._topology_problems = problems
+        if topology != self.topology:
+            log.info(
+                "network layers from the Node's labels%s",
+                " changed: republishing" if self._topology_tried.is_set() else "",
+                extra={"node": self.options.node_name, "layers": topology.attributes()},
+            )
+            self.topology = topology
+            self.publisher.refresh(self._build)
+        return True
 
     async def _rediscover(self) -> None:
         while True:

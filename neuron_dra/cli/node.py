@@ -177,10 +177,12 @@ def _inventory_table(result: Discovery) -> str:
     ]
     if inventory.ultraserver:
         us = inventory.ultraserver
-        lines.append(
-            f"UltraServer    server {us.server_id_4} node {us.node_id_4}"
-            f" (pair {us.server_id_2} node {us.node_id_2}), modes {us.modes}"
-        )
+        units = [
+            f"{'pair' if nodes == 2 else 'server'} {unit[0]} node {unit[1]}"
+            for nodes in (4, 2)
+            if (unit := us.unit(nodes)) is not None
+        ]
+        lines.append(f"UltraServer    {', '.join(units)}, modes {us.modes}")
     sets = inventory.connected_sets()
     lines.append("")
     lines.append(f"{'DEVICE':<16}{'CORES':>5}  {'NEIGHBOURS':<14}CONNECTED SETS")

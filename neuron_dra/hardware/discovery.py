@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,7 +25,12 @@ from neuron_dra.hardware.instance_types import (
     family_of,
     lookup,
 )
-from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
+from neuron_dra.hardware.inventory import (
+    RUNTIME_MODE_NODES,
+    NeuronDevice,
+    NodeInventory,
+    UltraServer,
+)
 
 DEVICES_DIR = "sys/devices/virtual/neuron_device"
 CLASS_DIR = "sys/class/neuron_device"
@@ -35,11 +40,17 @@ LNC_CONFIG_FILE = "opt/aws/neuron/logical_nc_config"
 DEV_DIR = "dev"
 BOOT_ID_FILE = "proc/sys/kernel/random/boot_id"
 
+PCI_DEVICES_DIR = "sys/devices"  # PCI functions sit under their root complex: pciDDDD:BB/...
 MAX_CORES_PER_DEVICE = 64
+MAX_NUMA_NODE = 1023  # the kernel's largest
 MAX_VALUE_LENGTH = 64  # a ResourceSlice string attribute's limit
+MAX_ULTRASERVER_NODES = 64
+NO_SERVER_ID = "0" * 16  # what the driver shows for a unit the node is not in, or while busy
 
 _DEVICE_DIR_RE = re.compile(r"neuron(0|[1-9][0-9]{0,3})")
 _INSTANCE_TYPE_RE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
+_PCIE_ROOT_RE = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
+_PCI_ADDRESS_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _PRINTABLE_RE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
 # A label value, because UltraServer ids become node labels.
 _LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -135,12 +146,13 @@ class _Reader:
         if spec is not None:
             self.check_device_count(spec, indices)
         devices = tuple(device for i in indices if (device := self.device(i, spec)) is not None)
+        devices = self.with_pci_parents(devices)
         inventory = NodeInventory(
             instance_type=instance_type,
             driver_version=self.parse(DRIVER_VERSION_FILE, _printable),
             lnc=self.lnc(instance_type, spec),
             devices=devices,
-            ultraserver=self.ultraserver() if spec is not None and spec.ultraserver else None,
+            ultraserver=self.ultraserver(spec) if spec is not None and spec.ultraserver else None,
         )
         return Discovery(inventory, tuple(self.findings))
 
@@ -207,22 +219,72 @@ class _Reader:
             return None
         return DEFAULT_LNC if configured is None else configured
 
-    def ultraserver(self) -> UltraServer | None:
-        values = (
+    def ultraserver(self, spec: InstanceType) -> UltraServer | None:
+        runtime_modes = self.parse(f"{CLASS_DIR}/ultraserver_mode", _runtime_modes)
+        found = self.reserved_ultraserver() if spec.reservation else self.elected_ultraserver()
+        if found is None:
+            return None
+        if runtime_modes is None:
+            self.note(CLASS_DIR, "UltraServer modes unknown: only single-node use is advertised")
+            return replace(found, modes=(1,))
+        sizes = {RUNTIME_MODE_NODES[m] for m in runtime_modes}
+        modes = tuple(n for n in (1, 2, 4) if n == 1 or (n in sizes and found.unit(n)))
+        return replace(found, modes=modes, runtime_modes=runtime_modes)
+
+    def elected_ultraserver(self) -> UltraServer | None:
+        """trn2u, trn3p: ids of the node's units of 2 and 4 nodes, from the driver's election."""
+        server_2, server_4, node_2, node_4 = (
             self.parse(f"{CLASS_DIR}/server_id_2", _label_value),
             self.parse(f"{CLASS_DIR}/server_id_4", _label_value),
-            self.parse(f"{CLASS_DIR}/node_id_2", _int_in(0, 1)),
-            self.parse(f"{CLASS_DIR}/node_id_4", _int_in(0, 3)),
-            self.parse(f"{CLASS_DIR}/ultraserver_mode", _modes),
+            self.parse(f"{CLASS_DIR}/node_id_2", _int_in(-1, 1)),
+            self.parse(f"{CLASS_DIR}/node_id_4", _int_in(-1, 3)),
         )
-        server_2, server_4, node_2, node_4, modes = values
         if server_2 is None or server_4 is None or node_2 is None or node_4 is None:
             self.note(CLASS_DIR, "UltraServer membership unknown: whole-node device withheld")
             return None
-        if modes is None:
-            self.note(CLASS_DIR, "UltraServer modes unknown: only single-node use is advertised")
-            modes = (1,)
-        return UltraServer(server_2, server_4, node_2, node_4, modes)
+        # The driver shows node id -1 and server id 0000000000000000 for a unit it is not in.
+        in_2, in_4 = (
+            node_2 >= 0 and server_2 != NO_SERVER_ID,
+            node_4 >= 0 and server_4 != NO_SERVER_ID,
+        )
+        if not in_2 and not in_4:
+            self.note(CLASS_DIR, "not in a unit of 2 or 4 nodes: whole-node device withheld")
+            return None
+        return UltraServer(
+            server_id_2=server_2 if in_2 else None,
+            server_id_4=server_4 if in_4 else None,
+            node_id_2=node_2 if in_2 else None,
+            node_id_4=node_4 if in_4 else None,
+            modes=(1,),
+        )
+
+    def reserved_ultraserver(self) -> UltraServer | None:
+        """trn3: the one unit the node's reservation makes (`reservation_id` names it)."""
+        reservation, node, count = (
+            self.parse(f"{CLASS_DIR}/reservation_id", _label_value),
+            self.parse(f"{CLASS_DIR}/node_id", _int_in(-1, 3)),
+            self.parse(f"{CLASS_DIR}/node_cnt", _int_in(-1, MAX_ULTRASERVER_NODES)),
+        )
+        if reservation is None or node is None or count is None:
+            self.note(CLASS_DIR, "UltraServer membership unknown: whole-node device withheld")
+            return None
+        if count not in (2, 4) or node < 0 or reservation == NO_SERVER_ID:
+            self.note(
+                CLASS_DIR,
+                f"not in a unit of 2 or 4 nodes (node_cnt {count}, node_id {node}, "
+                f"reservation_id {reservation}): whole-node device withheld",
+            )
+            return None
+        # node_id is the node's place in the reservation, whatever mode the runtime runs in.
+        pair, four = count == 2, count == 4
+        return UltraServer(
+            server_id_2=reservation if pair else None,
+            server_id_4=reservation if four else None,
+            node_id_2=node if pair else None,
+            node_id_4=node if four else None,
+            modes=(1,),
+            reservation_id=reservation,
+        )
 
     # --- device -------------------------------------------------------------
 
@@ -267,6 +329,66 @@ class _Reader:
                 "the catalogue for connected sets",
             )
         return listed
+
+    # --- PCI parent ---------------------------------------------------------
+
+    def with_pci_parents(self, devices: tuple[NeuronDevice, ...]) -> tuple[NeuronDevice, ...]:
+        """The devices with their PCIe root and NUMA node, where sysfs links them to their
+        PCI function (`/sys/class/neuron_device/neuronN/device`, as for any class device
+        registered with a parent). The Neuron driver up to 2.24 registers its devices
+        without one, so no link at all is the normal case and says nothing; a link on
+        some devices only, or one that does not lead to a PCI function, is a finding."""
+        placed = {d.index: self.pci_parent(d.index) for d in devices}
+        linked = {i for i, found in placed.items() if found is not None}
+        if not linked:
+            return devices
+        for index in sorted(set(placed) - linked):
+            self.note(
+                f"{CLASS_DIR}/neuron{index}/device",
+                "missing although other Neuron devices have it: "
+                "resource.kubernetes.io/pcieRoot and numaNode not published for this device",
+            )
+        return tuple(
+            replace(d, pcie_root=found[0], numa_node=found[1])
+            if (found := placed[d.index]) is not None
+            else d
+            for d in devices
+        )
+
+    def pci_parent(self, index: int) -> tuple[str | None, int | None] | None:
+        """(PCIe root, NUMA node) of the device's PCI function, each None where unknown
+        (a finding says why); None without a link."""
+        rel = f"{CLASS_DIR}/neuron{index}/device"
+        link = self.root / rel
+        if not link.is_symlink():
+            return None
+        unpublished = "resource.kubernetes.io/pcieRoot and numaNode not published"
+        try:
+            target = link.resolve(strict=True)
+            under = target.relative_to((self.root / PCI_DEVICES_DIR).resolve())
+        except (OSError, RuntimeError):
+            self.note(rel, f"dangling link: {unpublished}")
+            return None, None
+        except ValueError:
+            self.note(rel, f"leads outside /{PCI_DEVICES_DIR}, not to a PCI device: {unpublished}")
+            return None, None
+        parts = under.parts
+        if (
+            len(parts) < 2
+            or _PCIE_ROOT_RE.fullmatch(parts[0]) is None
+            or _PCI_ADDRESS_RE.fullmatch(parts[-1]) is None
+        ):
+            self.note(
+                rel,
+                f"leads to /{PCI_DEVICES_DIR}/{under}, not to a PCI function under a root "
+                f"complex (/{PCI_DEVICES_DIR}/pciDDDD:BB/.../DDDD:BB:DD.F): {unpublished}",
+            )
+            return None, None
+        # -1: no NUMA affinity; no file: a kernel without NUMA. Neither is a numaNode.
+        numa = self.parse(
+            f"{PCI_DEVICES_DIR}/{under}/numa_node", _int_in(-1, MAX_NUMA_NODE), optional=True
+        )
+        return parts[0], None if numa is None or numa < 0 else numa
 
 
 # --- value parsers: pure, raise ValueError with the reason ----------------------
@@ -328,10 +450,17 @@ def _major_minor(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _modes(text: str) -> tuple[int, ...]:
+def _runtime_modes(text: str) -> tuple[int, ...]:
     modes = tuple(sorted({int(part) for part in re.split(r"[,\s_]+", text) if part.isdigit()}))
-    if not modes or not set(modes) <= {1, 2, 4} or not re.fullmatch(r"[0-9,\s_]+", text):
-        raise ValueError("expected UltraServer unit sizes from 1, 2, 4 such as '1,2,4'")
+    if (
+        not modes
+        or not set(modes) <= set(RUNTIME_MODE_NODES)
+        or not re.fullmatch(r"[0-9,\s_]+", text)
+    ):
+        raise ValueError(
+            "expected the runtime's UltraServer modes from 1 (X4), 2 (X2H), 3 (X2V), 4 (X1) "
+            "such as '1,3,4'"
+        )
     return modes
 
 

@@ -1,5 +1,8 @@
 """EFA pairing of Neuron devices, per instance family (AWS-published data).
 
+The tables are those of github.com/aws-neuron/connected-device-maps-over-efa-for-neuron
+(lookup/neuron/*.json, lookup/config/*.json), which the AWS EFA driver embeds.
+
 On EFA instances each Neuron device has a paired EFA NIC. Group ids derived from
 those NICs' PCI addresses equal the AWS EFA driver's, so one claim can ask for
 Neuron devices and the NICs wired to them with a single matchAttribute.
@@ -85,6 +88,24 @@ _ADDRESSES: dict[str, tuple[str, ...]] = {
         "0000:d4:00.0",
         "0000:eb:00.0",
     ),
+    "trn3pds": (
+        "0000:a9:00.0",
+        "0000:a8:00.0",
+        "0000:bf:00.0",
+        "0000:be:00.0",
+        "0000:d5:00.0",
+        "0000:d4:00.0",
+        "0000:eb:00.0",
+        "0000:ea:00.0",
+        "0000:4c:00.0",
+        "0000:4b:00.0",
+        "0000:62:00.0",
+        "0000:61:00.0",
+        "0000:78:00.0",
+        "0000:77:00.0",
+        "0000:8e:00.0",
+        "0000:8d:00.0",
+    ),
 }
 
 # Instance family -> key of _ADDRESSES: UltraServer and variant families share a board.
@@ -98,6 +119,8 @@ _FAMILY_MAP: dict[str, str] = {
     "trn3p": "trn3",
     "trn3pd98": "trn3",
     "trn3s": "trn3",
+    "trn3-dev0": "trn3pds",
+    "trn3-dev1": "trn3pds",
 }
 
 _EFA_INSTANCE_TYPES = frozenset(
@@ -111,6 +134,8 @@ _EFA_INSTANCE_TYPES = frozenset(
         "trn3p.48xlarge",
         "trn3pd98.48xlarge",
         "trn3s.48xlarge",
+        "trn3-dev0.48xlarge",
+        "trn3-dev1.48xlarge",
     }
 )
 

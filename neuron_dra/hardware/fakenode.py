@@ -26,6 +26,7 @@ _SILICON = {
     0x7264: ("NCv2", "Inferentia2"),
     0x7164: ("NCv2", "Trainium"),
     0x7364: ("NCv3", "Trainium2"),
+    0x7564: ("NCv4", "Trainium3"),
 }
 _HARDWARE_COUNTERS = (
     "mem_ecc_corrected",
@@ -37,8 +38,18 @@ _HARDWARE_COUNTERS = (
 
 @dataclass(frozen=True)
 class FakeUltraServer:
-    server_id: str = "us-0"  # id of the 4-node UltraServer
+    """The node's place in an UltraServer, written as its instance type's driver shows it.
+
+    Elected types (trn2u, trn3p) get `server_id_2/4` and `node_id_2/4` of a 4-node
+    UltraServer; reservation types (trn3) get `reservation_id` (= `server_id`),
+    `node_id` and `node_cnt` (= `nodes`, 2 or 4). `modes` is the `ultraserver_mode`
+    file (runtime mode numbers); by default what the driver offers such a unit.
+    """
+
+    server_id: str = "us-0"  # id of the UltraServer (the reservation on trn3)
     node_id: int = 0  # position 0..3 within it
+    nodes: int = 4  # nodes in the reservation (trn3 only)
+    modes: str | None = None
 
 
 def build_fake_node(
@@ -48,8 +59,14 @@ def build_fake_node(
     driver_version: str = DEFAULT_DRIVER_VERSION,
     lnc: int | None = None,
     ultraserver: FakeUltraServer | None = None,
+    pci_parents: bool = False,
 ) -> Path:
-    """Create the tree under `root` and return `root`."""
+    """Create the tree under `root` and return `root`.
+
+    `pci_parents`: link each device to a PCI function (`device`, with `numa_node`), as
+    the kernel does for a class device registered with a parent. The Neuron driver up to
+    2.24 registers its devices without one, so the default tree has no such link.
+    """
     spec = INSTANCE_TYPES.get(instance_type)
     if spec is None:
         known = ", ".join(sorted(INSTANCE_TYPES))
@@ -60,6 +77,10 @@ def build_fake_node(
         raise ValueError(f"{instance_type} is not an UltraServer instance type")
     if ultraserver is not None and not 0 <= ultraserver.node_id <= 3:
         raise ValueError(f"UltraServer node id must be 0..3, not {ultraserver.node_id}")
+    if ultraserver is not None and ultraserver.nodes not in ((2, 4) if spec.reservation else (4,)):
+        raise ValueError(
+            f"{instance_type} cannot be in an UltraServer of {ultraserver.nodes} nodes"
+        )
 
     _write(root / discovery.PRODUCT_NAME_FILE, instance_type + "\n")
     _write(root / discovery.DRIVER_VERSION_FILE, driver_version + "\n")
@@ -94,14 +115,48 @@ def build_fake_node(
             link.symlink_to(Path("../../devices/virtual/neuron_device") / f"neuron{index}")
         # Stands in for the character device: presence is what discovery checks.
         _write(root / discovery.DEV_DIR / f"neuron{index}", "")
+        if pci_parents:
+            _link_pci_parent(root, device, index, spec.devices, spec.pci_device_id)
     if spec.ultraserver:
-        unit = ultraserver or FakeUltraServer()
+        _write_ultraserver(
+            class_dir, ultraserver or FakeUltraServer(), reservation=spec.reservation
+        )
+    return root
+
+
+def _write_ultraserver(class_dir: Path, unit: FakeUltraServer, *, reservation: bool) -> None:
+    if reservation:
+        _write(class_dir / "reservation_id", unit.server_id + "\n")
+        _write(class_dir / "node_id", f"{unit.node_id}\n")
+        _write(class_dir / "node_cnt", f"{unit.nodes}\n")
+        # X4 and X2V for 4 nodes; 2 nodes are joined by their vertical links only.
+        modes = "1,3,4" if unit.nodes == 4 else "3,4"
+    else:
         _write(class_dir / "server_id_4", unit.server_id + "\n")
         _write(class_dir / "node_id_4", f"{unit.node_id}\n")
         _write(class_dir / "server_id_2", f"{unit.server_id}-{unit.node_id // 2}\n")
         _write(class_dir / "node_id_2", f"{unit.node_id % 2}\n")
-        _write(class_dir / "ultraserver_mode", "1,2,4\n")
-    return root
+        modes = "1,2,4"
+    _write(class_dir / "ultraserver_mode", (unit.modes or modes) + "\n")
+
+
+def fake_pci_function(index: int) -> tuple[str, str]:
+    """(PCIe root complex, path under it) of device `index`'s PCI function in a fake tree:
+    four devices behind each root complex, each behind a bridge of its own."""
+    bus = 0x10 * (index // 4 + 1)
+    bridge = f"0000:{bus:02x}:{index % 4 + 1:02x}.0"
+    return f"pci0000:{bus:02x}", f"{bridge}/0000:{bus + index % 4 + 1:02x}:00.0"
+
+
+def _link_pci_parent(root: Path, device: Path, index: int, devices: int, pci_id: int) -> None:
+    pcie_root, under = fake_pci_function(index)
+    function = root / discovery.PCI_DEVICES_DIR / pcie_root / under
+    _write(function / "vendor", "0x1d0f\n")
+    _write(function / "device", f"0x{pci_id:04x}\n")
+    _write(function / "numa_node", f"{index * 2 // devices}\n")  # half the devices per node
+    link = device / "device"
+    if not link.is_symlink():
+        link.symlink_to(Path("../../..") / pcie_root / under)
 
 
 def _write(path: Path, text: str, *, mode: int = 0o644) -> None:

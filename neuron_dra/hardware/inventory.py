@@ -9,16 +9,45 @@ from consts import DEVICE_NAME_PREFIX
 from neuron_dra.hardware import topology
 from neuron_dra.hardware.instance_types import InstanceType, lookup
 
+# The Neuron runtime's UltraServer modes (NEURON_RT_ULTRASERVER_MODE), as the driver's
+# `ultraserver_mode` file lists them: X4=1, X2H=2 (horizontal links), X2V=3 (vertical), X1=4.
+RUNTIME_MODE_NODES = {1: 4, 2: 2, 3: 2, 4: 1}
+
 
 @dataclass(frozen=True)
 class UltraServer:
-    """The node's place in a trn2u UltraServer (4 nodes joined by NeuronLink)."""
+    """The node's place in an UltraServer: the units of 2 and of 4 nodes it belongs to.
 
-    server_id_2: str
-    server_id_4: str
-    node_id_2: int
-    node_id_4: int
-    modes: tuple[int, ...]  # supported unit sizes in nodes, e.g. (1, 2, 4)
+    Nodes that elect their UltraServer (trn2u, trn3p) know both units; a node placed
+    by its reservation (trn3) knows only the unit its reservation makes, so the other
+    size's ids are None.
+    """
+
+    server_id_2: str | None
+    server_id_4: str | None
+    node_id_2: int | None
+    node_id_4: int | None
+    modes: tuple[int, ...]  # unit sizes in nodes a claim may ask for, e.g. (1, 2, 4)
+    runtime_modes: tuple[int, ...] = ()  # the driver's list: runtime mode numbers, e.g. (1, 3, 4)
+    reservation_id: str | None = None  # trn3: shared by the nodes of one reservation
+
+    def unit(self, nodes: int) -> tuple[str, int] | None:
+        """(server id, node id) of the node's unit of `nodes` nodes, if it is in one."""
+        if nodes == 4 and self.server_id_4 is not None and self.node_id_4 is not None:
+            return self.server_id_4, self.node_id_4
+        if nodes == 2 and self.server_id_2 is not None and self.node_id_2 is not None:
+            return self.server_id_2, self.node_id_2
+        return None
+
+    def runtime_mode(self, nodes: int) -> int:
+        """NEURON_RT_ULTRASERVER_MODE for a unit of `nodes` nodes.
+
+        Two nodes use the vertical links (X2V) where the driver offers them, else the
+        horizontal ones (X2H), as AWS's UltraServer init script chooses.
+        """
+        if nodes == 2:
+            return 3 if 3 in self.runtime_modes else 2
+        return {4: 1, 1: 4}[nodes]
 
 
 @dataclass(frozen=True)
@@ -30,6 +59,10 @@ class NeuronDevice:
     device_name: str | None = None
     # Character device numbers from sysfs `dev`; lets runtimes create the node without a stat.
     major_minor: tuple[int, int] | None = None
+    # The PCIe root complex (`pci0000:00`) and NUMA node of the device's PCI function, where
+    # sysfs links the device to it; the Neuron driver up to 2.24 registers none.
+    pcie_root: str | None = None
+    numa_node: int | None = None
 
     @property
     def name(self) -> str:

@@ -4,7 +4,9 @@ A connected set is what a multi-device workload may be given. On the 4x4 torus
 those are the rows, the halves and the whole node (the Neuron scheduler
 extension's rule); on rings and lines, aligned contiguous blocks of every size
 that divides the device count, because DRA's `matchAttribute` needs each set
-to be exactly the devices sharing one attribute value.
+to be exactly the devices sharing one attribute value. Behind a NeuronSwitch
+(Trainium3) every set is connected; the published ones are the aligned blocks
+of 1, 4, 8 and 16 that the AWS EFA driver groups devices by.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ DeviceSet = frozenset[int]
 
 
 def neighbours(shape: Shape, count: int, index: int) -> tuple[int, ...]:
-    """Neighbours of device `index`, in the order the Neuron driver lists them."""
-    if shape is Shape.TORUS:
+    """Neighbours of device `index`, in the order the Neuron driver lists them.
+
+    The driver lists the 4x4 torus neighbours for 16 Trainium3 devices too, though
+    their fabric is switched, so that is what a switched node's sysfs shows.
+    """
+    if shape in (Shape.TORUS, Shape.SWITCHED):
         row, col = divmod(index, TORUS_SIDE)
         up = (row - 1) % TORUS_SIDE * TORUS_SIDE + col
         left = row * TORUS_SIDE + (col - 1) % TORUS_SIDE
@@ -38,9 +44,9 @@ def neighbours(shape: Shape, count: int, index: int) -> tuple[int, ...]:
 
 def connected_sets(shape: Shape, count: int) -> Mapping[int, tuple[DeviceSet, ...]]:
     """Allowed connected sets by size, each size partitioning the devices."""
-    if shape is Shape.TORUS:
+    if shape in (Shape.TORUS, Shape.SWITCHED):
         if count != TORUS_SIDE * TORUS_SIDE:
-            raise ValueError(f"a torus has {TORUS_SIDE * TORUS_SIDE} devices, not {count}")
+            raise ValueError(f"a {shape} node has {TORUS_SIDE * TORUS_SIDE} devices, not {count}")
         sizes: tuple[int, ...] = (1, 4, 8, 16)
     elif shape in (Shape.RING, Shape.LINE):
         sizes = tuple(s for s in range(1, count + 1) if count % s == 0)

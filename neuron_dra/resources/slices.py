@@ -27,7 +27,7 @@ which one the API server accepts; the builder only lays the pool out.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -39,6 +39,8 @@ from consts import (
     ATTR_INSTANCE_TYPE,
     ATTR_LOGICAL_NEURON_CORE,
     ATTR_NEURON_DRIVER_VERSION,
+    ATTR_NUMA_NODE,
+    ATTR_PCIE_ROOT,
     ATTR_RESOURCE_TYPE,
     ATTR_SERIAL_NUMBER,
     ATTR_TOPOLOGY4_ID,
@@ -55,6 +57,7 @@ from consts import (
     COUNTER_SET_NODE,
     DRA_DRIVER_VERSION,
     DRIVER_NAME,
+    KUBERNETES_ATTRIBUTE_DOMAIN,
     NODE_DEVICE_NAME,
     RESOURCE_TYPE_CORE,
     RESOURCE_TYPE_DEVICE,
@@ -68,6 +71,7 @@ from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServ
 from neuron_dra.hardware.topology import torus_position
 from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
+from neuron_dra.resources.nodetopology import NodeTopology
 
 Json = dict[str, Any]
 
@@ -109,6 +113,8 @@ class SliceOptions:
     # Each logical NeuronCore as a device too; they need shared counters, so only where the
     # API server keeps them (the agent asks it).
     cores: bool = False
+    # Where the node sits in the EC2 network, from its Node object's labels.
+    topology: NodeTopology = field(default_factory=NodeTopology)
 
 
 def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
@@ -126,7 +132,9 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     devices = []
     if publish_devices:
         devices = [
-            _tainted(_device(inventory, d, ids.get(d.index, {})), sick.get(d.index))
+            _tainted(
+                _device(inventory, d, ids.get(d.index, {}), options.topology), sick.get(d.index)
+            )
             for d in inventory.devices
             if options.device_taints or d.index not in sick
         ]
@@ -134,10 +142,10 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
         # The whole node is only as healthy as its devices, since the first of them failed:
         # a later failure must not move its taint's value or time.
         first = min(sick.values(), key=_first_seen, default=None)
-        devices.append(_tainted(_node_device(inventory, ultraserver), first))
+        devices.append(_tainted(_node_device(inventory, ultraserver, options.topology), first))
     # A core is as healthy as its device.
     devices += [
-        _tainted(_core_device(inventory, core), sick.get(core.device.index))
+        _tainted(_core_device(inventory, core, options.topology), sick.get(core.device.index))
         for core in cores
         if options.device_taints or core.device.index not in sick
     ]
@@ -264,9 +272,12 @@ def _slice(options: SliceOptions, count: int, content: Json) -> Json:
     }
 
 
-def _device(inventory: NodeInventory, device: NeuronDevice, groups: dict[int, str]) -> Json:
-    attributes = _common_attributes(inventory, RESOURCE_TYPE_DEVICE)
+def _device(
+    inventory: NodeInventory, device: NeuronDevice, groups: dict[int, str], topology: NodeTopology
+) -> Json:
+    attributes = _common_attributes(inventory, RESOURCE_TYPE_DEVICE, topology)
     attributes[ATTR_DEVICE_ID] = {"int": device.index}
+    _put_pci(attributes, device)
     if inventory.spec is not None and inventory.in_topology(device):
         if inventory.spec.shape is Shape.TORUS:
             row, column = torus_position(device.index)
@@ -288,15 +299,20 @@ def _device(inventory: NodeInventory, device: NeuronDevice, groups: dict[int, st
     return _named(device.name, attributes, capacity)
 
 
-def _core_device(inventory: NodeInventory, core: logical.LogicalCore) -> Json:
-    attributes = _common_attributes(inventory, RESOURCE_TYPE_CORE)
+def _core_device(
+    inventory: NodeInventory, core: logical.LogicalCore, topology: NodeTopology
+) -> Json:
+    attributes = _common_attributes(inventory, RESOURCE_TYPE_CORE, topology)
     attributes[ATTR_DEVICE_ID] = {"int": core.device.index}
+    _put_pci(attributes, core.device)  # a core sits where its device does
     attributes[ATTR_CORE_ID] = {"int": core.index}
     return _named(core.name, attributes, {})
 
 
-def _node_device(inventory: NodeInventory, ultraserver: UltraServer) -> Json:
-    attributes = _common_attributes(inventory, RESOURCE_TYPE_NODE)
+def _node_device(
+    inventory: NodeInventory, ultraserver: UltraServer, topology: NodeTopology
+) -> Json:
+    attributes = _common_attributes(inventory, RESOURCE_TYPE_NODE, topology)
     capacity: Json = {}
     cores = [d.cores for d in inventory.devices]
     if cores and all(c is not None for c in cores):
@@ -307,7 +323,9 @@ def _node_device(inventory: NodeInventory, ultraserver: UltraServer) -> Json:
     return _named(NODE_DEVICE_NAME, attributes, capacity)
 
 
-def _common_attributes(inventory: NodeInventory, resource_type: str) -> Json:
+def _common_attributes(
+    inventory: NodeInventory, resource_type: str, topology: NodeTopology
+) -> Json:
     attributes: Json = {
         ATTR_RESOURCE_TYPE: {"string": resource_type},
         ATTR_DRA_DRIVER_VERSION: {"version": DRA_DRIVER_VERSION},
@@ -318,12 +336,25 @@ def _common_attributes(inventory: NodeInventory, resource_type: str) -> Json:
         attributes[ATTR_LOGICAL_NEURON_CORE] = {"int": inventory.lnc}
     ultraserver = inventory.ultraserver
     if ultraserver is not None:
-        attributes[ATTR_ULTRASERVER_SERVER_ID_2] = {"string": ultraserver.server_id_2}
-        attributes[ATTR_ULTRASERVER_SERVER_ID_4] = {"string": ultraserver.server_id_4}
-        attributes[ATTR_ULTRASERVER_NODE_ID_2] = {"int": ultraserver.node_id_2}
-        attributes[ATTR_ULTRASERVER_NODE_ID_4] = {"int": ultraserver.node_id_4}
+        # Ids of the units of 2 and 4 nodes the node is in (a trn3 node: its reservation's).
+        _put_string(attributes, ATTR_ULTRASERVER_SERVER_ID_2, ultraserver.server_id_2)
+        _put_string(attributes, ATTR_ULTRASERVER_SERVER_ID_4, ultraserver.server_id_4)
+        if ultraserver.node_id_2 is not None:
+            attributes[ATTR_ULTRASERVER_NODE_ID_2] = {"int": ultraserver.node_id_2}
+        if ultraserver.node_id_4 is not None:
+            attributes[ATTR_ULTRASERVER_NODE_ID_4] = {"int": ultraserver.node_id_4}
         attributes[ATTR_ULTRASERVER_MODES] = {"string": modes_label(ultraserver.modes)}
+    for name, value in topology.attributes().items():
+        attributes[name] = {"string": value}
     return attributes
+
+
+def _put_pci(attributes: Json, device: NeuronDevice) -> None:
+    """The standard PCI placement attributes, where sysfs gave the device's PCI function."""
+    if device.pcie_root is not None:
+        attributes[f"{KUBERNETES_ATTRIBUTE_DOMAIN}/{ATTR_PCIE_ROOT}"] = {"string": device.pcie_root}
+    if device.numa_node is not None:
+        attributes[f"{KUBERNETES_ATTRIBUTE_DOMAIN}/{ATTR_NUMA_NODE}"] = {"int": device.numa_node}
 
 
 def modes_label(modes: tuple[int, ...]) -> str:

@@ -27,7 +27,14 @@ from typing import Any
 import yaml
 
 from api.config import ConfigError, NeuronConfig, decode
-from consts import ATTR_DEVICE_ID, DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN, RESOURCE_TYPE_CORE
+from consts import (
+    ATTR_DEVICE_ID,
+    DRIVER_NAME,
+    GROUP_ATTRIBUTE_DOMAIN,
+    RESOURCE_TYPE_CORE,
+    RESOURCE_TYPE_DEVICE,
+    RESOURCE_TYPE_NODE,
+)
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.tools.cel import CelCompileError, compile_selector
 from neuron_dra.tools.plugin_pods import GROUP_PREFIX, pod_warnings
@@ -39,6 +46,7 @@ from neuron_dra.tools.published import (
     matching_kinds,
     matching_types,
     narrow,
+    node_specific,
     published,
     suggest,
     unpublished,
@@ -63,6 +71,7 @@ Json = dict[str, Any]
 BETA_VERSIONS = ("resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2")
 KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 CORES = frozenset({RESOURCE_TYPE_CORE})
+BOTH_KINDS = frozenset({RESOURCE_TYPE_DEVICE, RESOURCE_TYPE_NODE})
 RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
 
 
@@ -344,7 +353,15 @@ class _Checker:
         pinned = self.instance_types or (types if narrow(types) else ())
         self.types[alt.name], self.pinned[alt.name] = types, pinned
         if not types:
-            if clean and not self._class_without_cores(part, alt, base, own):
+            if node_specific((*base, *own)):
+                self.warn(
+                    "the selectors compare values each node publishes for itself (its "
+                    "network layers, PCIe roots, serial numbers): which nodes match is not "
+                    "checked here. Where a device lacks the attribute a bare comparison is a "
+                    "CEL runtime error that fails the pod's scheduling: guard it with has()",
+                    part,
+                )
+            elif clean and not self._class_without_cores(part, alt, base, own):
                 self.warn("no device of any Neuron instance type matches the selectors", part)
             return
         usable_base = tuple(e for e in base if usable(e))
@@ -362,6 +379,8 @@ class _Checker:
         if cores and not alt.all:
             self._core_count(claim, alt, matching_cores((*usable_base, *own)), pinned)
             return
+        if alt.all and matching_kinds((*usable_base, *own)) >= BOTH_KINDS:
+            self._all_of_both_kinds(part)
         if alt.all or not pinned:
             return
         groups = [
@@ -370,6 +389,21 @@ class _Checker:
         ]  # fmt: skip
         for instance_type in pinned:
             self._count(part, alt.count, instance_type, groups)
+
+    def _all_of_both_kinds(self, part: str) -> None:
+        """All of a node's single devices and its whole-node device: the counters refuse it."""
+        ultraservers = ", ".join(t.name for t in INSTANCE_TYPES.values() if t.ultraserver)
+        self.warn(
+            f"allocationMode All takes both the single devices (resourceType "
+            f"'{RESOURCE_TYPE_DEVICE}') and the whole-node device ('{RESOURCE_TYPE_NODE}'): "
+            f"an UltraServer node ({ultraservers}) publishing both never takes the claim, "
+            "because the node device and its devices share counters (both kinds are published "
+            "where the API server serves partitionable devices, Kubernetes 1.36+ by default); "
+            "add the "
+            f"selector \"device.attributes['{DRIVER_NAME}'].resourceType == "
+            f"'{RESOURCE_TYPE_DEVICE}'\"",
+            part,
+        )
 
     def _class_without_cores(
         self, part: str, alt: Alternative, base: Sequence[str], own: Sequence[str]

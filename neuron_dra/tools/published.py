@@ -6,7 +6,11 @@ the connected sets (`devicegroup{N}_id`). Nothing here is read from a
 cluster; it is the driver's own slice builder run on simulated nodes, with
 each logical NeuronCore a device too (as where partitionable devices are
 served) and at every LNC the instance type has, so a selector on the cores or
-the LNC finds what it asks for.
+the LNC finds what it asks for. Every attribute a node may carry is there: the
+network layers of a Node labelled with all four, the PCI placement of devices
+linked to their PCI functions. Their values, like serial numbers, are the
+simulated node's own: a selector that compares one to a real value matches no
+simulated device (`node_specific` tells those apart).
 """
 
 from __future__ import annotations
@@ -22,15 +26,22 @@ from pathlib import Path
 from consts import (
     ATTR_INSTANCE_TYPE,
     ATTR_LOGICAL_NEURON_CORE,
+    ATTR_NETWORK_NODE_LAYERS,
+    ATTR_NUMA_NODE,
+    ATTR_PCIE_ROOT,
     ATTR_RESOURCE_TYPE,
+    ATTR_SERIAL_NUMBER,
     DRIVER_NAME,
     GROUP_ATTRIBUTE_DOMAIN,
+    KUBERNETES_ATTRIBUTE_DOMAIN,
+    LABEL_NETWORK_NODE_LAYER_PREFIX,
     RESOURCE_TYPE_CORE,
 )
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES, family_of
 from neuron_dra.resources.limits import CounterLayout
+from neuron_dra.resources.nodetopology import from_labels
 from neuron_dra.resources.slices import SliceOptions, build_slices
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, DeviceView, compile_selector
 from neuron_dra.tools.cel import referenced_attributes as cel_attributes
@@ -39,6 +50,15 @@ Names = Mapping[str, frozenset[str]]  # domain -> attribute names
 
 OUR_DOMAINS = (DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN)
 LNCS = (2, 1)  # of the instance types that have logical NeuronCores; the default first
+# Attributes whose values differ from node to node (or device to device) of one type.
+NODE_SPECIFIC = frozenset(
+    {(DRIVER_NAME, name) for name in (*ATTR_NETWORK_NODE_LAYERS, ATTR_SERIAL_NUMBER)}
+    | {(KUBERNETES_ATTRIBUTE_DOMAIN, name) for name in (ATTR_PCIE_ROOT, ATTR_NUMA_NODE)}
+)
+# A Node labelled with every layer, so that each name is known.
+SIMULATED_TOPOLOGY = from_labels(
+    {f"{LABEL_NETWORK_NODE_LAYER_PREFIX}{n}": f"nn-layer{n}" for n in range(1, 5)}
+)[0]
 # A devicegroup name as published (`devicegroup4_id`) or as commonly mistyped.
 GROUP_NAME = re.compile(r"devicegroup(\d+)_?id", re.IGNORECASE)
 
@@ -74,11 +94,18 @@ def published() -> Published:
             views = []
             for lnc in LNCS if spec.has_lnc else (None,):
                 root = build_fake_node(
-                    Path(tmp) / f"{instance_type}-{lnc}", instance_type, ultraserver=unit, lnc=lnc
+                    Path(tmp) / f"{instance_type}-{lnc}",
+                    instance_type,
+                    ultraserver=unit,
+                    lnc=lnc,
+                    pci_parents=True,
                 )
                 inventory = discover(root).inventory
                 options = SliceOptions(
-                    instance_type, counter_layout=CounterLayout.OWN_SLICE, cores=True
+                    instance_type,
+                    counter_layout=CounterLayout.OWN_SLICE,
+                    cores=True,
+                    topology=SIMULATED_TOPOLOGY,
                 )
                 views += [
                     DeviceView.from_slice_device(DRIVER_NAME, device)
@@ -115,6 +142,12 @@ def suggest(name: str, known: Iterable[str]) -> str | None:
     by_lower = {k.lower(): k for k in candidates}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
     return by_lower[close[0]] if close else None
+
+
+def node_specific(expressions: Iterable[str]) -> bool:
+    """Whether a selector reads a value only the nodes themselves know (a network layer,
+    a PCIe root): whether it matches cannot be told offline."""
+    return any(NODE_SPECIFIC & cel_attributes(e) for e in expressions if usable(e))
 
 
 @cache

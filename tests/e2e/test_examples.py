@@ -26,7 +26,7 @@ from consts import (
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view, env_of
 from tests.e2e.test_cores import visible
 from tests.e2e.test_extended_resources import check_and_delete, special_claim, too_old
@@ -84,7 +84,9 @@ def nodes(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
     too, and trn2u nodes publish both kinds; before: only `neuronnode`) with two
     trn2.48xlarge, one inf2.48xlarge and two UltraServers of four
     trn2u.48xlarge nodes: us-4-node-config.yaml asks for two 4-node groups."""
-    with Cluster(e2e_binaries) as cluster:
+    # Deployments too: specific-driver-version.yaml runs as written, replicas and all.
+    controllers = (*DEFAULT_CONTROLLERS, "deployment-controller", "replicaset-controller")
+    with Cluster(e2e_binaries, controllers=controllers) as cluster:
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
         # Only the LeaderWorkerSet API, so that its documents apply as written; the LWS
         # controller is not run: the tests place the group's pods themselves.
@@ -213,6 +215,44 @@ def test_all_devices_of_any_instance_type(nodes: dict[str, SimulatedNode], node:
     )
     # count None: every device of the node; the env is checked at the node's default LNC.
     run_and_check(nodes, ns, "all-devices", None, None)
+
+
+def test_every_device_on_nodes_of_a_driver_version(nodes: dict[str, SimulatedNode]) -> None:
+    """Two replicas, each with every single device of a node of its own: an inf2.48xlarge
+    and, where trn2u nodes publish single devices beside `neuronnode` (1.36+), a
+    trn2u.48xlarge; elsewhere a trn2.48xlarge."""
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    second = "trn2-a" if too_old(cluster.binaries) else "us-b-0"
+    template, deployment = load("specific-driver-version.yaml")
+    deployment["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+            "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                  "values": ["inf2-a", second]}]}]}}}  # fmt: skip
+    deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] = False
+    create_in(cluster, ns, [template, deployment])
+
+    def running() -> list[Obj] | None:
+        pods = cluster.list_objects("v1", "Pod", ns, label_selector="app=driver-version")
+        ready = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+        return ready if len(ready) == 2 else None
+
+    pods = cluster.wait_for("both replicas running", running, timeout=90)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(["inf2-a", second])
+    uids = set()
+    for pod in pods:
+        node = nodes[pod["spec"]["nodeName"]]
+        claim = claim_of(cluster, ns, pod)
+        everything = list(range(INSTANCE_TYPES[node.instance_type].devices))
+        assert devices_of(claim) == everything
+        assert env_of(pod, "ctr0") == expected_env(node, everything, None)
+        uids.add(claim["metadata"]["uid"])
+    cluster.delete("apps/v1", "Deployment", "driver-version", ns)
+    for pod in pods:
+        node = nodes[pod["spec"]["nodeName"]]
+        cluster.wait_for_pod_gone(pod["metadata"]["name"], ns, timeout=60)
+        cluster.wait_for(f"CDI specs on {node.name} removed", _no_cdi_files(node))
+        assert not uids & node.checkpointed()
 
 
 def skip_too_old(cluster: Cluster) -> None:
@@ -386,21 +426,25 @@ def lws_group(lws: Obj, group: int, unit_label: str, unit: str) -> list[Obj]:
 
 
 @pytest.mark.parametrize(
-    ("spec_file", "unit_label", "node_id_label", "runtime_mode"),
+    ("spec_file", "unit_label", "node_id_label", "runtime_mode", "lnc"),
     [
         # The v1 us-4-node-config.yaml runs in test_plugin.py; its beta twin runs here.
         ("v1beta1/us-4-node-config.yaml", LABEL_ULTRASERVER_SERVER_ID_4,
-         LABEL_ULTRASERVER_NODE_ID_4, "1"),
+         LABEL_ULTRASERVER_NODE_ID_4, "1", None),
         ("us-2-node-config.yaml", LABEL_ULTRASERVER_SERVER_ID_2,
-         LABEL_ULTRASERVER_NODE_ID_2, "2"),
+         LABEL_ULTRASERVER_NODE_ID_2, "2", None),
+        # Both configs on one request: both environments.
+        ("us-and-lnc-config.yaml", LABEL_ULTRASERVER_SERVER_ID_2,
+         LABEL_ULTRASERVER_NODE_ID_2, "2", 1),
     ],
 )  # fmt: skip
-def test_ultraserver_units_with_leaderworkerset_placement(
+def test_ultraserver_units_with_leaderworkerset_placement(  # noqa: PLR0917
     nodes: dict[str, SimulatedNode],
     spec_file: str,
     unit_label: str,
     node_id_label: str,
     runtime_mode: str,
+    lnc: int | None,
 ) -> None:
     cluster = cluster_of(nodes)
     ns = namespace(cluster)
@@ -435,7 +479,7 @@ def test_ultraserver_units_with_leaderworkerset_placement(
         uids.add(claim["metadata"]["uid"])
         [container] = (c["name"] for c in pod["spec"]["containers"])
         assert env_of(pod, container) == {
-            "NEURON_RT_VISIBLE_CORES": "0-63",
+            **expected_env(node, list(range(16)), lnc),
             "NEURON_RT_ULTRASERVER_MODE": runtime_mode,
             "NEURON_RT_ULTRASERVER_SERVER_ID": unit,
             "NEURON_RT_ULTRASERVER_NODE_ID": node_objs[node.name][node_id_label],

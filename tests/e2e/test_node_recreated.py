@@ -1,12 +1,17 @@
-"""A Node deleted and created again under the same name, under a running plugin."""
+"""A Node object changing under a running plugin: deleted and created again under the
+same name, or labelled with its place in the EC2 network."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from consts import LABEL_INSTANCE_TYPE
+from consts import LABEL_INSTANCE_TYPE, LABEL_NETWORK_NODE_LAYER_PREFIX
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node
+
+Obj = dict[str, Any]
 
 pytestmark = pytest.mark.e2e
 
@@ -48,3 +53,96 @@ def test_slices_follow_a_node_created_again_under_the_same_name(cluster: Cluster
         cluster.stop_kubelet_side(node.name)
         # Its slices go with it: nothing of this node is left for other tests to allocate.
         cluster.delete("v1", "Node", node.name)
+
+
+def layers(node: SimulatedNode) -> dict[str, dict[str, str]]:
+    """Each device's network layer attributes (its NeuronCores are devices too, from 1.36)."""
+    return {
+        d["name"]: {
+            k: v["string"] for k, v in d["attributes"].items() if k.startswith("networkNodeLayer")
+        }
+        for d in node.devices()
+    }
+
+
+def on_each(node: SimulatedNode, wanted: dict[str, str]) -> bool:
+    found = layers(node)
+    return "neurondevice0" in found and all(v == wanted for v in found.values())
+
+
+def test_network_layer_labels_become_attributes_a_selector_allocates_on(
+    cluster: Cluster,
+) -> None:
+    # A class of its own: the session's cluster holds other tests' devices of this driver
+    # and DeviceClasses, which the deploy/ classes would replace.
+    cluster.create(LAYERS_CLASS)
+    fast = ["--rediscover-interval=1"]
+    layered = add_simulated_node(cluster, "layered", "inf2.xlarge", extra_args=fast, start=False)
+    plain = add_simulated_node(cluster, "unlayered", "inf2.xlarge", extra_args=fast, start=False)
+    label = {f"{LABEL_NETWORK_NODE_LAYER_PREFIX}{n}": f"nn-layered-{n}" for n in (1, 2, 3)}
+    try:
+        cluster.patch("v1", "Node", layered.name, {"metadata": {"labels": label}})
+        layered.start_plugin()
+        plain.start_plugin()
+        expected = {f"networkNodeLayer{n}": f"nn-layered-{n}" for n in (1, 2, 3)}
+        assert on_each(layered, expected), layers(layered)
+        # The first write already carried them: no slice was written without.
+        assert {s["spec"]["pool"]["generation"] for s in layered.slices()} == {1}
+        assert on_each(plain, {}), layers(plain)
+
+        cluster.create_namespace("layers")
+        # Guarded: on a device without the attribute (the unlabelled node's) a bare
+        # comparison is a CEL runtime error, which fails the pod's scheduling outright.
+        layer3 = "device.attributes['neuron.aws.com'].networkNodeLayer3"
+        selector = f"has({layer3}) && {layer3} == 'nn-layered-3'"
+        cluster.create(claim("near", selector))
+        cluster.create(pod("near", "near"))
+        running = cluster.wait_for_pod_running("near", "layers", timeout=60)
+        assert running["spec"]["nodeName"] == layered.name
+        allocated = cluster.get("resource.k8s.io/v1", "ResourceClaim", "near", "layers")
+        [result] = allocated["status"]["allocation"]["devices"]["results"]
+        assert (result["pool"], result["device"]) == (layered.name, "neurondevice0")
+        cluster.delete("v1", "Pod", "near", "layers")
+        cluster.wait_for_pod_gone("near", "layers", timeout=60)
+
+        # Moved (layer 3), and layer 1 no longer known: the slices follow the labels.
+        moved = {f"{LABEL_NETWORK_NODE_LAYER_PREFIX}1": None,
+                 f"{LABEL_NETWORK_NODE_LAYER_PREFIX}3": "nn-moved-3"}  # fmt: skip
+        cluster.patch("v1", "Node", layered.name, {"metadata": {"labels": moved}})
+        now = {"networkNodeLayer2": "nn-layered-2", "networkNodeLayer3": "nn-moved-3"}
+        cluster.wait_for("the new layers published", lambda: on_each(layered, now))
+        assert on_each(plain, {}), layers(plain)
+    finally:
+        for node in (layered, plain):
+            node.stop_plugin()
+            cluster.stop_kubelet_side(node.name)
+            cluster.delete("v1", "Node", node.name)
+        cluster.delete("resource.k8s.io/v1", "DeviceClass", LAYERS_CLASS["metadata"]["name"])
+
+
+LAYERS_CLASS: Obj = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "network-layers.neuron.aws.com"},
+    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'neuron.aws.com'"}}]},
+}
+
+
+def claim(name: str, expression: str) -> Obj:
+    request = {"name": "neurons", "exactly": {
+        "deviceClassName": LAYERS_CLASS["metadata"]["name"], "count": 1,
+        "selectors": [{"cel": {"expression": expression}}]}}  # fmt: skip
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "layers"},
+            "spec": {"devices": {"requests": [request]}}}  # fmt: skip
+
+
+def pod(name: str, claim_name: str) -> Obj:
+    container = {"name": "ctr0", "image": "none", "resources": {"claims": [{"name": "neurons"}]}}
+    spec = {
+        "automountServiceAccountToken": False,
+        "containers": [container],
+        "resourceClaims": [{"name": "neurons", "resourceClaimName": claim_name}],
+    }
+    metadata = {"name": name, "namespace": "layers"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -22,6 +22,7 @@ from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
+from neuron_dra.tools.lint import lint_files
 from neuron_dra.tools.simulate import (
     Claim,
     SimNode,
@@ -64,6 +65,8 @@ EXAMPLES: dict[str, list[tuple[str, int]]] = {
     "us-4-node-config.yaml": [("trn2u.48xlarge", 8)],
     "v1beta1/us-4-node-config.yaml": [("trn2u.48xlarge", 8)],
     "us-2-node-config.yaml": [("trn2u.48xlarge", 4)],
+    "us-and-lnc-config.yaml": [("trn2u.48xlarge", 4)],
+    "specific-driver-version.yaml": [("inf2.48xlarge", 1), ("trn2u.48xlarge", 1)],
 }
 _ids = itertools.count()
 
@@ -207,6 +210,25 @@ def test_claims_the_simulator_rejects_stay_unschedulable(real: Cluster, tmp_path
             real.wait_for_claim_allocated(name, example)
         else:
             unschedulable(real, example, f"pod{i}")
+
+
+def test_all_of_both_kinds_stays_unschedulable_on_an_ultraserver_node(
+    real: Cluster, tmp_path: Path
+) -> None:
+    """What lint warns of: All over single devices and `neuronnode` never fits a trn2u node
+    that publishes both; the simulator and the scheduler agree."""
+    example, nodes = publish(real, tmp_path, [("trn2u.48xlarge", 1)])
+    text = (SPECS / "specific-driver-version.yaml").read_text()
+    kind = "resourceType == 'neuron_device'"
+    assert kind in text
+    path = tmp_path / "both-kinds.yaml"
+    path.write_text(text.replace(kind, "resourceType in ['neuron_device', 'neuron_node']"))
+    assert lint_files([path]), "lint must warn of this claim"
+    outcomes = simulate([path], SimCluster(nodes, {}))
+    assert [o.allocated for o in outcomes] == [False, False]
+    docs = load_documents([path])
+    submit(real, example, read_inputs(docs).claims[:1], docs)
+    unschedulable(real, example, "pod0")
 
 
 def test_live_cluster_mode_reads_what_is_allocated(real: Cluster, tmp_path: Path) -> None:

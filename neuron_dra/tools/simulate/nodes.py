@@ -9,11 +9,11 @@ live API server holds.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from consts import (
     ATTR_DEVICE_ID,
@@ -38,6 +38,8 @@ from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 from neuron_dra.tools.cel import DeviceView, Quantity
 from neuron_dra.tools.simulate.inputs import DeviceClass, InputError, Json, parse_device_class
+
+T = TypeVar("T")
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -140,13 +142,13 @@ def inventory_from_devices(devices: Sequence[SimDevice]) -> NodeInventory | None
             NeuronDevice(int(own[ATTR_DEVICE_ID]), None if cores is None else int(cores.value), ())
         )
     ultraserver = None
-    if ATTR_ULTRASERVER_SERVER_ID_4 in attrs:
+    if ATTR_ULTRASERVER_MODES in attrs:  # a trn3 node has the ids of its reservation's unit only
         modes = str(attrs.get(ATTR_ULTRASERVER_MODES, ""))
         ultraserver = UltraServer(
-            str(attrs[ATTR_ULTRASERVER_SERVER_ID_2]),
-            str(attrs[ATTR_ULTRASERVER_SERVER_ID_4]),
-            int(attrs[ATTR_ULTRASERVER_NODE_ID_2]),
-            int(attrs[ATTR_ULTRASERVER_NODE_ID_4]),
+            _optional(attrs, ATTR_ULTRASERVER_SERVER_ID_2, str),
+            _optional(attrs, ATTR_ULTRASERVER_SERVER_ID_4, str),
+            _optional(attrs, ATTR_ULTRASERVER_NODE_ID_2, int),
+            _optional(attrs, ATTR_ULTRASERVER_NODE_ID_4, int),
             tuple(int(m) for m in modes.split("_") if m.isdigit()),
         )
     lnc = attrs.get(ATTR_LOGICAL_NEURON_CORE)
@@ -157,6 +159,10 @@ def inventory_from_devices(devices: Sequence[SimDevice]) -> NodeInventory | None
         devices=tuple(sorted(neuron_devices, key=lambda d: d.index)),
         ultraserver=ultraserver,
     )
+
+
+def _optional(attrs: dict[str, Any], name: str, kind: Callable[[Any], T]) -> T | None:
+    return kind(attrs[name]) if name in attrs else None
 
 
 def simulated_nodes(

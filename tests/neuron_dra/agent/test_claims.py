@@ -237,9 +237,55 @@ def test_bad_claims_name_claim_field_and_allowed_values(
     assert str(caught.value).startswith(f"claim default/claim ({REF.uid}): ")
 
 
+@pytest.mark.parametrize(("listed", "runtime_mode"), [("1,2,4", "2"), ("1,2,3,4", "3")])
+def test_a_pair_uses_the_vertical_links_where_the_driver_offers_them(
+    fake_node: FakeNode, listed: str, runtime_mode: str
+) -> None:
+    unit = FakeUltraServer("us-5", 2, modes=listed)
+    inventory = inventory_of(fake_node, "trn2u.48xlarge", ultraserver=unit)
+    pair = env(planned(inventory, ["neuronnode"], [opaque(ultraserver_config(2))]))
+    assert pair["NEURON_RT_ULTRASERVER_MODE"] == runtime_mode  # X2V=3 if listed, else X2H=2
+    assert (pair["NEURON_RT_ULTRASERVER_SERVER_ID"], pair["NEURON_RT_ULTRASERVER_NODE_ID"]) == (
+        "us-5-1",
+        "0",
+    )
+
+
+def test_a_single_node_unit_gets_no_ids(fake_node: FakeNode) -> None:
+    inventory = inventory_of(fake_node, "trn2u.48xlarge", ultraserver=FakeUltraServer("us-5", 1))
+    alone = env(planned(inventory, ["neuronnode"], [opaque(ultraserver_config(1))]))
+    assert alone == {"NEURON_RT_VISIBLE_CORES": "0-63", "NEURON_RT_ULTRASERVER_MODE": "4"}
+
+
+def test_a_trn3_reservation_names_its_unit(fake_node: FakeNode) -> None:
+    unit = FakeUltraServer("0000004005590728", 3)
+    inventory = inventory_of(fake_node, "trn3.48xlarge", ultraserver=unit)
+    whole = env(planned(inventory, ["neuronnode"], [opaque(ultraserver_config(4))]))
+    assert whole == {
+        "NEURON_RT_VISIBLE_CORES": "0-63",
+        "NEURON_RT_ULTRASERVER_MODE": "1",
+        "NEURON_RT_ULTRASERVER_SERVER_ID": "0000004005590728",
+        "NEURON_RT_ULTRASERVER_NODE_ID": "3",
+    }
+    with pytest.raises(ClaimError, match="ultraserverMode 2 is not supported by this "
+                                         "UltraServer; supported: 1, 4"):  # fmt: skip
+        planned(inventory, ["neuronnode"], [opaque(ultraserver_config(2))])
+
+
+def test_a_trn3_reservation_of_two_is_a_vertical_pair(fake_node: FakeNode) -> None:
+    unit = FakeUltraServer("r-2", 1, nodes=2)
+    inventory = inventory_of(fake_node, "trn3-dev0.48xlarge", ultraserver=unit)
+    pair = env(planned(inventory, ["neuronnode"], [opaque(ultraserver_config(2))]))
+    assert pair["NEURON_RT_ULTRASERVER_MODE"] == "3"
+    assert (pair["NEURON_RT_ULTRASERVER_SERVER_ID"], pair["NEURON_RT_ULTRASERVER_NODE_ID"]) == (
+        "r-2",
+        "1",
+    )
+
+
 def test_unsupported_ultraserver_mode(fake_node: FakeNode) -> None:
     root = fake_node("trn2u.48xlarge")
-    (root / "sys/class/neuron_device/ultraserver_mode").write_text("1,2\n")
+    (root / "sys/class/neuron_device/ultraserver_mode").write_text("2,4\n")  # X2H, X1
     inventory = discover(root).inventory
     with pytest.raises(ClaimError, match="ultraserverMode 4 is not supported by this "
                                          "UltraServer; supported: 1, 2"):  # fmt: skip

@@ -41,7 +41,9 @@ def test_lnc_comes_from_the_node_config(fake_node: FakeNode) -> None:
 
 def test_ultraserver_ids_are_read(fake_node: FakeNode) -> None:
     root = fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-7", 3))
-    assert discover(root).inventory.ultraserver == UltraServer("us-7-1", "us-7", 1, 3, (1, 2, 4))
+    assert discover(root).inventory.ultraserver == UltraServer(
+        "us-7-1", "us-7", 1, 3, modes=(1, 2, 4), runtime_modes=(1, 2, 4)
+    )
 
 
 def test_missing_core_count_falls_back_to_the_catalogue(fake_node: FakeNode) -> None:
@@ -120,10 +122,10 @@ def test_busy_ultraserver_ids_withhold_membership(fake_node: FakeNode) -> None:
 
 def test_garbage_ultraserver_modes_advertise_single_node_only(fake_node: FakeNode) -> None:
     root = fake_node("trn2u.48xlarge")
-    write(root, "sys/class/neuron_device/ultraserver_mode", "1,3\n")
+    write(root, "sys/class/neuron_device/ultraserver_mode", "1,5\n")
     result = discover(root)
     assert (
-        "expected UltraServer unit sizes"
+        "expected the runtime's UltraServer modes from 1 (X4), 2 (X2H), 3 (X2V), 4 (X1)"
         in messages(result)["/sys/class/neuron_device/ultraserver_mode"]
     )
     assert result.inventory.ultraserver is not None

@@ -19,6 +19,11 @@ EXPECTED: dict[str, dict[int, tuple[DeviceSet, ...]]] = {
     "trn1n.32xlarge": TORUS,
     "trn2.48xlarge": TORUS,
     "trn2u.48xlarge": TORUS,
+    # Switched all-to-all: every set is connected; these are the EFA driver's groups.
+    "trn3.48xlarge": TORUS,
+    "trn3p.48xlarge": TORUS,
+    "trn3-dev0.48xlarge": TORUS,
+    "trn3-dev1.48xlarge": TORUS,
     "inf1.6xlarge": {
         1: sets({0}, {1}, {2}, {3}),
         2: sets({0, 1}, {2, 3}),
@@ -103,3 +108,10 @@ def test_line_ends_have_one_neighbour_and_ring_wraps() -> None:
 def test_a_torus_must_have_sixteen_devices() -> None:
     with pytest.raises(ValueError, match="16 devices, not 8"):
         connected_sets(Shape.TORUS, 8)
+
+
+def test_switched_nodes_list_the_torus_neighbours_the_driver_reports() -> None:
+    # The Neuron driver's connected_devices for 16 Trainium3 devices is the 4x4 table.
+    assert neighbours(Shape.SWITCHED, 16, 0) == (12, 3, 4, 1)
+    with pytest.raises(ValueError, match="a switched node has 16 devices, not 4"):
+        connected_sets(Shape.SWITCHED, 4)

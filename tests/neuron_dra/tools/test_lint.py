@@ -458,3 +458,31 @@ def test_pods_without_device_plugin_resources_have_no_findings(tmp_path: Path) -
         pod({"claims": [{"name": "x"}]}, name="q"),
     ]
     assert lint_docs(tmp_path, *docs) == []
+
+
+ALL_SINGLE = (SPECS / "specific-driver-version.yaml").read_text()
+SINGLE_ONLY = """          - cel:
+              expression: "device.attributes['neuron.aws.com'].resourceType == 'neuron_device'"
+"""
+
+
+def test_all_devices_with_the_node_device_too_never_fits_an_ultraserver_node(
+    tmp_path: Path,
+) -> None:
+    # As the AWS driver's example writes it: every device of a driver version, no kind.
+    findings = broken(tmp_path, ALL_SINGLE, (SINGLE_ONLY, ""))
+    [warning] = messages(findings, error=False)
+    assert warning.startswith(
+        "allocationMode All takes both the single devices (resourceType 'neuron_device') and "
+        "the whole-node device ('neuron_node'): an UltraServer node ("
+    ), warning
+    assert "trn2u.48xlarge" in warning and "publishing both never takes the claim" in warning
+    assert "resourceType == 'neuron_device'" in warning
+    assert not messages(findings, error=True)
+
+
+def test_all_of_one_kind_or_of_other_instance_types_is_not_warned(tmp_path: Path) -> None:
+    assert not lint_files([SPECS / "specific-driver-version.yaml"])
+    findings = broken(tmp_path, ALL_SINGLE, (SINGLE_ONLY, "          - cel:\n              "
+        f"expression: \"{pinned('trn2.48xlarge')}\"\n"))  # fmt: skip
+    assert not findings

@@ -141,8 +141,8 @@ def test_more_cores_than_any_device_has(tmp_path: Path) -> None:
     [_, error] = found(lint(tmp_path, claim(9, match=DEVICE_ID)))
     assert error == (
         True, "ResourceClaimTemplate t: request cores",
-        f"count 9 {HEAD}, and no Neuron device has more than 8 logical NeuronCores (trn2: 4 at "
-        "LNC 2, 8 at LNC 1; inf1: 4; inf2 and trn1: 2)",
+        f"count 9 {HEAD}, and no Neuron device has more than 8 logical NeuronCores (trn2 and trn3: "
+        "4 at LNC 2, 8 at LNC 1; inf1: 4; inf2 and trn1: 2)",
     )  # fmt: skip
     assert [f for f in lint(tmp_path, claim(8, match=DEVICE_ID)) if f.error] == []
 

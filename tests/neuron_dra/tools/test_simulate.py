@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from neuron_dra import cli
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources.slices import UltraServerDevices
 from neuron_dra.tools.simulate import (
     Cluster,
@@ -150,8 +151,22 @@ def _inf2_pair(outcomes: list[Outcome]) -> None:
     assert indices(only) in [{i, i + 1} for i in range(0, 12, 2)]
 
 
-def _ultraserver(mode: int, pods: int) -> Check:
+def _every_device_of_two_nodes(outcomes: list[Outcome]) -> None:
+    # Two replicas, each with all single devices of a node of its own, trn2u included.
+    first, second = outcomes
+    assert {first.node, second.node} == {"inf2.48xlarge-0", "trn2u.48xlarge-0"}
+    for outcome in outcomes:
+        assert outcome.node is not None
+        spec = INSTANCE_TYPES[outcome.node.rsplit("-", 1)[0]]
+        assert indices(outcome) == set(range(spec.devices))
+        assert {p.device.name for p in outcome.placements} == {
+            f"neurondevice{i}" for i in range(spec.devices)
+        }
+
+
+def _ultraserver(mode: int, pods: int, lnc: int | None = None) -> Check:
     runtime_mode = {4: "1", 2: "2"}[mode]
+    cores = "0-127" if lnc == 1 else "0-63"
 
     def check(outcomes: list[Outcome]) -> None:
         assert len(outcomes) == pods
@@ -161,7 +176,8 @@ def _ultraserver(mode: int, pods: int) -> Check:
             assert [p.device.name for p in outcome.placements] == ["neuronnode"]
             variables = env(outcome)
             assert variables["NEURON_RT_ULTRASERVER_MODE"] == runtime_mode
-            assert variables["NEURON_RT_VISIBLE_CORES"] == "0-63"
+            assert variables["NEURON_RT_VISIBLE_CORES"] == cores
+            assert variables.get("NEURON_LOGICAL_NC_CONFIG") == (lnc and str(lnc))
         servers = [env(o)["NEURON_RT_ULTRASERVER_SERVER_ID"] for o in outcomes]
         if mode == 4:
             assert servers == ["us-0"] * 4 + ["us-1"] * 4
@@ -196,6 +212,11 @@ EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "us-4-node-config.yaml": ([("trn2u.48xlarge", 8)], _ultraserver(4, 8)),
     "v1beta1/us-4-node-config.yaml": ([("trn2u.48xlarge", 8)], _ultraserver(4, 8)),
     "us-2-node-config.yaml": ([("trn2u.48xlarge", 4)], _ultraserver(2, 4)),
+    "us-and-lnc-config.yaml": ([("trn2u.48xlarge", 4)], _ultraserver(2, 4, lnc=1)),
+    "specific-driver-version.yaml": (
+        [("inf2.48xlarge", 1), ("trn2u.48xlarge", 1)],
+        _every_device_of_two_nodes,
+    ),
 }
 
 
