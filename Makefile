@@ -12,14 +12,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $@
 
+# deploy/*.yaml must be the Helm chart's output: render_manifests.py --check builds helm
+# like the e2e binaries (once, cached beside them) and compares.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	@if command -v shellcheck >/dev/null; then shellcheck scripts/install-dra-driver.sh; \
-	else echo "shellcheck not installed: install-dra-driver.sh not checked (CI installs it)"; fi
+	@if command -v shellcheck >/dev/null; then shellcheck scripts/*.sh; \
+	else echo "shellcheck not installed: scripts/*.sh not checked (CI installs it)"; fi
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python scripts/generate_protos.py --check
+	$(BIN)/python scripts/render_manifests.py --check
 
 # Fake sysfs trees are thousands of small files; on tmpfs creating and deleting
 # them is ~40x faster than on a disk mounted with `discard`.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install, upgrade or remove the neuron.aws.com DRA driver with the manifests in deploy/.
+# Install, upgrade or remove the neuron.aws.com DRA driver with the manifests in deploy/
+# (the Helm chart deploy/helm/neuron-dra rendered with its default values).
 #
 # Exit codes: 0 done; 1 kubectl reported an error while applying or deleting;
 # 2 bad usage; 3 the environment is not ready (no kubectl, no cluster, no
@@ -25,7 +26,7 @@ readonly DEPLOY_DIR
 # manifests are listed apart because a server-side dry run cannot place them in
 # a namespace that does not exist yet.
 readonly CLUSTER_MANIFESTS=(namespace.yaml rbac.yaml admission-policy.yaml deviceclass.yaml)
-readonly NAMESPACED_MANIFESTS=(serviceaccount.yaml daemonset.yaml)
+readonly NAMESPACED_MANIFESTS=(serviceaccount.yaml service.yaml daemonset.yaml)
 
 usage() {
     cat <<EOF

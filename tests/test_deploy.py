@@ -1,7 +1,12 @@
-"""The DaemonSet speaks the driver's language: its command parses, its env names are ours."""
+"""The DaemonSet speaks the driver's language: its command parses, its env names are ours.
+
+These read the committed ``deploy/*.yaml``, the chart's output with its default values
+(``make lint`` fails when they drift apart), and the chart's ``values.yaml``.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +20,36 @@ from consts import (
     RESOURCE_TYPE_DEVICE,
     RESOURCE_TYPE_NODE,
 )
+from neuron_dra.agent.kubelet import READINESS_SERVICE, socket_paths
 from neuron_dra.cli import parser
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.tools.cel import compile_selector
 from neuron_dra.tools.published import published
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy"
+CHART = DEPLOY / "helm" / "neuron-dra"
+INSTALLER = REPO / "scripts" / "install-dra-driver.sh"
 
 
-def plugin_container() -> dict[str, Any]:
-    [daemonset] = [
+def daemonset() -> dict[str, Any]:
+    [found] = [
         d
         for d in yaml.safe_load_all((DEPLOY / "daemonset.yaml").read_text())
         if d and d["kind"] == "DaemonSet"
     ]
-    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    result: dict[str, Any] = found
+    return result
+
+
+def plugin_container() -> dict[str, Any]:
+    [container] = daemonset()["spec"]["template"]["spec"]["containers"]
     result: dict[str, Any] = container
+    return result
+
+
+def chart_values() -> dict[str, Any]:
+    result: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
     return result
 
 
@@ -38,6 +58,21 @@ def test_the_command_parses_with_the_real_cli() -> None:
     assert command[0] == "neuron-dra"
     args = parser().parse_args(command[1:])
     assert args.log_format == "json" and args.metrics_port == 9400
+
+
+def test_the_charts_defaults_are_the_drivers() -> None:
+    """Every flag the chart passes, with its default values, is the driver's own default:
+    installing the chart decides nothing the driver would decide otherwise."""
+    command = plugin_container()["command"]
+    given = {arg.split("=", 1)[0].removeprefix("--").replace("-", "_") for arg in command[1:]}
+    rendered, defaults = parser().parse_args(command[1:]), parser().parse_args(["run"])
+    chosen = {"log_format", "metrics_port"}  # json logs and metrics in a cluster
+    assert given - chosen - {"run"} == {
+        "log_level", "health_interval", "health_recovery", "unhealthy_effect",
+        "rediscover_interval", "ultraserver_devices", "neuron_cores",
+    }  # fmt: skip
+    for dest in given - chosen - {"run"}:
+        assert getattr(rendered, dest) == getattr(defaults, dest), dest
 
 
 def test_every_env_name_is_one_the_driver_reads() -> None:
@@ -51,6 +86,78 @@ def test_the_probe_and_the_health_port_agree() -> None:
     container = plugin_container()
     port = {e["name"]: e.get("value") for e in container["env"]}["HEALTHCHECK_PORT"]
     assert container["livenessProbe"]["grpc"]["port"] == int(port)
+    assert container["readinessProbe"]["grpc"]["port"] == int(port)
+    # Liveness asks for the default service, readiness for the registration's.
+    assert "service" not in container["livenessProbe"]["grpc"]
+    assert container["readinessProbe"]["grpc"]["service"] == READINESS_SERVICE
+
+
+def test_the_charts_instance_types_are_the_catalogue() -> None:
+    """values.yaml lists every instance type the driver knows (then run
+    scripts/render_manifests.py); the DaemonSet's affinity is that list."""
+    assert chart_values()["instanceTypes"] == list(INSTANCE_TYPES), (
+        "instanceTypes of deploy/helm/neuron-dra/values.yaml must list the catalogue, in its "
+        "order; then run scripts/render_manifests.py"
+    )
+    [term] = daemonset()["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In",
+         "values": list(INSTANCE_TYPES)},
+        {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn",
+         "values": ["fargate", "hybrid", "auto"]},
+    ]  # fmt: skip
+
+
+def test_tolerations_as_the_aws_driver() -> None:
+    tolerations = daemonset()["spec"]["template"]["spec"]["tolerations"]
+    assert tolerations == [
+        {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "CriticalAddonsOnly", "operator": "Exists"},
+        {"key": "sagemaker.amazonaws.com/node-health-status", "operator": "Equal",
+         "value": "Unschedulable", "effect": "NoSchedule"},
+    ]  # fmt: skip
+
+
+def test_only_the_drivers_own_plugin_directory_is_mounted() -> None:
+    """Sockets, checkpoint and publisher lock live in <plugins>/neuron.aws.com, mounted at
+    the same path inside as on the host, since the plugin tells the kubelet its paths."""
+    container = plugin_container()
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    registry = Path(env["KUBELET_REGISTRAR_DIRECTORY_PATH"])
+    plugins = Path(env["KUBELET_PLUGINS_DIRECTORY_PATH"])
+    registration, dra = socket_paths(registry, plugins, "uid")
+    mounts = {m["name"]: Path(m["mountPath"]) for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in daemonset()["spec"]["template"]["spec"]["volumes"]}
+    own = plugins / DRIVER_NAME
+    assert dra.parent == own and registration.parent == registry
+    host_paths = {
+        path: volumes[name]["hostPath"]
+        for name, path in mounts.items()
+        if "hostPath" in volumes[name]
+    }
+    assert host_paths[own] == {"path": str(own), "type": "DirectoryOrCreate"}
+    assert host_paths[registry] == {"path": str(registry), "type": "Directory"}
+    # Nothing above the driver's directory: other drivers' sockets stay out of reach.
+    assert not [p for p in mounts.values() if p != own and own.is_relative_to(p)]
+
+
+def test_the_installer_applies_every_manifest_once() -> None:
+    script = INSTALLER.read_text()
+    listed: list[str] = []
+    for array in ("CLUSTER_MANIFESTS", "NAMESPACED_MANIFESTS"):
+        found = re.search(rf"^readonly {array}=\(([^)]*)\)$", script, re.MULTILINE)
+        assert found, array
+        listed += found[1].split()
+    assert sorted(listed) == sorted(p.name for p in DEPLOY.glob("*.yaml"))
+    assert listed.index("namespace.yaml") == 0
+
+
+def test_a_rolling_update_waits_for_a_registered_pod() -> None:
+    spec = daemonset()["spec"]
+    assert spec["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert spec["minReadySeconds"] >= 5
 
 
 def device_classes() -> dict[str, dict[str, Any]]:

@@ -62,6 +62,9 @@ SUPPORTED_VERSIONS = (
     "v1.DRAResourceHealth",
     "v1alpha1.DRAResourceHealth",
 )
+READINESS_SERVICE = "readiness"
+"""grpc.health.v1 service name of the readiness probe; "" (the default) is liveness."""
+HEALTH_SERVICES = ("", READINESS_SERVICE)
 SOCKET_CHECK_INTERVAL_S = 1.0
 # Long enough for a live server under load to accept; a dead one refuses at once.
 STALE_PROBE_TIMEOUT_S = 1.0
@@ -151,9 +154,19 @@ class DraV1beta1(dra_v1beta1_grpc.DRAPluginServicer):
 
 
 class Registration(reg_grpc.RegistrationServicer):
-    def __init__(self, dra_socket: Path) -> None:
+    def __init__(self, dra_socket: Path, health: Health | None = None) -> None:
         self._dra_socket = dra_socket
+        self._health = health
         self.registered = asyncio.Event()
+
+    async def set_registered(self, registered: bool) -> None:
+        """The kubelet's verdict, mirrored in the readiness service."""
+        if registered:
+            self.registered.set()
+        else:
+            self.registered.clear()
+        if self._health is not None:
+            await self._health.set_serving(registered, READINESS_SERVICE)
 
     async def GetInfo(  # noqa: N802
         self, request: reg_pb.InfoRequest, context: Context
@@ -170,44 +183,59 @@ class Registration(reg_grpc.RegistrationServicer):
     ) -> reg_pb.RegistrationStatusResponse:
         if request.plugin_registered:
             log.info("registered with the kubelet", extra={"socket": str(self._dra_socket)})
-            self.registered.set()
         else:
             log.error("the kubelet refused registration: %s", request.error)
-            self.registered.clear()
+        await self.set_registered(request.plugin_registered)
         return reg_pb.RegistrationStatusResponse()
 
 
 class Health(health_grpc.HealthServicer):
-    """Liveness for the kubelet's gRPC probe: serving while the DRA socket is up."""
+    """The kubelet's gRPC probes. Liveness (service ""): serving while the DRA socket is
+    up. Readiness (service READINESS_SERVICE): serving once the kubelet has registered
+    the plugin, until it reports a failed registration or the socket is served anew."""
 
     def __init__(self) -> None:
-        self._serving = False
+        self._serving = dict.fromkeys(HEALTH_SERVICES, False)
         self._changed = asyncio.Condition()
 
-    async def set_serving(self, serving: bool) -> None:
+    def serving(self, service: str = "") -> bool:
+        return self._serving[service]
+
+    async def set_serving(self, serving: bool, service: str = "") -> None:
         async with self._changed:
-            self._serving = serving
+            self._serving[service] = serving
             self._changed.notify_all()
 
-    def _status(self) -> health_pb.HealthCheckResponse:
+    def _status(self, service: str) -> health_pb.HealthCheckResponse:
+        if service not in self._serving:
+            return health_pb.HealthCheckResponse(
+                status=health_pb.HealthCheckResponse.SERVICE_UNKNOWN
+            )
         serving = health_pb.HealthCheckResponse.SERVING
         not_serving = health_pb.HealthCheckResponse.NOT_SERVING
-        return health_pb.HealthCheckResponse(status=serving if self._serving else not_serving)
+        return health_pb.HealthCheckResponse(
+            status=serving if self._serving[service] else not_serving
+        )
 
     async def Check(  # noqa: N802
         self, request: health_pb.HealthCheckRequest, context: Context
     ) -> health_pb.HealthCheckResponse:
-        return self._status()
+        if request.service not in self._serving:
+            # As grpc.health.v1 says: an unknown service is NOT_FOUND, which a probe
+            # reports as a failure naming the status.
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return self._status(request.service)
 
     async def Watch(  # noqa: N802
         self, request: health_pb.HealthCheckRequest, context: Context
     ) -> AsyncIterator[health_pb.HealthCheckResponse]:
+        service = request.service
         while True:
             async with self._changed:
-                status, seen = self._status(), self._serving
+                status, seen = self._status(service), self._serving.get(service)
             yield status  # outside the lock, as in ResourceHealth
             async with self._changed:
-                if self._serving == seen:
+                if self._serving.get(service) == seen:
                     await self._changed.wait()
 
 
@@ -232,8 +260,8 @@ class KubeletPlugin:
         # checkpoint loaded (start-up is mostly imports); `serve_claims` ends the wait.
         self._dra = DraV1(preparer)
         self.resource_health = ResourceHealth(pool)
-        self.registration = Registration(self.dra_socket)
         self.health = Health()
+        self.registration = Registration(self.dra_socket, self.health)
         self.health_port = health_port
         self.health_address = health_address
         self._dra_server: grpc.aio.Server | None = None
@@ -283,6 +311,7 @@ class KubeletPlugin:
     async def stop(self, grace: float = 5.0) -> None:
         """Registration first, so the kubelet stops sending calls before DRA goes away."""
         await self.health.set_serving(False)
+        await self.health.set_serving(False, READINESS_SERVICE)
         await self._stop_registration()
         for server in (self._dra_server, self._health_server):
             if server is not None:
@@ -299,7 +328,7 @@ class KubeletPlugin:
             await self._registration_server.stop(0)
             self._registration_server = None
         self.registration_socket.unlink(missing_ok=True)
-        self.registration.registered.clear()
+        await self.registration.set_registered(False)
 
 
 def remove_stale_sockets(registrar_dir: Path, plugin_dir: Path) -> list[Path]:

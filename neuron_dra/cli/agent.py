@@ -46,7 +46,8 @@ def add_command(subparsers: SubParsers) -> None:
         "--healthcheck-port",
         type=int,
         default=int(env(ENV_HEALTHCHECK_PORT, "-1")),
-        help=f"gRPC health service port for the liveness probe; -1 disables "
+        help=f'gRPC health service port for the liveness probe (service "") and the '
+        f'readiness probe (service "readiness"); -1 disables '
         f"(${ENV_HEALTHCHECK_PORT})",
     )
     cmd.add_argument(

@@ -5,7 +5,8 @@ default release, ``go/releases/<version>/`` every other supported one. The
 binaries go to a cache outside the checkout, keyed by Kubernetes and Go
 version, so that only the first run pays for compilation.
 ``python -m tests.e2e.build`` builds (or reuses) them and prints the bin dir as
-the last line of stdout.
+the last line of stdout. ``go/helm/go.mod`` pins the helm client the chart
+tests and the manifest check run (``python -m tests.e2e.build --helm``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ GO_DIR = Path(__file__).resolve().parent / "go"
 K8S_MODULE_DIR = GO_DIR / "k8s"
 ETCD_MODULE_DIR = GO_DIR / "etcd"
 RELEASES_DIR = GO_DIR / "releases"
+HELM_MODULE_DIR = GO_DIR / "helm"
 
 # Bump when the way binaries are built changes, so stale caches are rebuilt.
 _BUILD_FORMAT = "2"
@@ -390,6 +392,64 @@ def build_release(version: str, *, kubelet_only: bool = False, force: bool = Fal
         return Binaries(target, version)
 
 
+def helm_version() -> str:
+    """The helm release ``go/helm/go.mod`` pins, e.g. v3.22.0."""
+    for req in _requirements(HELM_MODULE_DIR):
+        if req["Path"] == "helm.sh/helm/v3":
+            return str(req["Version"])
+    raise RuntimeError(f"{HELM_MODULE_DIR}/go.mod does not require helm.sh/helm/v3")
+
+
+def helm_ldflags(version: str) -> str:
+    """As helm's Makefile: its version, and the Kubernetes release of its client-go as
+    the default of `helm template` and `helm lint` (v1.20 otherwise)."""
+    client_go = next(
+        str(r["Version"]) for r in _requirements(HELM_MODULE_DIR) if r["Path"] == "k8s.io/client-go"
+    )
+    kube_minor = client_go.split(".")[1]  # v0.37.0: Kubernetes 1.37
+    flags = ["-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={version}"]
+    flags.append("-X helm.sh/helm/v3/internal/version.gitTreeState=clean")
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={kube_minor}"]
+    return " ".join(flags)
+
+
+def helm_stamp(version: str, go: str) -> str:
+    digest = hashlib.sha256()
+    for part in (_BUILD_FORMAT, version, go, helm_ldflags(version)):
+        digest.update(part.encode() + b"\0")
+    for name in ("go.mod", "go.sum", "tools.go"):
+        digest.update(name.encode() + b"\0" + (HELM_MODULE_DIR / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def helm_bin_dir(version: str | None = None, go: str | None = None) -> Path:
+    return cache_root() / f"helm-{version or helm_version()}-{go or go_version()}" / "bin"
+
+
+def build_helm(force: bool = False) -> Path:
+    """The helm executable of ``go/helm/go.mod``, built unless cached (beside the
+    Kubernetes binaries, keyed by helm and Go version); its path."""
+    version, go = helm_version(), go_version()
+    target = helm_bin_dir(version, go)
+    expected = helm_stamp(version, go)
+    with _locked(target.parent):
+        if not force and is_fresh(target, expected, ("helm",)):
+            return target / "helm"
+        target.mkdir(parents=True, exist_ok=True)
+        (target.parent / "stamp").unlink(missing_ok=True)
+        started = time.monotonic()
+        _log(f"building helm {version} ({go}) ...")
+        tmp_out = target / ".helm.tmp"
+        flags = ["-trimpath", f"-ldflags={helm_ldflags(version)}"]
+        _run(["go", "build", *flags, "-o", str(tmp_out), "helm.sh/helm/v3/cmd/helm"],
+             HELM_MODULE_DIR)  # fmt: skip
+        tmp_out.replace(target / "helm")
+        (target.parent / "stamp").write_text(expected + "\n")
+        _log(f"built helm in {time.monotonic() - started:.1f}s: {target}")
+        return target / "helm"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
@@ -401,7 +461,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="VERSION",
         help="write go/releases/VERSION/go.mod and go.sum for a release (needs the module proxy)",
     )
+    parser.add_argument(
+        "--helm", action="store_true", help="build (or reuse) helm and print its path instead"
+    )
     args = parser.parse_args(argv)
+    if args.helm:
+        print(build_helm(force=args.force))
+        return 0
     if args.pin:
         pin(_checked(args.pin))
         return 0

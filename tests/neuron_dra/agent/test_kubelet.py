@@ -28,7 +28,7 @@ from api.kubelet.pluginregistration.v1 import api_pb2 as reg
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from neuron_dra.agent.checkpoint import CheckpointStore
 from neuron_dra.agent.health import Problem
-from neuron_dra.agent.kubelet import SOCKET_CHECK_INTERVAL_S, KubeletPlugin
+from neuron_dra.agent.kubelet import READINESS_SERVICE, SOCKET_CHECK_INTERVAL_S, KubeletPlugin
 from neuron_dra.agent.preparer import Preparer
 from neuron_dra.agent.resourcehealth import health_entries
 from neuron_dra.hardware.discovery import discover
@@ -221,6 +221,86 @@ def test_health_service_for_the_liveness_probe(tmp_path: Path, fake_node: FakeNo
             watch.cancel()
 
     with_plugin(tmp_path, fake_node("inf2.xlarge"), body, health_port=0)
+
+
+def test_readiness_service_follows_the_kubelets_registration(
+    tmp_path: Path, fake_node: FakeNode
+) -> None:
+    """The readiness probe's service: SERVING only while the kubelet has the plugin
+    registered; liveness (the empty service name) does not wait for the kubelet."""
+    serving, not_serving = (
+        health.HealthCheckResponse.SERVING,
+        health.HealthCheckResponse.NOT_SERVING,
+    )
+
+    async def body(plugin: KubeletPlugin) -> None:
+        assert plugin.health_port
+        ready = health.HealthCheckRequest(service=READINESS_SERVICE)
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{plugin.health_port}") as channel,
+            grpc.aio.insecure_channel(f"unix://{plugin.registration_socket}") as kubelet,
+        ):
+            stub, registrar = health_grpc.HealthStub(channel), reg_grpc.RegistrationStub(kubelet)
+            assert (await stub.Check(health.HealthCheckRequest())).status == serving
+            assert (await stub.Check(ready)).status == not_serving
+            updates = aiter(stub.Watch(ready))
+            assert (await anext(updates)).status == not_serving
+
+            await registrar.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True))
+            assert (await anext(updates)).status == serving
+            assert (await stub.Check(ready)).status == serving
+            failed = reg.RegistrationStatus(plugin_registered=False, error="version mismatch")
+            await registrar.NotifyRegistrationStatus(failed)
+            assert (await anext(updates)).status == not_serving
+            assert (await stub.Check(ready)).status == not_serving
+            # A failed registration is no reason to restart the plugin.
+            assert (await stub.Check(health.HealthCheckRequest())).status == serving
+
+            await registrar.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True))
+            assert (await anext(updates)).status == serving
+        # Stopping: both go down (then the health server with the sockets).
+        await plugin.stop()
+        assert not plugin.health.serving(READINESS_SERVICE)
+        assert not plugin.health.serving("")
+
+    with_plugin(tmp_path, fake_node("inf2.xlarge"), body, health_port=0)
+
+
+def test_an_unknown_health_service_is_not_found(tmp_path: Path, fake_node: FakeNode) -> None:
+    async def body(plugin: KubeletPlugin) -> None:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{plugin.health_port}") as channel:
+            stub = health_grpc.HealthStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await stub.Check(health.HealthCheckRequest(service="readyness"))
+            assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+            watch = aiter(stub.Watch(health.HealthCheckRequest(service="readyness")))
+            assert (await anext(watch)).status == health.HealthCheckResponse.SERVICE_UNKNOWN
+
+    with_plugin(tmp_path, fake_node("inf2.xlarge"), body, health_port=0)
+
+
+def test_a_served_again_registration_socket_is_not_ready_until_registered(
+    tmp_path: Path, fake_node: FakeNode
+) -> None:
+    """The kubelet registers a re-served socket anew; until then the pod is not ready."""
+
+    async def body(plugin: KubeletPlugin) -> None:
+        supervisor = asyncio.create_task(plugin.supervise())
+        async with grpc.aio.insecure_channel(f"unix://{plugin.registration_socket}") as kubelet:
+            await reg_grpc.RegistrationStub(kubelet).NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=True)
+            )
+        assert plugin.health.serving(READINESS_SERVICE)
+        plugin.registration_socket.unlink()
+        deadline = asyncio.get_running_loop().time() + 10 * SOCKET_CHECK_INTERVAL_S
+        while not plugin.registration_socket.exists():
+            assert asyncio.get_running_loop().time() < deadline, "socket not served again"
+            await asyncio.sleep(0.05)
+        assert not plugin.health.serving(READINESS_SERVICE)
+        assert plugin.health.serving("")
+        supervisor.cancel()
+
+    with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
 
 
 def test_device_health_stream(tmp_path: Path, fake_node: FakeNode) -> None:
