@@ -285,9 +285,11 @@ class Cluster:
         if blocked:
             free_text += f" ({len(blocked)} held through shared counters by allocated devices)"
         if alt.all:
+            every = f"{matching}, {free_text}; allocationMode All needs every one of them"
             if len(free) < len(tolerable) or untolerated:
-                return f"{matching}, {free_text}; allocationMode All needs every one of them"
-            return None
+                return every
+            over = self._over_counters(free)
+            return f"{every}, and together they {over}" if over else None
         if len(free) < alt.count:
             return f"{matching}, {free_text}, fewer than the {alt.count} requested"
         for constraint in claim.spec.constraints:
@@ -307,20 +309,22 @@ class Cluster:
                 if lacking:
                     text += f" ({lacking} do not have it)"
                 return text
-        counters_left = self._counter_limited(free, alt.count)
-        if counters_left is not None:
-            return f"{matching}, {free_text}, {counters_left}"
-        return None
+        over = self._over_counters(free) if alt.count > 1 else None
+        return f"{matching}, {free_text}, and together they {over}" if over else None
 
-    def _counter_limited(self, free: Sequence[SimDevice], count: int) -> str | None:
+    def _over_counters(self, devices: Sequence[SimDevice]) -> str | None:
+        """The first shared counter `devices` together consume more of than is left."""
         totals: dict[CounterKey, Fraction] = {}
-        for device in free:
+        for device in devices:
             for counter, amount in device.consumes:
                 totals[counter] = totals.get(counter, Fraction(0)) + amount
         for counter, amount in totals.items():
             left = self.counters_of(counter) - self.used.get(counter, Fraction(0))
-            if amount > left and count > 1:
-                return f"shared counter {counter[2]}/{counter[3]} has only {left} left"
+            if amount > left:
+                return (
+                    f"consume {amount} of shared counter {counter[2]}/{counter[3]}, "
+                    f"which holds {left}"
+                )
         return None
 
     def counters_of(self, counter: CounterKey) -> Fraction:

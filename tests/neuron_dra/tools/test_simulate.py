@@ -309,6 +309,20 @@ def test_all_fails_when_any_matching_device_is_taken() -> None:
     ]
 
 
+def test_all_over_devices_sharing_counters_says_which_counter(tmp_path: Path) -> None:
+    # The node device and its devices, all free, each fit alone; All takes them together.
+    text = (SPECS / "specific-driver-version.yaml").read_text()
+    kind = "resourceType == 'neuron_device'"
+    both = write(tmp_path, "both.yaml", text.replace(kind, "resourceType != 'neuron_core'"))
+    first, _ = run([both], [("trn2u.48xlarge", 1)])
+    assert not first.allocated
+    assert first.reasons == [
+        "trn2u.48xlarge-0: 17 devices match the selectors, 17 free; allocationMode All needs "
+        "every one of them, and together they consume 8 of shared counter "
+        "neuron-node/neurondevice0, which holds 4"
+    ]
+
+
 def test_all_takes_the_free_node() -> None:
     nodes = [("inf2.48xlarge", 2)]
     [claim] = run([SPECS / "all-devices.yaml"], nodes, taken=["inf2.48xlarge-0:3"])
