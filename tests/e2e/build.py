@@ -212,11 +212,16 @@ def _requirements(module: Path) -> list[dict[str, str]]:
     return list(json.loads(out).get("Require") or [])
 
 
-def committed_k8s_version() -> str:
-    for req in _requirements(K8S_MODULE_DIR):
-        if req["Path"] == "k8s.io/kubernetes":
+def _required_version(module: Path, path: str) -> str:
+    """The version of `path` the module's go.mod requires."""
+    for req in _requirements(module):
+        if req["Path"] == path:
             return str(req["Version"])
-    raise RuntimeError(f"{K8S_MODULE_DIR}/go.mod does not require k8s.io/kubernetes")
+    raise RuntimeError(f"{module}/go.mod does not require {path}")
+
+
+def committed_k8s_version() -> str:
+    return _required_version(K8S_MODULE_DIR, "k8s.io/kubernetes")
 
 
 def ldflags(version: str) -> str:
@@ -394,18 +399,13 @@ def build_release(version: str, *, kubelet_only: bool = False, force: bool = Fal
 
 def helm_version() -> str:
     """The helm release ``go/helm/go.mod`` pins, e.g. v3.22.0."""
-    for req in _requirements(HELM_MODULE_DIR):
-        if req["Path"] == "helm.sh/helm/v3":
-            return str(req["Version"])
-    raise RuntimeError(f"{HELM_MODULE_DIR}/go.mod does not require helm.sh/helm/v3")
+    return _required_version(HELM_MODULE_DIR, "helm.sh/helm/v3")
 
 
 def helm_ldflags(version: str) -> str:
     """As helm's Makefile: its version, and the Kubernetes release of its client-go as
     the default of `helm template` and `helm lint` (v1.20 otherwise)."""
-    client_go = next(
-        str(r["Version"]) for r in _requirements(HELM_MODULE_DIR) if r["Path"] == "k8s.io/client-go"
-    )
+    client_go = _required_version(HELM_MODULE_DIR, "k8s.io/client-go")
     kube_minor = client_go.split(".")[1]  # v0.37.0: Kubernetes 1.37
     flags = ["-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={version}"]
     flags.append("-X helm.sh/helm/v3/internal/version.gitTreeState=clean")

@@ -153,6 +153,12 @@ def delete_and_check_clean(
     """Delete the pods; their nodes must drop every CDI spec and checkpoint entry."""
     for name in pods:
         cluster.delete("v1", "Pod", name, ns)
+    wait_clean(cluster, ns, pods, uids)
+
+
+def wait_clean(cluster: Cluster, ns: str, pods: dict[str, SimulatedNode], uids: set[str]) -> None:
+    """Wait for the pods to be gone and their nodes to drop every CDI spec and checkpoint
+    entry of the claims `uids`."""
     for name, node in pods.items():
         cluster.wait_for_pod_gone(name, ns, timeout=60)
         cluster.wait_for(f"CDI specs on {node.name} removed", _no_cdi_files(node))
@@ -240,6 +246,7 @@ def test_every_device_on_nodes_of_a_driver_version(nodes: dict[str, SimulatedNod
     pods = cluster.wait_for("both replicas running", running, timeout=90)
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(["inf2-a", second])
     uids = set()
+    placed = {}
     for pod in pods:
         node = nodes[pod["spec"]["nodeName"]]
         claim = claim_of(cluster, ns, pod)
@@ -247,12 +254,10 @@ def test_every_device_on_nodes_of_a_driver_version(nodes: dict[str, SimulatedNod
         assert devices_of(claim) == everything
         assert env_of(pod, "ctr0") == expected_env(node, everything, None)
         uids.add(claim["metadata"]["uid"])
+        placed[pod["metadata"]["name"]] = node
+    # The Deployment, not its pods: the ReplicaSet would make new ones.
     cluster.delete("apps/v1", "Deployment", "driver-version", ns)
-    for pod in pods:
-        node = nodes[pod["spec"]["nodeName"]]
-        cluster.wait_for_pod_gone(pod["metadata"]["name"], ns, timeout=60)
-        cluster.wait_for(f"CDI specs on {node.name} removed", _no_cdi_files(node))
-        assert not uids & node.checkpointed()
+    wait_clean(cluster, ns, placed, uids)
 
 
 def skip_too_old(cluster: Cluster) -> None:

@@ -143,7 +143,7 @@ def inventory_from_devices(devices: Sequence[SimDevice]) -> NodeInventory | None
         )
     ultraserver = None
     if ATTR_ULTRASERVER_MODES in attrs:  # a trn3 node has the ids of its reservation's unit only
-        modes = str(attrs.get(ATTR_ULTRASERVER_MODES, ""))
+        modes = str(attrs[ATTR_ULTRASERVER_MODES])
         ultraserver = UltraServer(
             _optional(attrs, ATTR_ULTRASERVER_SERVER_ID_2, str),
             _optional(attrs, ATTR_ULTRASERVER_SERVER_ID_4, str),
