@@ -3,6 +3,9 @@
 #
 #   docker build -t <registry>/neuron-dra:<version> .
 #   scripts/install-dra-driver.sh <registry>/neuron-dra:<version>
+#
+# Without Docker or a registry, scripts/build-image.sh makes the same image from
+# Debian's packages as an OCI archive (the real-node tests run it).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 

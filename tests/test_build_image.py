@@ -1,0 +1,80 @@
+"""Fast checks of the image builders: scripts/build-image.sh's arguments and lint, and
+the pieces of tests/e2e/images.py that need no umoci, mmdebstrap or root.
+
+Building the images themselves takes a minute and root; the end-to-end tests do it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import images
+
+SCRIPT = images.BUILD_SCRIPT
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], capture_output=True, text=True, check=False, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(), ("a.tar", "localhost/x:1", "extra"), ("--help",), ("image.txt",), ("/nonexistent/a.tar",)],
+)
+def test_script_rejects_bad_arguments(args: tuple[str, ...]) -> None:
+    done = run_script(*args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr
+
+
+def test_driver_hash_covers_every_input() -> None:
+    assert images.driver_hash() == images.driver_hash()
+    inputs = {
+        str(path.relative_to(images.REPO))
+        for path in images._files(images.REPO / name for name in images.DRIVER_INPUTS)
+    }
+    assert {"scripts/build-image.sh", "constraints.txt", "pyproject.toml"} <= inputs
+    assert {"neuron_dra/__init__.py", "api/__init__.py", "consts/__init__.py"} <= inputs
+    assert not any("__pycache__" in p for p in inputs)
+
+
+def test_digest_follows_content(tmp_path: Path) -> None:
+    path = tmp_path / "pause"
+    path.write_bytes(b"one")
+    first = images._digest(path)
+    path.write_bytes(b"two")
+    assert images._digest(path) != first
+
+
+def test_is_static() -> None:
+    assert not images.is_static(Path(sys.executable).resolve())
+    assert not images.is_static(SCRIPT)
+    busybox = images.BUSYBOX
+    if busybox.exists() and "busybox-static" not in images.missing_tools():
+        assert images.is_static(busybox)
+
+
+def test_annotate_names_the_tagged_manifest(tmp_path: Path) -> None:
+    index = tmp_path / "index.json"
+    manifest = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": "sha256:" + "0" * 64,
+        "size": 1,
+        "annotations": {"org.opencontainers.image.ref.name": "1"},
+    }
+    index.write_text(json.dumps({"schemaVersion": 2, "manifests": [manifest]}))
+    images._annotate(index, "1", "localhost/e2e-busybox:1")
+    (written,) = json.loads(index.read_text())["manifests"]
+    assert written["annotations"] == {
+        "org.opencontainers.image.ref.name": "1",
+        "io.containerd.image.name": "localhost/e2e-busybox:1",
+    }
+    with pytest.raises(RuntimeError, match="0 manifests tagged"):
+        images._annotate(index, "2", "localhost/x:2")
