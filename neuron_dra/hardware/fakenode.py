@@ -9,6 +9,8 @@ trailing newline) so discovery meets the same quirks it meets on hardware.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,12 +62,17 @@ def build_fake_node(
     lnc: int | None = None,
     ultraserver: FakeUltraServer | None = None,
     pci_parents: bool = False,
+    char_device: tuple[int, int] | None = None,
 ) -> Path:
     """Create the tree under `root` and return `root`.
 
     `pci_parents`: link each device to a PCI function (`device`, with `numa_node`), as
     the kernel does for a class device registered with a parent. The Neuron driver up to
     2.24 registers its devices without one, so the default tree has no such link.
+
+    `char_device`: make every `dev/neuronN` a character device of this (major, minor)
+    and say so in sysfs, so that a container given the device by its CDI spec can open
+    it; (1, 3), /dev/null's, makes them readable and writable. Needs root (mknod).
     """
     spec = INSTANCE_TYPES.get(instance_type)
     if spec is None:
@@ -98,7 +105,8 @@ def build_fake_node(
     for index in range(spec.devices):
         device = root / discovery.DEVICES_DIR / f"neuron{index}"
         _write(device / "core_count", str(spec.cores_per_device), mode=0o400)
-        _write(device / "dev", f"{FAKE_MAJOR}:{index}\n")
+        major, minor = char_device or (FAKE_MAJOR, index)
+        _write(device / "dev", f"{major}:{minor}\n")
         neighbours = topology.neighbours(spec.shape, spec.devices, index)
         _write(device / "connected_devices", ", ".join(str(n) for n in neighbours) + "\n")
         _write(device / "info/serial_number", f"{serial_seed}{index:08d}\n")
@@ -113,8 +121,7 @@ def build_fake_node(
         link = class_dir / f"neuron{index}"
         if not link.is_symlink():
             link.symlink_to(Path("../../devices/virtual/neuron_device") / f"neuron{index}")
-        # Stands in for the character device: presence is what discovery checks.
-        _write(root / discovery.DEV_DIR / f"neuron{index}", "")
+        _device_node(root / discovery.DEV_DIR / f"neuron{index}", char_device)
         if pci_parents:
             _link_pci_parent(root, device, index, spec.devices, spec.pci_device_id)
     if spec.ultraserver:
@@ -157,6 +164,16 @@ def _link_pci_parent(root: Path, device: Path, index: int, devices: int, pci_id:
     link = device / "device"
     if not link.is_symlink():
         link.symlink_to(Path("../../..") / pcie_root / under)
+
+
+def _device_node(path: Path, char_device: tuple[int, int] | None) -> None:
+    if char_device is None:
+        # Stands in for the character device: presence is what discovery checks.
+        _write(path, "")
+        return
+    path.unlink(missing_ok=True)
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(*char_device))
+    path.chmod(0o666)  # past the umask: the Neuron driver's udev rule makes them 0666
 
 
 def _write(path: Path, text: str, *, mode: int = 0o644) -> None:

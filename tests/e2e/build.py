@@ -42,6 +42,7 @@ K8S_MODULE_DIR = GO_DIR / "k8s"
 ETCD_MODULE_DIR = GO_DIR / "etcd"
 RELEASES_DIR = GO_DIR / "releases"
 HELM_MODULE_DIR = GO_DIR / "helm"
+NODE_MODULE_DIR = GO_DIR / "node"
 
 # Bump when the way binaries are built changes, so stale caches are rebuilt.
 _BUILD_FORMAT = "2"
@@ -61,6 +62,7 @@ STAGING_MODULES = (
     "controller-manager",
     "cri-api",
     "cri-client",
+    "cri-streaming",
     "csi-translation-lib",
     "dynamic-resource-allocation",
     "endpointslice",
@@ -450,6 +452,88 @@ def build_helm(force: bool = False) -> Path:
         return target / "helm"
 
 
+@dataclass(frozen=True)
+class NodeBinaries:
+    """A real node's programs: the kubelet and kube-proxy of the control plane's
+    release, containerd with its runc shim and ctr, and the pod sandbox's pause."""
+
+    bin_dir: Path  # also the directory containerd finds its runc shim in (PATH)
+    version: str
+
+    @property
+    def kubelet(self) -> Path:
+        return self.bin_dir / "kubelet"
+
+    @property
+    def kube_proxy(self) -> Path:
+        return self.bin_dir / "kube-proxy"
+
+    @property
+    def containerd(self) -> Path:
+        return self.bin_dir / "containerd"
+
+    @property
+    def ctr(self) -> Path:
+        return self.bin_dir / "ctr"
+
+    @property
+    def pause(self) -> Path:
+        return self.bin_dir / "pause"
+
+
+_NODE_K8S_COMMANDS = ("kubelet", "kube-proxy")
+_CONTAINERD_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr")
+NODE_BINARIES = (*_NODE_K8S_COMMANDS, *_CONTAINERD_COMMANDS, "pause")
+# Without cgo: the btrfs, devmapper and zfs snapshotters need C libraries; the node
+# uses overlayfs.
+_CONTAINERD_TAGS = "no_btrfs,no_devmapper,no_zfs"
+
+
+def containerd_version() -> str:
+    return _required_version(NODE_MODULE_DIR, "github.com/containerd/containerd/v2")
+
+
+def node_stamp(version: str, go: str) -> str:
+    digest = hashlib.sha256()
+    for part in (_BUILD_FORMAT, version, go, ldflags(version), _CONTAINERD_TAGS):
+        digest.update(part.encode() + b"\0")
+    for module in (K8S_MODULE_DIR, NODE_MODULE_DIR):
+        for path in [module / "go.mod", module / "go.sum", *sorted(module.rglob("*.go"))]:
+            digest.update(str(path.relative_to(GO_DIR)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def build_node(force: bool = False) -> NodeBinaries:
+    """The real node's programs (``NodeBinaries``), built unless cached. Only the
+    committed release: its go.mod carries the kubelet's dependencies."""
+    version, go = committed_k8s_version(), go_version()
+    target = cache_root() / f"node-{version}-{containerd_version()}-{go}" / "bin"
+    expected = node_stamp(version, go)
+    with _locked(target.parent):
+        if not force and is_fresh(target, expected, NODE_BINARIES):
+            return NodeBinaries(target, version)
+        target.mkdir(parents=True, exist_ok=True)
+        (target.parent / "stamp").unlink(missing_ok=True)
+        jobs = [
+            *((n, K8S_MODULE_DIR, f"k8s.io/kubernetes/cmd/{n}", ldflags(version), "")
+              for n in _NODE_K8S_COMMANDS),
+            *((n, NODE_MODULE_DIR, f"github.com/containerd/containerd/v2/cmd/{n}", "-s -w",
+               _CONTAINERD_TAGS) for n in _CONTAINERD_COMMANDS),
+            ("pause", NODE_MODULE_DIR, "./cmd/pause", "-s -w", ""),
+        ]  # fmt: skip
+        for name, module, package, flags, tags in jobs:
+            t0 = time.monotonic()
+            _log(f"building {name} ...")
+            tmp_out = target / f".{name}.tmp"
+            cmd = ["go", "build", "-trimpath", f"-ldflags={flags}", f"-tags={tags}"]
+            _run([*cmd, "-o", str(tmp_out), package], module)
+            tmp_out.replace(target / name)
+            _log(f"built {name} in {time.monotonic() - t0:.1f}s")
+        (target.parent / "stamp").write_text(expected + "\n")
+        return NodeBinaries(target, version)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
@@ -464,9 +548,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--helm", action="store_true", help="build (or reuse) helm and print its path instead"
     )
+    parser.add_argument(
+        "--node",
+        action="store_true",
+        help="build (or reuse) the real node's kubelet, kube-proxy and containerd instead",
+    )
     args = parser.parse_args(argv)
     if args.helm:
         print(build_helm(force=args.force))
+        return 0
+    if args.node:
+        print(build_node(force=args.force).bin_dir)
         return 0
     if args.pin:
         pin(_checked(args.pin))

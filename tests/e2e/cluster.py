@@ -60,6 +60,9 @@ DEFAULT_CONTROLLERS = (
 # v1beta1/v1beta2 manifests apply as written.
 DEFAULT_RUNTIME_CONFIG = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
 
+SERVICE_CIDR = "10.96.0.0/24"
+SERVICE_IP = "10.96.0.1"  # the "kubernetes" Service: the first address of the range
+
 # Set by the TaintNodesByCondition admission plugin on every new Node; the
 # node lifecycle controller would lift it once the node reports Ready.
 _NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -85,8 +88,13 @@ class Cluster(ClusterApi):
         runtime_config: str = DEFAULT_RUNTIME_CONFIG,
         extra_args: Mapping[str, Sequence[str]] | None = None,
         keep_workdir: bool | None = None,
+        address: str = "127.0.0.1",
     ) -> None:
+        """``address``: where kube-apiserver listens and what it advertises. Loopback
+        for simulated nodes; a real node's pods reach the API server through the
+        "kubernetes" Service, so there it is an address of the node's own bridge."""
         self.binaries = binaries
+        self.address = address
         self._own_workdir = workdir is None
         # Short paths: kubelet plugin sockets live below it and unix socket
         # paths are limited to 107 bytes.
@@ -255,7 +263,7 @@ class Cluster(ClusterApi):
         self._openssl(
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
             "-nodes", "-days", "7", "-subj", "/CN=kube-apiserver",
-            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-addext", f"subjectAltName={self._subject_alt_names()}",
             "-keyout", str(pki / "serving.key"), "-out", str(self.ca_file),
         )  # fmt: skip
         self._openssl(
@@ -266,6 +274,13 @@ class Cluster(ClusterApi):
         (pki / "tokens.csv").write_text(
             f'{self.token},{ADMIN_USER},e2e-admin-uid,"system:masters"\n'
         )
+
+    def _subject_alt_names(self) -> str:
+        names = ["IP:127.0.0.1", "DNS:localhost"]
+        if self.address != "127.0.0.1":
+            # In-cluster clients dial the "kubernetes" Service: its ClusterIP and names.
+            names += [f"IP:{self.address}", f"IP:{SERVICE_IP}", "DNS:kubernetes.default.svc"]
+        return ",".join(names)
 
     def _start_etcd(self) -> None:
         client_port, peer_port = free_port(), free_port()
@@ -327,12 +342,13 @@ class Cluster(ClusterApi):
     def _start_apiserver(self, timeout: float, port: int | None = None) -> None:
         pki = self.workdir / "pki"
         self.apiserver_port = port or free_port()
-        self.server = f"https://127.0.0.1:{self.apiserver_port}"
+        self.server = f"https://{self.address}:{self.apiserver_port}"
+        loopback = self.address == "127.0.0.1"
         args = [
             str(self.binaries.kube_apiserver),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
             f"--secure-port={self.apiserver_port}",
             f"--tls-cert-file={self.ca_file}",
             f"--tls-private-key-file={pki / 'serving.key'}",
@@ -342,15 +358,18 @@ class Cluster(ClusterApi):
             f"--service-account-issuer={self.server}",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/24",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--runtime-config={self.runtime_config}",
             "--allow-privileged=true",
             # A loopback address is not a valid Endpoints address, so the
-            # "kubernetes" Service endpoints are not maintained.
-            "--endpoint-reconciler-type=none",
+            # "kubernetes" Service endpoints are not maintained there.
+            f"--endpoint-reconciler-type={'none' if loopback else 'lease'}",
             "--enable-priority-and-fairness=false",
             "--profiling=false",
         ]
+        if not loopback:
+            # A real node's name resolves nowhere: reach its kubelet (logs, exec) by IP.
+            args.append("--kubelet-preferred-address-types=InternalIP")
         if self.feature_gates:
             args.append(f"--feature-gates={_gates(self.feature_gates)}")
         args += self.extra_args.get("kube-apiserver", [])
@@ -407,6 +426,9 @@ class Cluster(ClusterApi):
             *self._common_component_args("kube-controller-manager"),
             f"--controllers={','.join(self.controllers)}",
             "--use-service-account-credentials=false",
+            # Published as the kube-root-ca.crt ConfigMap that service account
+            # token volumes carry (root-ca-cert-publisher, on a real node).
+            f"--root-ca-file={self.ca_file}",
         ]
         self._spawn(
             "kube-controller-manager", args + self.extra_args.get("kube-controller-manager", [])

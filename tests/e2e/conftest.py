@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.build import Binaries, build
+from tests.e2e.build import Binaries, build, build_helm
 from tests.e2e.cluster import Cluster
+from tests.e2e.realnode import RealNode
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +26,14 @@ def e2e_binaries() -> Binaries:
     if shutil.which("go") is None:
         pytest.skip("the end-to-end tests build Kubernetes from source and need a Go toolchain")
     return build()
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    """helm, built on first use and cached beside the Kubernetes binaries."""
+    if shutil.which("go") is None:
+        pytest.skip("helm is built from source and needs a Go toolchain")
+    return build_helm()
 
 
 @pytest.fixture(scope="session")
@@ -49,4 +59,6 @@ def pytest_runtest_makereport(
     if report.failed and Cluster.active:
         for running in Cluster.active:
             report.sections.append((f"cluster logs ({running.workdir})", running.log_tails()))
+        for node in RealNode.active:
+            report.sections.append((f"node logs ({node.dir})", node.log_tails()))
     return report

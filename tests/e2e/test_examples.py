@@ -252,7 +252,7 @@ def test_every_device_on_nodes_of_a_driver_version(nodes: dict[str, SimulatedNod
         claim = claim_of(cluster, ns, pod)
         everything = list(range(INSTANCE_TYPES[node.instance_type].devices))
         assert devices_of(claim) == everything
-        assert env_of(pod, "ctr0") == expected_env(node, everything, None)
+        assert env_of(pod, "ctr0") == expected_env(node.instance_type, everything, None)
         uids.add(claim["metadata"]["uid"])
         placed[pod["metadata"]["name"]] = node
     # The Deployment, not its pods: the ReplicaSet would make new ones.
@@ -354,7 +354,7 @@ def test_shared_claim_gives_both_containers_the_same_devices(
     devices = devices_of(claim)
     assert devices == list(range(devices[0], devices[0] + 4)) and devices[0] % 4 == 0
     for container in ("workload", "monitor"):
-        assert env_of(pod, container) == expected_env(nodes[node], devices, None)
+        assert env_of(pod, container) == expected_env(nodes[node].instance_type, devices, None)
         assert container_view(pod, container)["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
     uid = claim["metadata"]["uid"]
     assert nodes[node].cdi_files() == [f"neuron.aws.com-{uid}.json"]
@@ -379,7 +379,7 @@ def test_two_claims_give_each_container_its_own_devices(
         assert devices == list(range(devices[0], devices[0] + 4)) and devices[0] % 4 == 0
         assert not taken & set(devices), "the two claims share a device"
         taken |= set(devices)
-        assert env_of(pod, container) == expected_env(nodes[node], devices, None)
+        assert env_of(pod, container) == expected_env(nodes[node].instance_type, devices, None)
         assert container_view(pod, container)["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
     uids = {c["metadata"]["uid"] for c in claims.values()}
     assert nodes[node].cdi_files() == sorted(f"neuron.aws.com-{u}.json" for u in uids)
@@ -484,7 +484,7 @@ def test_ultraserver_units_with_leaderworkerset_placement(  # noqa: PLR0917
         uids.add(claim["metadata"]["uid"])
         [container] = (c["name"] for c in pod["spec"]["containers"])
         assert env_of(pod, container) == {
-            **expected_env(node, list(range(16)), lnc),
+            **expected_env(node.instance_type, list(range(16)), lnc),
             "NEURON_RT_ULTRASERVER_MODE": runtime_mode,
             "NEURON_RT_ULTRASERVER_SERVER_ID": unit,
             "NEURON_RT_ULTRASERVER_NODE_ID": node_objs[node.name][node_id_label],

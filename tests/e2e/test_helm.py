@@ -26,7 +26,7 @@ import yaml
 from neuron_dra.cli import parser
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from tests.e2e.build import Binaries, build_helm
+from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
 from tests.e2e.plugin_access import (
     NAMESPACE,
@@ -56,13 +56,6 @@ RELEASE_NAMESPACE = "default"  # where helm keeps the release; the chart names i
 REPOSITORY = "registry.invalid/neuron-dra"
 IMAGE_VALUES = (f"--set=image.repository={REPOSITORY}", "--set=image.tag=1.0.0")
 DS_KEY: Key = ("apps/v1", "DaemonSet", "neuron-dra", NAMESPACE)
-
-
-@pytest.fixture(scope="session")
-def helm_bin() -> Path:
-    if shutil.which("go") is None:
-        pytest.skip("helm is built from source and needs a Go toolchain")
-    return build_helm()
 
 
 def helm_env(home: Path, kubeconfig: Path | None = None) -> dict[str, str]:

@@ -102,8 +102,8 @@ def claim_of(cluster: Cluster, ns: str, pod: Obj) -> Obj:
     return cluster.get("resource.k8s.io/v1", "ResourceClaim", name, ns)
 
 
-def expected_env(node: SimulatedNode, devices: list[int], lnc: int | None) -> dict[str, str]:
-    spec = INSTANCE_TYPES[node.instance_type]
+def expected_env(instance_type: str, devices: list[int], lnc: int | None) -> dict[str, str]:
+    spec = INSTANCE_TYPES[instance_type]
     default = 2 if spec.has_lnc else 1
     per_device = spec.cores_per_device // (lnc or default)
     cores = sorted(c for d in devices for c in range(d * per_device, (d + 1) * per_device))
@@ -141,7 +141,7 @@ def assert_container_got(
     lnc: int | None = None,
 ) -> None:
     """The container sees exactly `devices`, with their environment; the claim is prepared."""
-    assert env_of(pod, container) == expected_env(node, devices, lnc)
+    assert env_of(pod, container) == expected_env(node.instance_type, devices, lnc)
     assert container_view(pod, container)["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
     assert node.cdi_files() == [f"neuron.aws.com-{uid}.json"]
     assert uid in node.checkpointed()

@@ -106,7 +106,7 @@ def test_each_container_sees_the_cores_of_the_request_it_references(
     wanted = {"a": devices["a"], "b": devices["b"], "all": everything}
 
     for ctr, got in wanted.items():
-        assert env_of(running, ctr) == expected_env(node, got, None), ctr
+        assert env_of(running, ctr) == expected_env(node.instance_type, got, None), ctr
         assert container_view(running, ctr)["deviceNodes"] == [f"/dev/neuron{d}" for d in got]
     for ctr in ("a", "b"):
         assert set(container_view(running, ctr)["cdiDevices"]) == {

@@ -1,6 +1,7 @@
 //go:build tools
 
-// Keeps the command packages built by tests/e2e/build.py in the module graph.
+// Keeps the command packages built by tests/e2e/build.py in the module graph:
+// the control plane, kubectl, and the real node's kubelet and kube-proxy.
 package tools
 
 import (
@@ -8,4 +9,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
