@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-versions lint demo bench clean
+.PHONY: test test-versions lint demo demo-node bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ test-versions: $(STAMP)
 
 demo: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python scripts/demo.py
+
+# The same on a real node: kubelet, containerd and runc on this machine (root), the
+# driver's own image installed by scripts/install-dra-driver.sh, a pod printing its devices.
+demo-node: $(STAMP)
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/python scripts/demo.py --real-node
 
 bench: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/run.py

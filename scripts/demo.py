@@ -7,6 +7,10 @@ inf2.48xlarge and four trn2u.48xlarge nodes of one UltraServer, each with the
 kubelet's own DRA code and the plugin, applies the examples and prints what
 every pod got. With a terminal attached it keeps the cluster up for kubectl
 until Ctrl-C.
+
+With --real-node it runs a real kubelet, containerd and runc on this machine instead
+(root needed), installs the driver's own image with scripts/install-dra-driver.sh and
+runs an example pod whose own shell prints its Neuron devices and environment.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from neuron_dra.hardware.fakenode import FakeUltraServer  # noqa: E402
 from tests.e2e.build import build  # noqa: E402
 from tests.e2e.cluster import Cluster  # noqa: E402
 from tests.e2e.nodes import add_simulated_node, env_of  # noqa: E402
+from tests.e2e.realcluster import NODE, real_cluster, unavailable  # noqa: E402
 
 SPECS = REPO / "examples" / "specs"
 Obj = dict[str, Any]
@@ -53,8 +58,15 @@ def main() -> int:
         default=None,
         help="keep the cluster running (default: when a terminal is attached)",
     )
+    parser.add_argument(
+        "--real-node",
+        action="store_true",
+        help="a real kubelet, containerd and runc running the driver's image (needs root)",
+    )
     args = parser.parse_args()
     keep = sys.stdin.isatty() if args.keep is None else args.keep
+    if args.real_node:
+        return real_node_demo(keep)
 
     binaries = build()
     print("\nstarting etcd, kube-apiserver, kube-scheduler, kube-controller-manager ...")
@@ -99,6 +111,44 @@ def main() -> int:
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
         else:
             print("\n(run `make demo` in a terminal to keep the cluster up for kubectl)")
+    return 0
+
+
+# The pod's own shell says what it got: its device nodes, then its Neuron environment.
+SHOW = "ls -l /dev/neuron*; env | grep ^NEURON_ | sort; trap 'exit 0' TERM; sleep 9999 & wait"
+
+
+def real_node_demo(keep: bool) -> int:
+    reason = unavailable()
+    if reason:
+        print(f"cannot run a real node on this machine: {reason}", file=sys.stderr)
+        return 1
+    print("building (or reusing) Kubernetes, the kubelet, containerd and the images ...")
+    with real_cluster() as real:
+        cluster = real.cluster
+        ready = time.monotonic() - real.install_started
+        print(f"\nnode {NODE}: kubelet, containerd, runc; trn2.48xlarge fake devices")
+        print(f"install-dra-driver.sh {real.driver.name}: plugin pod Ready in {ready:.1f}s")
+        docs = [d for d in yaml.safe_load_all((SPECS / "1x4-connected-devices.yaml").read_text())]
+        for doc in docs:
+            if doc["kind"] == "Pod":
+                [container] = doc["spec"]["containers"]
+                container |= {"image": real.busybox.name, "imagePullPolicy": "Never"}
+                container["args"] = [SHOW]
+            cluster.create({**doc, "metadata": {**doc["metadata"], "namespace": "default"}})
+        cluster.wait_for_pod_running("pod0", "default", timeout=120)
+        running = time.monotonic() - real.install_started
+        print(f"1x4-connected-devices.yaml: pod0 Running {running:.1f}s after the install")
+        log = cluster.wait_for(
+            "pod0's output", lambda: cluster.kubectl("logs", "pod0").stdout or None, 30.0
+        )
+        print("\npod0's own shell says:\n" + log)
+        if keep:
+            print(
+                f"{cluster.binaries.kubectl} --kubeconfig={cluster.kubeconfig} exec -it pod0 -- sh"
+            )
+            print("node running for kubectl as above; Ctrl-C stops it and every process")
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
     return 0
 
 
