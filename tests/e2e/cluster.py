@@ -204,10 +204,7 @@ class Cluster(ClusterApi):
         """The last lines of every component's log, for failure reports."""
         parts = [f"cluster workdir: {self.workdir}"]
         comps = self.components + [s.component for s in self.kubelet_sides.values()]
-        for comp in comps:
-            state = "running" if comp.alive() else f"exited {comp.process.returncode}"
-            parts.append(f"----- {comp.name} ({state}) {comp.log_path} -----")
-            parts.append(comp.tail(lines))
+        parts += [comp.report(lines) for comp in comps]
         return "\n".join(parts)
 
     def check_components(self) -> None:

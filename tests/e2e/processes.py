@@ -63,6 +63,11 @@ class Component:
     def tail(self, lines: int = 40) -> str:
         return _tail(self.log_path, lines)
 
+    def report(self, lines: int = 40) -> str:
+        """Its state and the last lines of its log, for failure reports."""
+        state = "running" if self.alive() else f"exited {self.process.returncode}"
+        return f"----- {self.name} ({state}) {self.log_path} -----\n{self.tail(lines)}"
+
     def stop(self, timeout: float = 10.0) -> None:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):

@@ -502,8 +502,5 @@ SystemdCgroup = false
 
     def log_tails(self, lines: int = 40) -> str:
         parts = [f"node {self.name}: {self.dir}"]
-        for comp in self.components.values():
-            state = "running" if comp.alive() else f"exited {comp.process.returncode}"
-            parts.append(f"----- {comp.name} ({state}) {comp.log_path} -----")
-            parts.append(comp.tail(lines))
+        parts += [comp.report(lines) for comp in self.components.values()]
         return "\n".join(parts)
