@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,11 +254,16 @@ def _source_files(version: str) -> list[Path]:
 
 def stamp(version: str, go: str, *, kubelet_only: bool = False) -> str:
     """Hash of everything that determines the binaries' content."""
-    digest = hashlib.sha256()
     parts = (_BUILD_FORMAT, version, go, ldflags(version), release_tags(version), str(kubelet_only))
+    return _source_digest(parts, _source_files(version))
+
+
+def _source_digest(parts: Iterable[str], files: Iterable[Path]) -> str:
+    """sha256 of the build's parameters and its Go sources (by path under go/ and content)."""
+    digest = hashlib.sha256()
     for part in parts:
         digest.update(part.encode() + b"\0")
-    for path in _source_files(version):
+    for path in files:
         digest.update(str(path.relative_to(GO_DIR)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -282,6 +287,17 @@ def _run(cmd: list[str], cwd: Path) -> None:
         raise RuntimeError(
             f"{' '.join(cmd)} failed in {cwd} (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
         )
+
+
+def _go_build(target: Path, name: str, module: Path, package: str, flags: list[str]) -> None:
+    """`go build` of `package` in `module` to `target`/`name`. Built next to the target
+    and renamed, so a binary is either complete or absent."""
+    t0 = time.monotonic()
+    _log(f"building {name} ...")
+    tmp_out = target / f".{name}.tmp"
+    _run(["go", "build", "-trimpath", *flags, "-o", str(tmp_out), package], module)
+    tmp_out.replace(target / name)
+    _log(f"built {name} in {time.monotonic() - t0:.1f}s")
 
 
 def _copy_module(module: Path, version: str) -> None:
@@ -369,7 +385,8 @@ def build_release(version: str, *, kubelet_only: bool = False, force: bool = Fal
         target.mkdir(parents=True, exist_ok=True)
         (target.parent / "stamp").unlink(missing_ok=True)
         started = time.monotonic()
-        flags = ["-trimpath", f"-ldflags={ldflags(version)}"]
+        flags = [f"-ldflags={ldflags(version)}"]
+        _log(f"building Kubernetes {version} ({go}) ...")
         with _k8s_module(version) as k8s_dir:
             jobs: list[tuple[str, Path, str, list[str]]] = []
             if not kubelet_only:
@@ -382,14 +399,7 @@ def build_release(version: str, *, kubelet_only: bool = False, force: bool = Fal
             if not kubelet_only:
                 jobs.append(("etcd", ETCD_MODULE_DIR, "go.etcd.io/etcd/server/v3", []))
             for name, module, package, extra in jobs:
-                t0 = time.monotonic()
-                _log(f"building {name} (Kubernetes {version}, {go}) ...")
-                # Build next to the target and rename, so a binary is
-                # either complete or absent.
-                tmp_out = target / f".{name}.tmp"
-                _run(["go", "build", *flags, *extra, "-o", str(tmp_out), package], module)
-                tmp_out.replace(target / name)
-                _log(f"built {name} in {time.monotonic() - t0:.1f}s")
+                _go_build(target, name, module, package, flags + extra)
         if stamp(version, go, kubelet_only=kubelet_only) != expected:
             # Sources changed while building: leave the set marked stale.
             _log("sources changed during the build; the next run rebuilds")
@@ -440,15 +450,10 @@ def build_helm(force: bool = False) -> Path:
             return target / "helm"
         target.mkdir(parents=True, exist_ok=True)
         (target.parent / "stamp").unlink(missing_ok=True)
-        started = time.monotonic()
-        _log(f"building helm {version} ({go}) ...")
-        tmp_out = target / ".helm.tmp"
-        flags = ["-trimpath", f"-ldflags={helm_ldflags(version)}"]
-        _run(["go", "build", *flags, "-o", str(tmp_out), "helm.sh/helm/v3/cmd/helm"],
-             HELM_MODULE_DIR)  # fmt: skip
-        tmp_out.replace(target / "helm")
+        _log(f"helm {version} ({go})")
+        flags = [f"-ldflags={helm_ldflags(version)}"]
+        _go_build(target, "helm", HELM_MODULE_DIR, "helm.sh/helm/v3/cmd/helm", flags)
         (target.parent / "stamp").write_text(expected + "\n")
-        _log(f"built helm in {time.monotonic() - started:.1f}s: {target}")
         return target / "helm"
 
 
@@ -494,14 +499,13 @@ def containerd_version() -> str:
 
 
 def node_stamp(version: str, go: str) -> str:
-    digest = hashlib.sha256()
-    for part in (_BUILD_FORMAT, version, go, ldflags(version), _CONTAINERD_TAGS):
-        digest.update(part.encode() + b"\0")
-    for module in (K8S_MODULE_DIR, NODE_MODULE_DIR):
-        for path in [module / "go.mod", module / "go.sum", *sorted(module.rglob("*.go"))]:
-            digest.update(str(path.relative_to(GO_DIR)).encode() + b"\0")
-            digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    parts = (_BUILD_FORMAT, version, go, ldflags(version), _CONTAINERD_TAGS)
+    files = [
+        path
+        for module in (K8S_MODULE_DIR, NODE_MODULE_DIR)
+        for path in [module / "go.mod", module / "go.sum", *sorted(module.rglob("*.go"))]
+    ]
+    return _source_digest(parts, files)
 
 
 def build_node(force: bool = False) -> NodeBinaries:
@@ -515,21 +519,14 @@ def build_node(force: bool = False) -> NodeBinaries:
             return NodeBinaries(target, version)
         target.mkdir(parents=True, exist_ok=True)
         (target.parent / "stamp").unlink(missing_ok=True)
-        jobs = [
-            *((n, K8S_MODULE_DIR, f"k8s.io/kubernetes/cmd/{n}", ldflags(version), "")
-              for n in _NODE_K8S_COMMANDS),
-            *((n, NODE_MODULE_DIR, f"github.com/containerd/containerd/v2/cmd/{n}", "-s -w",
-               _CONTAINERD_TAGS) for n in _CONTAINERD_COMMANDS),
-            ("pause", NODE_MODULE_DIR, "./cmd/pause", "-s -w", ""),
-        ]  # fmt: skip
-        for name, module, package, flags, tags in jobs:
-            t0 = time.monotonic()
-            _log(f"building {name} ...")
-            tmp_out = target / f".{name}.tmp"
-            cmd = ["go", "build", "-trimpath", f"-ldflags={flags}", f"-tags={tags}"]
-            _run([*cmd, "-o", str(tmp_out), package], module)
-            tmp_out.replace(target / name)
-            _log(f"built {name} in {time.monotonic() - t0:.1f}s")
+        k8s = [f"-ldflags={ldflags(version)}"]
+        containerd = ["-ldflags=-s -w", f"-tags={_CONTAINERD_TAGS}"]
+        for name in _NODE_K8S_COMMANDS:
+            _go_build(target, name, K8S_MODULE_DIR, f"k8s.io/kubernetes/cmd/{name}", k8s)
+        for name in _CONTAINERD_COMMANDS:
+            package = f"github.com/containerd/containerd/v2/cmd/{name}"
+            _go_build(target, name, NODE_MODULE_DIR, package, containerd)
+        _go_build(target, "pause", NODE_MODULE_DIR, "./cmd/pause", ["-ldflags=-s -w"])
         (target.parent / "stamp").write_text(expected + "\n")
         return NodeBinaries(target, version)
 

@@ -1,8 +1,16 @@
-"""Manifests shared by the end-to-end tests."""
+"""Manifests shared by the end-to-end tests, and the script that installs deploy/'s."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from tests.e2e.cluster import Cluster
 from tests.e2e.cluster_api import Obj
+
+INSTALL_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "install-dra-driver.sh"
 
 DRIVER = "neuron.aws.com"
 
@@ -76,3 +84,23 @@ def pod(name: str, namespace: str, node: str, claim: Obj) -> Obj:
 
 def allocated_devices(claim: Obj) -> list[Obj]:
     return list(claim["status"]["allocation"]["devices"]["results"])
+
+
+def run_install_script(
+    cluster: Cluster,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180.0,
+) -> subprocess.CompletedProcess[str]:
+    """scripts/install-dra-driver.sh against the cluster, with its kubectl."""
+    environ = {
+        "PATH": os.environ["PATH"],
+        "KUBECTL": str(cluster.binaries.kubectl),
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "HOME": str(cluster.workdir),  # kubectl's discovery cache stays out of the checkout
+        **(env or {}),
+    }
+    return subprocess.run(
+        [str(INSTALL_SCRIPT), *args],
+        check=False, env=environ, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip

@@ -10,7 +10,6 @@ images imported into its containerd, and the driver installed with
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -26,13 +25,10 @@ from tests.e2e import images, realnode
 from tests.e2e.build import Binaries, build, build_node, committed_k8s_version
 from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
 from tests.e2e.cluster_api import ClusterError
+from tests.e2e.manifests import run_install_script
 
-REPO = Path(__file__).resolve().parents[2]
-INSTALL_SCRIPT = REPO / "scripts" / "install-dra-driver.sh"
 NODE = "neuron-node"
 INSTANCE_TYPE = "trn2.48xlarge"
-# The examples' 2.26-driver-trn2.yaml asks for this version; the others for none.
-DRIVER_VERSION = "2.24.7.0"
 # /dev/null's number: a container given /dev/neuronN by its CDI spec can open it.
 DEVICE_NUMBER = (1, 3)
 DRIVER_NAMESPACE = "neuron-dra"
@@ -74,14 +70,7 @@ class RealCluster:
 
     def install(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run scripts/install-dra-driver.sh against the cluster; raise on failure."""
-        env = {
-            **os.environ,
-            "KUBECTL": str(self.cluster.binaries.kubectl),
-            "KUBECONFIG": str(self.cluster.kubeconfig),
-        }
-        proc = subprocess.run(
-            [str(INSTALL_SCRIPT), *args], env=env, capture_output=True, text=True, check=False
-        )
+        proc = run_install_script(self.cluster, *args, timeout=300.0)
         if proc.returncode != 0:
             raise ClusterError(
                 f"install-dra-driver.sh {' '.join(args)} exited {proc.returncode}:\n"
@@ -113,9 +102,8 @@ def real_cluster(binaries: Binaries | None = None) -> Iterator[RealCluster]:
     driver = images.driver_image()
     fake_root = Path(tempfile.mkdtemp(prefix="ndra-root-"))
     try:
-        build_fake_node(
-            fake_root, INSTANCE_TYPE, driver_version=DRIVER_VERSION, char_device=DEVICE_NUMBER
-        )
+        # The default driver version, which 2.26-driver-trn2.yaml selects.
+        build_fake_node(fake_root, INSTANCE_TYPE, char_device=DEVICE_NUMBER)
         with (
             realnode.bridge() as address,
             Cluster(binaries or build(), address=address, controllers=CONTROLLERS) as cluster,

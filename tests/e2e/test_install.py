@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -24,6 +24,7 @@ from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
+from tests.e2e.manifests import INSTALL_SCRIPT, run_install_script
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -46,7 +47,6 @@ from tests.sysfs_tree import FakeNode
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "install-dra-driver.sh"
 DEPLOY = REPO / "deploy"
 IMAGE = "registry.invalid/neuron-dra:1.0.0"
 
@@ -71,21 +71,6 @@ def cluster(e2e_binaries: Binaries) -> Iterator[Cluster]:
         yield running
 
 
-def run_script(
-    cluster: Cluster, *args: str, env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    environ = {
-        "PATH": os.environ["PATH"],
-        "KUBECTL": str(cluster.binaries.kubectl),
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "HOME": str(cluster.workdir),  # kubectl's discovery cache stays out of the checkout
-        **(env or {}),
-    }
-    return subprocess.run(
-        [str(SCRIPT), *args], check=False, env=environ, capture_output=True, text=True, timeout=180
-    )
-
-
 def ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     return result.stdout + result.stderr
@@ -103,25 +88,25 @@ def daemonset(cluster: Cluster) -> Obj:
 @pytest.fixture(scope="module")
 def installed(cluster: Cluster) -> str:
     """The driver installed once by the script, waiting for the rollout; its output."""
-    return ok(run_script(cluster, IMAGE, "--timeout=60s"))
+    return ok(run_install_script(cluster, IMAGE, "--timeout=60s"))
 
 
 # --------------------------------------------------------------------- errors
 
 
 def test_missing_image_is_a_usage_error(cluster: Cluster) -> None:
-    result = run_script(cluster)
+    result = run_install_script(cluster)
     assert result.returncode == 2
     assert "error: missing IMAGE" in result.stderr
     assert "Usage:" in result.stderr
-    result = run_script(cluster, IMAGE, "--bogus")
+    result = run_install_script(cluster, IMAGE, "--bogus")
     assert (result.returncode, "unknown option --bogus" in result.stderr) == (2, True)
-    result = run_script(cluster, "bad image;rm")
+    result = run_install_script(cluster, "bad image;rm")
     assert (result.returncode, "is not an image reference" in result.stderr) == (2, True)
 
 
 def test_missing_kubectl(cluster: Cluster, tmp_path: Path) -> None:
-    result = run_script(cluster, IMAGE, env={"KUBECTL": "/nonexistent"})
+    result = run_install_script(cluster, IMAGE, env={"KUBECTL": "/nonexistent"})
     assert result.returncode == 3
     assert "KUBECTL=/nonexistent is not an executable kubectl" in result.stderr
     # Without KUBECTL the script looks on PATH, here a directory without kubectl.
@@ -132,7 +117,7 @@ def test_missing_kubectl(cluster: Cluster, tmp_path: Path) -> None:
         (bin_dir / tool).symlink_to(found.stdout.strip())
     environ = {"PATH": str(bin_dir), "KUBECONFIG": str(cluster.kubeconfig), "HOME": str(tmp_path)}
     result = subprocess.run(
-        [str(bin_dir / "bash"), str(SCRIPT), IMAGE],
+        [str(bin_dir / "bash"), str(INSTALL_SCRIPT), IMAGE],
         check=False,
         env=environ,
         capture_output=True,
@@ -159,7 +144,7 @@ def test_unreachable_cluster(cluster: Cluster, tmp_path: Path) -> None:
             }
         )
     )
-    result = run_script(cluster, IMAGE, env={"KUBECONFIG": str(kubeconfig)})
+    result = run_install_script(cluster, IMAGE, env={"KUBECONFIG": str(kubeconfig)})
     assert result.returncode == 3
     assert "cannot reach the cluster of context 'gone'" in result.stderr
     assert f"127.0.0.1:{closed}" in result.stderr
@@ -171,7 +156,7 @@ def test_unreachable_cluster(cluster: Cluster, tmp_path: Path) -> None:
 def test_dry_run_changes_nothing(cluster: Cluster) -> None:
     """Before the install (nothing to create) and after it (nothing to change)."""
     before = state(cluster)
-    output = ok(run_script(cluster, IMAGE, "--dry-run"))
+    output = ok(run_install_script(cluster, IMAGE, "--dry-run"))
     assert state(cluster) == before
     if before[("v1", "Namespace", NAMESPACE, None)] is None:
         assert all(found is None for found in before.values())
@@ -184,7 +169,7 @@ def test_runs_through_a_symlink(cluster: Cluster, tmp_path: Path) -> None:
     """As examples/scripts/install-dra-driver.sh would: the manifests are still found."""
     link = tmp_path / "examples" / "scripts" / "install-dra-driver.sh"
     link.parent.mkdir(parents=True)
-    link.symlink_to(os.path.relpath(SCRIPT, link.parent))
+    link.symlink_to(os.path.relpath(INSTALL_SCRIPT, link.parent))
     before = state(cluster)
     result = subprocess.run(
         [str(link), IMAGE, "--dry-run"],
@@ -217,17 +202,17 @@ def test_install_applies_every_manifest(cluster: Cluster, installed: str) -> Non
 
 def test_second_install_changes_nothing(cluster: Cluster, installed: str) -> None:
     before = state(cluster)
-    ok(run_script(cluster, IMAGE, "--no-wait"))
+    ok(run_install_script(cluster, IMAGE, "--no-wait"))
     assert state(cluster) == before
     # A dry run of an upgrade is checked by the server and changes nothing either.
-    output = ok(run_script(cluster, "registry.invalid/neuron-dra:2.0.0", "--dry-run"))
+    output = ok(run_install_script(cluster, "registry.invalid/neuron-dra:2.0.0", "--dry-run"))
     assert "daemonset.apps/neuron-dra serverside-applied (server dry run)" in output
     assert state(cluster) == before
 
 
 def test_new_image_rolls_the_daemonset(cluster: Cluster, installed: str) -> None:
     before = state(cluster)
-    ok(run_script(cluster, "registry.invalid/neuron-dra:1.0.1", "--no-wait"))
+    ok(run_install_script(cluster, "registry.invalid/neuron-dra:1.0.1", "--no-wait"))
     after = state(cluster)
     ds_key = ("apps/v1", "DaemonSet", "neuron-dra", NAMESPACE)
     assert {k for k in KEYS if after[k] != before[k]} == {ds_key}
@@ -235,14 +220,14 @@ def test_new_image_rolls_the_daemonset(cluster: Cluster, installed: str) -> None
     assert daemonset(cluster)["spec"]["template"]["spec"]["containers"][0]["image"] == (
         "registry.invalid/neuron-dra:1.0.1"
     )
-    ok(run_script(cluster, IMAGE, "--no-wait"))
+    ok(run_install_script(cluster, IMAGE, "--no-wait"))
 
 
 def test_rollout_on_a_neuron_node(cluster: Cluster, installed: str) -> None:
     """A trn2 node gets a plugin pod; the script waits for it and tries its logs."""
     cluster.add_node("trn2-install", labels={"node.kubernetes.io/instance-type": "trn2.48xlarge"})
     cluster.start_kubelet_side("trn2-install")
-    output = ok(run_script(cluster, IMAGE, "--timeout=60s"))
+    output = ok(run_install_script(cluster, IMAGE, "--timeout=60s"))
     assert "the plugin runs on 1 node(s)" in output
     pods = cluster.list_objects("v1", "Pod", NAMESPACE)
     assert [p["spec"]["nodeName"] for p in pods] == ["trn2-install"]
@@ -313,15 +298,15 @@ def test_plugin_patches_only_its_own_nodes_ultraserver_labels(
 
 def test_uninstall_removes_everything(cluster: Cluster, installed: str) -> None:
     before = state(cluster)
-    ok(run_script(cluster, "--uninstall", "--dry-run"))
+    ok(run_install_script(cluster, "--uninstall", "--dry-run"))
     assert state(cluster) == before
 
-    output = ok(run_script(cluster, "--uninstall", "--timeout=60s"))
+    output = ok(run_install_script(cluster, "--uninstall", "--timeout=60s"))
     assert state(cluster) == dict.fromkeys(KEYS)
     assert "ResourceSlices the plugins published are deleted by each node's kubelet" in output
     assert cluster.list_objects("v1", "Pod", NAMESPACE) == []
     # Nothing left to delete is not an error.
-    ok(run_script(cluster, "--uninstall"))
+    ok(run_install_script(cluster, "--uninstall"))
 
 
 # ------------------------------------------------------------- old clusters
@@ -333,7 +318,7 @@ def test_cluster_without_v1beta1_says_so_in_one_line(e2e_binaries: Binaries) -> 
     with Cluster(
         e2e_binaries, controllers=["serviceaccount-controller"], runtime_config=gates
     ) as shipped:
-        output = ok(run_script(shipped, IMAGE, "--dry-run"))
+        output = ok(run_install_script(shipped, IMAGE, "--dry-run"))
     [note] = [line for line in output.splitlines() if "v1beta1" in line]
     assert note.startswith("note: resource.k8s.io/v1beta1 is not served here"), note
 
@@ -345,7 +330,7 @@ def test_cluster_without_resource_v1(e2e_binaries: Binaries) -> None:
         controllers=["serviceaccount-controller"],
         runtime_config="resource.k8s.io/v1=false,resource.k8s.io/v1beta1=true",
     ) as old:
-        result = run_script(old, IMAGE)
+        result = run_install_script(old, IMAGE)
     assert result.returncode == 3, result.stderr
     assert "serves only resource.k8s.io/v1beta1 of Dynamic Resource Allocation" in result.stderr
     assert "older than Kubernetes 1.34" in result.stderr
