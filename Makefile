@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-versions lint demo demo-node bench clean
+.PHONY: test test-versions lint demo demo-node bench bench-scale clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ bench: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/cel.py
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/footprint.py
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/scheduler.py
+
+# The real scheduler over 1,000, 2,000 and 5,000 simulated nodes, empty and 90% full, for
+# each way of publishing NeuronCores: tens of minutes and most of the machine's memory.
+# BENCH_SCALE_ARGS picks sizes and layouts, e.g. "--sizes 1000 --layouts devices,partitions".
+BENCH_SCALE_ARGS ?=
+bench-scale: $(STAMP)
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/python bench/scale.py $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -9,11 +9,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
-from consts import DRIVER_NAME
+from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent import features, leader
-from neuron_dra.agent.checkpoint import CheckpointStore
+from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord
 from neuron_dra.agent.health import Change, HealthMonitor
 from neuron_dra.agent.kube import ApiError, Json, Kube
 from neuron_dra.agent.kubelet import KubeletPlugin
@@ -32,6 +33,10 @@ from neuron_dra.resources.nodetopology import NodeTopology, from_labels
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
 
 log = logging.getLogger("neuron_dra")
+
+# How often the checkpoint is looked at for claims a second instance (a rolling update)
+# prepared or unprepared: a stat while it is unchanged.
+CLAIMS_FOLLOW_S = 2.0
 
 
 class Agent:
@@ -72,14 +77,17 @@ class Agent:
             get_claim=kube.get_resource_claim,
             after_step=after_step,
             metrics=self.metrics,
+            on_change=self._claims_changed,
         )
         self.publisher = SlicePublisher(
             kube, options.node_name, self._build, self._reprobe, self.metrics
         )
+        self._held: frozenset[int] = frozenset()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`; the kubelet's sockets are served already (see `run.run`)."""
         self.preparer.start()
+        self._claims_changed()  # the devices restored claims hold
         # The kubelet can prepare from here while the publisher probes the API server.
         self.plugin.serve_claims(self.preparer)
         await self._publish_health()
@@ -93,6 +101,7 @@ class Agent:
             asyncio.create_task(self._rediscover(), name="rediscovery"),
             asyncio.create_task(self._follow_topology(), name="node-topology"),
             asyncio.create_task(self._report_ready(), name="ready"),
+            asyncio.create_task(self.preparer.follow(CLAIMS_FOLLOW_S), name="claims"),
         ]
         try:
             await stop.wait()
@@ -201,6 +210,12 @@ class Agent:
             log.warning("no boot id: prepared state cannot be told apart across reboots")
         return found or "unknown"
 
+    def _claims_changed(self) -> None:
+        held = held_whole(self.inventory, self.options.node_name, self.preparer.prepared)
+        if held != self._held:
+            self._held = held
+            self.publisher.refresh(self._build)
+
     def _build(self, generation: int, node_uid: str | None) -> list[Json]:
         return self._slices(generation, node_uid, self._uses or features.Uses())
 
@@ -222,7 +237,7 @@ class Agent:
         layout = uses.layout or CounterLayout.BESIDE_DEVICES
         return SliceOptions(
             self.options.node_name, node_uid, generation, uses.mode, unhealthy, uses.taints,
-            layout, cores=uses.cores, topology=self.topology,
+            layout, cores=uses.cores, held=self._held, topology=self.topology,
         )  # fmt: skip
 
     async def _label_node(self) -> None:
@@ -390,6 +405,24 @@ class Agent:
             "registered with the kubelet and ResourceSlices published",
             extra={"startup_s": round(time.monotonic() - self._started, 3)},
         )
+
+
+def held_whole(
+    inventory: NodeInventory, pool: str, claims: Mapping[str, ClaimRecord]
+) -> frozenset[int]:
+    """Neuron devices a prepared claim holds whole (the node device: all of them).
+    Admin access holds nothing: others may have the device too."""
+    by_name = {d.name: d.index for d in inventory.devices}
+    held: set[int] = set()
+    for record in claims.values():
+        for device in record.devices:
+            if device.pool != pool or device.admin_access:
+                continue
+            if device.device == NODE_DEVICE_NAME:
+                held.update(by_name.values())
+            elif device.device in by_name:
+                held.add(by_name[device.device])
+    return frozenset(held)
 
 
 def _now() -> str:

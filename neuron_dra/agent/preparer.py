@@ -83,8 +83,12 @@ class Preparer:
         get_claim: GetClaim,
         after_step: StepHook = no_step_hook,
         metrics: Metrics | None = None,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self._metrics = metrics or Metrics()
+        # Told whenever the prepared claims change (this instance's or, read from the
+        # checkpoint, the other's of a rolling update): what is held shapes the slices.
+        self._on_change = on_change
         self._inventory = inventory
         self._pool = pool
         self._cdi_root = cdi_root
@@ -227,6 +231,17 @@ class Preparer:
                 if loaded.problem:
                     log.error(loaded.problem)
                 self._claims = dict(loaded.claims)
+                self._on_change()
+
+    async def follow(self, interval_s: float) -> None:
+        """Take in the other instance's claims as they come, not only at this one's next
+        prepare: the slices depend on them. A stat per interval while nothing changes."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self._refresh()
+            except Exception:
+                log.exception("checkpoint not read; retrying")
 
     def _hold(self, prepared: PreparedClaim, inventory: NodeInventory) -> None:
         """Refuse devices another claim holds; otherwise hold them for this one.
@@ -280,6 +295,7 @@ class Preparer:
                 self._pending = {k: v for k, v in batch.items() if k not in changes} | self._pending
                 raise
             self._claims = claims
+        self._on_change()
 
 
 def _record(prepared: PreparedClaim) -> ClaimRecord:

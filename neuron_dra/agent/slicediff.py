@@ -3,7 +3,8 @@
 The comparison is the upstream ResourceSlice controller's: what the API server
 adds is copied from the stored slices first (a taint's `timeAdded`), fields the
 server drops are left out, values it omits (empty lists and maps) count as
-absent. Slices are paired by content, then by name, never by list position.
+absent. Slices are paired by their place in the pool, then by content, never by
+list position.
 The publisher (`publisher.py`) is the side-effect shell around these.
 """
 
@@ -54,7 +55,7 @@ def adopt(desired: list[Json], existing: list[Json], dropped: frozenset[Field]) 
 
 
 def same(existing: list[Json], desired: list[Json]) -> bool:
-    """Equal but for the generation, in any order: the server's names order the slices."""
+    """Equal but for the generation, each in its place, in any order."""
     return sorted(map(_comparable, existing)) == sorted(map(_comparable, desired))
 
 
@@ -70,23 +71,34 @@ class Pairing:
 def pair(existing: list[Json], desired: list[Json]) -> Pairing:
     """Which stored slice becomes which desired one.
 
-    A stored slice with the desired content keeps it (only its generation moves), so
-    a slice never turns from devices into counters when another slice changed; the
-    rest pair in name order. `existing` must be one pool: no update moves a slice
-    to another pool.
+    A desired slice's place in the pool is the fixed part of its generated name, which
+    orders the allocator's walk (`slices.slice_prefix`); an update cannot rename, so a
+    desired slice only becomes a stored one of its place, and one with its content if
+    there is such. Stored slices of no desired place (a driver that named them
+    otherwise, a hand-made one) are deleted, and their places created. `existing` must
+    be one pool: no update moves a slice to another pool.
     """
     left = sorted(existing, key=lambda s: str(s["metadata"]["name"]))
     updates: list[tuple[Json, Json]] = []
-    unmatched: list[Json] = []
+    creates: list[Json] = []
     for new in desired:
+        place = _place(new)
+        candidates = [old for old in left if _place(old) == place]
         content = _content(new)
-        index = next((i for i, old in enumerate(left) if _content(old) == content), None)
-        if index is None:
-            unmatched.append(new)
+        chosen = next((old for old in candidates if _content(old) == content), None)
+        if chosen is None and candidates:
+            chosen = candidates[0]
+        if chosen is None:
+            creates.append(new)
         else:
-            updates.append((left.pop(index), new))
-    updates += zip(left, unmatched, strict=False)
-    return Pairing(tuple(updates), tuple(unmatched[len(left) :]), tuple(left[len(unmatched) :]))
+            left.remove(chosen)
+            updates.append((chosen, new))
+    return Pairing(tuple(updates), tuple(creates), tuple(left))
+
+
+def _place(obj: Json) -> str | None:
+    place = obj["metadata"].get("generateName")
+    return None if place is None else str(place)
 
 
 def replacement(old: Json, new: Json) -> Json:
@@ -172,4 +184,4 @@ def _comparable(obj: Json) -> str:
     spec = copy.deepcopy(obj["spec"])
     spec["pool"].pop("generation", None)
     owners = obj["metadata"].get("ownerReferences")
-    return json.dumps(_pruned([spec, owners]), sort_keys=True)
+    return json.dumps(_pruned([spec, owners, _place(obj)]), sort_keys=True)

@@ -78,6 +78,16 @@ Json = dict[str, Any]
 API_VERSION = "resource.k8s.io/v1"
 
 
+class CoreLayout(StrEnum):
+    """How logical NeuronCores are published."""
+
+    OFF = "off"  # whole devices only
+    PARTITIONS = "partitions"  # each core a device, kept apart from its device by counters
+    # Each device shareable (consumable capacity, KEP-5075): a claim takes a number of its
+    # physical cores, and the plugin picks which at prepare.
+    CAPACITY = "capacity"
+
+
 class UltraServerDevices(StrEnum):
     """Which devices an UltraServer node publishes."""
 
@@ -112,7 +122,19 @@ class SliceOptions:
     counter_layout: CounterLayout = CounterLayout.BESIDE_DEVICES
     # Each logical NeuronCore as a device too; they need shared counters, so only where the
     # API server keeps them (the agent asks it).
-    cores: bool = False
+    cores: bool | CoreLayout = False
+    # Neuron devices prepared whole on this node: their cores are not published. They
+    # could not be allocated anyway (the device holds their counter), yet every pod the
+    # scheduler places would evaluate its selectors on each of them, on every scan. Where
+    # no node device needs it, such a device draws on no counter either.
+    held: frozenset[int] = frozenset()
+
+    @property
+    def core_layout(self) -> CoreLayout:
+        if isinstance(self.cores, CoreLayout):
+            return self.cores
+        return CoreLayout.PARTITIONS if self.cores else CoreLayout.OFF
+
     # Where the node sits in the EC2 network, from its Node object's labels.
     topology: NodeTopology = field(default_factory=NodeTopology)
 
@@ -124,7 +146,9 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
         UltraServerDevices.NODE,
     )
     publish_devices = not publish_node or options.ultraserver_devices is UltraServerDevices.BOTH
-    cores = logical.logical_cores(inventory) if options.cores and publish_devices else ()
+    partitions = options.core_layout is CoreLayout.PARTITIONS
+    cores = logical.logical_cores(inventory) if partitions and publish_devices else ()
+    published_cores = [c for c in cores if c.device.index not in options.held]
     counters = bool(inventory.devices) and ((publish_node and publish_devices) or bool(cores))
 
     ids = devicegroups.group_ids(inventory)
@@ -146,12 +170,25 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     # A core is as healthy as its device.
     devices += [
         _tainted(_core_device(inventory, core, options.topology), sick.get(core.device.index))
-        for core in cores
+        for core in published_cores
         if options.device_taints or core.device.index not in sick
     ]
+    if options.core_layout is CoreLayout.CAPACITY:
+        for device in devices:
+            if device["name"] != NODE_DEVICE_NAME:
+                _shareable(device, inventory.lnc)
     if counters:
         pool = _Counters(inventory, cores=bool(cores))
+        by_name = {d.name: d.index for d in inventory.devices}
         for device in devices:
+            # A device held whole, its cores withdrawn, has nothing left to keep apart
+            # but the node device: without one it draws on no counter, which lets an
+            # adminAccess request (monitoring) have it too; the 1.37 allocator exempts
+            # those from "in use", not from counters. Counters come back with the cores,
+            # in the same generation, so a core is never published beside its device
+            # without the counter between them.
+            if by_name.get(device["name"]) in options.held and not publish_node:
+                continue
             device["consumesCounters"] = pool.consumption(device)
 
     per_slice = limits.MAX_DEVICES
@@ -163,19 +200,31 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     elif any("taints" in d for d in devices):
         per_slice = limits.MAX_DEVICES_WITH_TAINTS_OR_COUNTERS
     chunks = [devices[i : i + per_slice] for i in range(0, len(devices), per_slice)] or [[]]
-    if not counters:
-        return [_slice(options, len(chunks), {"devices": chunk}) for chunk in chunks]
-    shared = pool.shared()
-    if options.counter_layout is CounterLayout.OWN_SLICE:
+    contents: list[Json] = [{"devices": chunk} for chunk in chunks]
+    if counters and options.counter_layout is CounterLayout.OWN_SLICE:
         # No `devices` key at all: an empty list beside counters is refused too.
-        count = len(chunks) + 1
-        return [
-            _slice(options, count, {"sharedCounters": shared}),
-            *(_slice(options, count, {"devices": chunk}) for chunk in chunks),
-        ]
-    slices = [_slice(options, len(chunks), {"devices": chunk}) for chunk in chunks]
-    slices[0]["spec"]["sharedCounters"] = shared
-    return slices
+        contents.insert(0, {"sharedCounters": pool.shared()})
+    elif counters:
+        contents[0]["sharedCounters"] = pool.shared()
+    return [_slice(options, i, len(contents), content) for i, content in enumerate(contents)]
+
+
+def _shareable(device: Json, lnc: int | None) -> None:
+    """Make `device` allocatable to several claims, each taking some of its physical
+    cores in steps of one logical core; a claim that names no amount takes them all,
+    so whole-device requests stay exclusive. Memory is not divided."""
+    capacity = device.get("capacity", {})
+    cores = capacity.get(CAPACITY_CORES)
+    if cores is None:
+        return
+    step = str(lnc or 1)
+    device["allowMultipleAllocations"] = True
+    cores["requestPolicy"] = {
+        "default": cores["value"],
+        "validRange": {"min": step, "max": cores["value"], "step": step},
+    }
+    if CAPACITY_MEMORY in capacity:
+        capacity[CAPACITY_MEMORY]["requestPolicy"] = {"default": "0", "validRange": {"min": "0"}}
 
 
 class _Counters:
@@ -242,9 +291,15 @@ def _rfc3339(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(seconds)))
 
 
-def _slice(options: SliceOptions, count: int, content: Json) -> Json:
-    """One slice of the pool; `content` holds its devices or its shared counters."""
-    metadata: Json = {"generateName": f"{options.node_name}-{DRIVER_NAME}-"}
+def _slice(options: SliceOptions, position: int, count: int, content: Json) -> Json:
+    """Slice `position` of the pool's `count`; `content` holds its devices or its shared
+    counters.
+
+    The allocator walks a pool's slices in name order and takes the first devices that
+    fit, so the position leads the generated name: whole devices, laid out first, are
+    met before any NeuronCore, and a whole-device claim stops before the cores.
+    """
+    metadata: Json = {"generateName": slice_prefix(options.node_name, position)}
     if options.node_uid:
         metadata["ownerReferences"] = [
             {
@@ -270,6 +325,11 @@ def _slice(options: SliceOptions, count: int, content: Json) -> Json:
             **content,
         },
     }
+
+
+def slice_prefix(node: str, position: int) -> str:
+    """The generated name's fixed part of slice `position` of `node`'s pool."""
+    return f"{node}-{DRIVER_NAME}-{position}-"
 
 
 def _device(

@@ -168,8 +168,12 @@ def visible(cores: list[int]) -> str:
 
 def published_cores(node: SimulatedNode) -> dict[str, tuple[int, int]]:
     """core device name -> (deviceId, coreId), as the node's slices publish them."""
+    return published_cores_of(node.devices())
+
+
+def published_cores_of(devices: list[Obj]) -> dict[str, tuple[int, int]]:
     found = {}
-    for device in node.devices():
+    for device in devices:
         attributes = device.get("attributes") or {}
         if attributes.get("resourceType", {}).get("string") == "neuron_core":
             found[device["name"]] = (attributes["deviceId"]["int"], attributes["coreId"]["int"])
@@ -211,7 +215,8 @@ def run(node: SimulatedNode, spec: Obj) -> tuple[str, Obj, Obj]:
 
 
 def release(node: SimulatedNode, name: str, claim: Obj) -> None:
-    """Delete the pod; its claim is unprepared: CDI spec and checkpoint entry gone.
+    """Delete the pod; its claim is unprepared: CDI spec and checkpoint entry gone, and
+    the cores of the devices it held whole published again.
 
     test_plugin.delete_and_assert_released waits for the node to have no CDI spec at all,
     which never comes while another pod on it holds cores; this waits for this claim's.
@@ -223,6 +228,28 @@ def release(node: SimulatedNode, name: str, claim: Obj) -> None:
     spec = f"neuron.aws.com-{uid}.json"
     cluster.wait_for(f"CDI spec of {uid} removed", lambda: spec not in node.cdi_files())
     assert uid not in node.checkpointed()
+    whole = [d for d in allocated(claim) if not d.startswith(CORE_NAME_PREFIX)]
+    if whole:
+        cluster.wait_for(
+            f"cores of {', '.join(whole)} published again",
+            lambda: set(cores_held_by(node, whole)) <= set(published_now(node) or ()),
+        )
+
+
+def published_now(node: SimulatedNode) -> dict[str, tuple[int, int]] | None:
+    """`published_cores` of the node's whole pool; None while it is being rewritten."""
+    pool = node.pool()
+    if pool is None:
+        return None
+    return published_cores_of([d for s in pool for d in s["spec"].get("devices") or []])
+
+
+def cores_held_by(node: SimulatedNode, whole: list[str]) -> list[str]:
+    """The core device names of the whole devices (or the node device) `whole` names."""
+    indexes = range(16) if NODE_DEVICE_NAME in whole else [
+        int(d.removeprefix("neurondevice")) for d in whole
+    ]  # fmt: skip
+    return [f"{CORE_NAME_PREFIX}{i * PER_DEVICE + c}" for i in indexes for c in range(PER_DEVICE)]
 
 
 def assert_nothing_prepared(node: SimulatedNode, name: str, claim: Obj | None = None) -> None:
@@ -320,6 +347,92 @@ def test_a_core_and_what_contains_it_never_go_to_two_claims(
         [f"/dev/neuron{d}" for d in range(16)] if node_name == "us-0" else ["/dev/neuron5"]
     )
     release(node, whole, whole_claim)
+
+
+def test_a_device_held_whole_withdraws_its_cores_until_released(
+    nodes: dict[str, SimulatedNode],
+) -> None:
+    """Cores of a device a claim holds whole cannot be allocated (the device holds their
+    counter), yet each would cost the scheduler a selector evaluation on every pod it
+    places: once the claim is prepared they are withdrawn, and published again when it
+    is unprepared. The device itself stays published (allocated, so skipped cheaply)."""
+    node = nodes["trn2"]
+    cluster = node.cluster
+    name, _, claim = run(node, core_spec(1, device_class=WHOLE, cel=on_device(3)))
+    assert allocated(claim) == ["neurondevice3"]
+    held = set(cores_held_by(node, ["neurondevice3"]))
+    cluster.wait_for(
+        "device 3's cores withdrawn",
+        lambda: (found := published_now(node)) is not None and not held & set(found),
+    )
+    published = published_now(node)
+    assert published is not None and len(published) == 15 * PER_DEVICE
+    assert "neurondevice3" in node.device_names()
+    # Other devices' cores still go to core claims, never device 3's.
+    core, core_pod, core_claim = run(node, core_spec(PER_DEVICE, same_device=True))
+    devices, _ = assert_cores_got(node, core_pod, core_claim)
+    assert devices != [3]
+    release(node, core, core_claim)
+    release(node, name, claim)
+    assert len(published_now(node) or ()) == 16 * PER_DEVICE
+
+
+def test_an_admin_claim_has_a_device_already_in_use(nodes: dict[str, SimulatedNode]) -> None:
+    """A monitoring pod (adminAccess) gets a device another pod holds, with cores
+    published. The 1.37 allocator exempts admin requests from "in use" but not from
+    shared counters (kubernetes/kubernetes#140729), so a device drawing on its counter
+    stays out of reach; once the holder is prepared its cores are withdrawn and it
+    draws on none."""
+    node = nodes["trn2"]
+    cluster = node.cluster
+    holder, _, held = run(node, core_spec(1, device_class=WHOLE, cel=on_device(6)))
+
+    def unshared() -> bool:
+        pool = node.pool()
+        devices = {d["name"]: d for s in pool or () for d in s["spec"].get("devices") or []}
+        return pool is not None and "consumesCounters" not in devices["neurondevice6"]
+
+    cluster.wait_for("neurondevice6 drawing on no counter", unshared)
+    namespace = "monitoring"
+    if cluster.get_or_none("v1", "Namespace", namespace) is None:
+        cluster.create_namespace(namespace)
+        admin = {"resource.kubernetes.io/admin-access": "true"}
+        cluster.patch("v1", "Namespace", namespace, {"metadata": {"labels": admin}})
+    spec = core_spec(1, device_class=WHOLE, cel=on_device(6))
+    spec["devices"]["requests"][0]["exactly"]["adminAccess"] = True
+    name = "monitor"
+    metadata = {"name": name, "namespace": namespace}
+    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": metadata, "spec": spec})  # fmt: skip
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {
+        "automountServiceAccountToken": False,
+        "nodeSelector": {"kubernetes.io/hostname": node.name},
+        "containers": [{"name": "ctr0", "image": "none",
+                        "resources": {"claims": [{"name": "neurons"}]}}],
+        "resourceClaims": [{"name": "neurons", "resourceClaimName": name}]}})  # fmt: skip
+    pod = cluster.wait_for_pod_running(name, namespace, timeout=60)
+    claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", name, namespace)
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["device"], result.get("adminAccess")) == ("neurondevice6", True)
+    assert container_view(pod, "ctr0")["deviceNodes"] == ["/dev/neuron6"]
+    cluster.delete("v1", "Pod", name, namespace)
+    cluster.wait_for_pod_gone(name, namespace, timeout=60)
+    cluster.delete("resource.k8s.io/v1", "ResourceClaim", name, namespace)
+    release(node, holder, held)
+
+
+def test_the_allocator_meets_whole_devices_before_cores(nodes: dict[str, SimulatedNode]) -> None:
+    """The allocator walks a pool's slices in name order and takes the first devices that
+    fit: the slice holding the whole devices sorts before every slice of cores, so a
+    whole-device claim never walks past a core."""
+    for node in nodes.values():
+        pool = node.pool()
+        assert pool is not None
+        walk = [d["name"] for s in sorted(pool, key=lambda s: s["metadata"]["name"])
+                for d in s["spec"].get("devices") or []]  # fmt: skip
+        first_core = next(i for i, n in enumerate(walk) if n.startswith(CORE_NAME_PREFIX))
+        assert not any(n.startswith(CORE_NAME_PREFIX) for n in walk[:first_core])
+        assert all(n.startswith(CORE_NAME_PREFIX) for n in walk[first_core:]), walk
 
 
 def test_lnc_config_on_a_core_is_refused_at_prepare(nodes: dict[str, SimulatedNode]) -> None:

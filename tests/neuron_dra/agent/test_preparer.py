@@ -4,7 +4,7 @@ import asyncio
 import copy
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from neuron_dra.agent import cdi
 from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice, decode
 from neuron_dra.agent.claimref import ClaimRef
 from neuron_dra.agent.claims import plan
+from neuron_dra.agent.node import held_whole
 from neuron_dra.agent.preparer import GetClaim, Outcome, Preparer, Step, StepHook, no_step_hook
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
@@ -84,6 +85,7 @@ class Node:
         boot_id: str = BOOT,
         get_claim: GetClaim | None = None,
         store: CheckpointStore | None = None,
+        on_change: Callable[[], None] = lambda: None,
     ) -> Preparer:
         preparer = Preparer(
             inventory=lambda: self.inventory,
@@ -93,6 +95,7 @@ class Node:
             boot_id=boot_id,
             get_claim=get_claim or self.api.get_claim,
             after_step=after_step,
+            on_change=on_change,
         )
         preparer.start()
         return preparer
@@ -605,3 +608,43 @@ def test_claims_for_one_device_at_once_prepare_one(node: Node) -> None:
             )
     assert node.files() == [spec_name(winner.uid)]
     assert set(node.checkpointed()) == {winner.uid}
+
+
+def test_what_claims_hold_whole_is_told_as_it_changes(node: Node) -> None:
+    """The slices leave out the cores of devices held whole, so the agent is told each
+    time the prepared claims change: its own prepares and unprepares, and those of the
+    other instance of a rolling update, read from the checkpoint they share."""
+    seen: list[frozenset[int]] = []
+    preparer: Preparer | None = None
+
+    def changed() -> None:
+        assert preparer is not None
+        seen.append(held_whole(node.inventory, POOL, preparer.prepared))
+
+    preparer = node.preparer(on_change=changed)
+    whole = node.api.add(uid(1), ["neurondevice2", "neurondevice3"])
+    core = node.api.add(uid(2), ["neuroncore1"])
+    admin = node.api.add(uid(3), ["neurondevice9"], admin=True)
+    prepare(preparer, whole, core, admin)
+    assert seen[-1] == {2, 3}  # a core holds its device only in part; admin holds nothing
+    other = node.preparer()  # the second instance, on the same checkpoint
+    later = node.api.add(uid(4), ["neurondevice7"])
+    prepare(other, later)
+    unprepare(other, whole)
+
+    async def follow_once() -> None:
+        task = asyncio.create_task(preparer.follow(0.001))
+        while seen[-1] != {7}:
+            await asyncio.sleep(0.001)
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(follow_once(), timeout=10))
+    assert seen[-1] == {7}
+
+
+def test_the_node_device_holds_every_device(node: Node, fake_node: FakeNode) -> None:
+    inventory = discover(fake_node("trn2u.48xlarge")).inventory
+    ref = ClaimRef("default", "whole", uid(1))
+    claims = {ref.uid: ClaimRecord(ref.uid, "default", "whole", recorded(ref.uid, ["neuronnode"]))}
+    assert held_whole(inventory, POOL, claims) == frozenset(range(16))
+    assert held_whole(inventory, "other-pool", claims) == frozenset()

@@ -5,7 +5,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from neuron_dra.agent.slicediff import adopt, dropped_fields, pair, replacement, same, split_pool
+from neuron_dra.agent.slicediff import (
+    Pairing,
+    adopt,
+    dropped_fields,
+    pair,
+    replacement,
+    same,
+    split_pool,
+)
 
 Json = dict[str, Any]
 TAINT = {"key": "neuron.aws.com/unhealthy", "value": "MemEccUncorrected", "effect": "NoExecute"}
@@ -20,8 +28,14 @@ def device(name: str, *taints: Json, **fields: Any) -> Json:
     return found
 
 
-def slice_(name: str | None, pool: str = "node-a", generation: int = 1, **spec: Any) -> Json:
-    metadata: Json = {"name": name} if name else {"generateName": "node-a-neuron.aws.com-"}
+def slice_(
+    name: str | None, pool: str = "node-a", generation: int = 1, place: int = 0, **spec: Any
+) -> Json:
+    """A slice as the driver lays it out (`name` None) or as the server stores it, which
+    keeps the generated name's fixed part."""
+    metadata: Json = {"generateName": f"node-a-neuron.aws.com-{place}-"}
+    if name:
+        metadata["name"] = name
     metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": "node-a"}]
     pool_ = {"name": pool, "generation": generation, "resourceSliceCount": 1}
     return {
@@ -83,20 +97,43 @@ def test_slices_of_another_pool_are_foreign() -> None:
     assert split_pool([ours, old], "node-a") == ([ours], [old])
 
 
-def test_slices_pair_by_content_then_by_name() -> None:
-    devices = slice_("a-devices", devices=[device("d0"), device("d1")])
-    counters = slice_("b-counters", sharedCounters=COUNTERS)
-    wanted_counters = slice_(None, generation=2, sharedCounters=COUNTERS)
-    wanted_devices = slice_(None, generation=2, devices=[device("d0"), device("d1", TAINT)])
+def test_slices_pair_by_place_then_by_content() -> None:
+    devices = slice_("a-devices", place=1, devices=[device("d0"), device("d1")])
+    counters = slice_("b-counters", place=0, sharedCounters=COUNTERS)
+    wanted_counters = slice_(None, generation=2, place=0, sharedCounters=COUNTERS)
+    wanted_devices = slice_(
+        None, generation=2, place=1, devices=[device("d0"), device("d1", TAINT)]
+    )
     plan = pair([devices, counters], [wanted_counters, wanted_devices])
     # By list position the device slice would have become the counter slice.
     assert plan.updates == ((counters, wanted_counters), (devices, wanted_devices))
     assert (plan.creates, plan.deletes) == ((), ())
 
+    # A slice only becomes one of its own place: the new place is created.
     grown = pair([devices], [wanted_counters, wanted_devices])
-    assert (grown.updates, grown.creates) == (((devices, wanted_counters),), (wanted_devices,))
+    assert (grown.updates, grown.creates) == (((devices, wanted_devices),), (wanted_counters,))
     shrunk = pair([devices, counters], [wanted_devices])
     assert (shrunk.updates, shrunk.deletes) == (((devices, wanted_devices),), (counters,))
+
+
+def test_slices_named_otherwise_are_replaced_so_the_walk_meets_devices_first() -> None:
+    """Slices of a driver that named them without a place (or by hand) are not updated
+    in place, where their random names would keep ordering the allocator's walk."""
+    old = slice_("node-a-neuron.aws.com-x7k2p", devices=[device("d0")])
+    old["metadata"]["generateName"] = "node-a-neuron.aws.com-"
+    hand_made = slice_("mine", devices=[device("d1")])
+    del hand_made["metadata"]["generateName"]
+    wanted = slice_(None, generation=2, devices=[device("d0")])
+    assert not same([old], [wanted])
+    plan = pair([old, hand_made], [wanted])
+    assert (plan.updates, plan.creates, plan.deletes) == ((), (wanted,), (hand_made, old))
+
+
+def test_among_slices_of_one_place_the_same_content_is_kept() -> None:
+    first = slice_("s1", devices=[device("d0")])
+    second = slice_("s2", devices=[device("d1")])
+    wanted = slice_(None, generation=2, devices=[device("d1")])
+    assert pair([first, second], [wanted]) == Pairing(((second, wanted),), (), (first,))
 
 
 def test_an_update_keeps_what_others_put_on_the_slice() -> None:
@@ -105,5 +142,6 @@ def test_an_update_keeps_what_others_put_on_the_slice() -> None:
     body = replacement(stored, slice_(None, generation=2, devices=[device("d1")]))
     assert body["metadata"]["name"] == "s1" and body["metadata"]["resourceVersion"] == "7"
     assert body["metadata"]["labels"] == {"team": "ml"}
-    assert "managedFields" not in body["metadata"] and "generateName" not in body["metadata"]
+    assert "managedFields" not in body["metadata"]
+    assert body["metadata"]["generateName"] == stored["metadata"]["generateName"]
     assert body["spec"]["devices"] == [device("d1")]

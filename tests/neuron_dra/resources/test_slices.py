@@ -14,7 +14,13 @@ from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
 from neuron_dra.resources.limits import CounterLayout, validate_pool, validate_slice
-from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
+from neuron_dra.resources.slices import (
+    CoreLayout,
+    SliceOptions,
+    UltraServerDevices,
+    Unhealthy,
+    build_slices,
+)
 from tests.sysfs_tree import FakeNode, write
 
 Json = dict[str, Any]
@@ -132,7 +138,7 @@ def test_slice_shape_follows_upstream_drivers(fake_node: FakeNode) -> None:
     [s] = slices_of(fake_node("inf2.xlarge"), node_uid="1234")
     assert s["apiVersion"] == "resource.k8s.io/v1" and s["kind"] == "ResourceSlice"
     assert s["metadata"] == {
-        "generateName": "node-a-neuron.aws.com-",
+        "generateName": "node-a-neuron.aws.com-0-",
         "ownerReferences": [
             {
                 "apiVersion": "v1",
@@ -342,7 +348,10 @@ def test_counters_in_their_own_slice_lead_the_pool(fake_node: FakeNode) -> None:
         "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 2},
         "sharedCounters": COUNTER_SET,
     }  # no `devices` key at all: 1.35+ refuse even an empty list beside counters
-    assert counters["metadata"] == devices["metadata"]
+    # Owned alike, each in its place: the counters first, then the devices.
+    assert counters["metadata"]["ownerReferences"] == devices["metadata"]["ownerReferences"]
+    assert counters["metadata"]["generateName"] == "node-a-neuron.aws.com-0-"
+    assert devices["metadata"]["generateName"] == "node-a-neuron.aws.com-1-"
     assert "sharedCounters" not in devices["spec"]
     assert devices["spec"]["pool"] == counters["spec"]["pool"]
     published = devices_of([devices])
@@ -589,3 +598,94 @@ def test_cores_are_published_only_when_asked_and_never_on_a_node_only_pool(
     assert "neuronnode" not in devices_of(devices_only)
     assert len(devices_of(devices_only)) == 16 + 64
     assert devices_only[0]["spec"]["sharedCounters"][0]["counters"] == per_device(4)
+
+
+def walk(slices: list[Json]) -> list[str]:
+    """Device names in the order the allocator meets them: slices by name (generated
+    names sort by their fixed part), then by position in the slice."""
+    ordered = sorted(slices, key=lambda s: str(s["metadata"]["generateName"]))
+    return [d["name"] for s in ordered for d in s["spec"].get("devices") or []]
+
+
+@pytest.mark.parametrize("instance_type", ["trn2.48xlarge", "trn2u.48xlarge", "inf2.48xlarge"])
+@pytest.mark.parametrize("lnc", [1, 2])
+def test_whole_devices_come_before_every_core_in_the_walk(
+    fake_node: FakeNode, instance_type: str, lnc: int
+) -> None:
+    root = fake_node(instance_type, lnc=lnc if instance_type.startswith("trn2") else None)
+    slices = slices_of(root, counter_layout=CounterLayout.OWN_SLICE, cores=True)
+    order = walk(slices)
+    cores = [i for i, name in enumerate(order) if name.startswith("neuroncore")]
+    assert cores and cores == list(range(cores[0], len(order)))  # all cores, last
+    assert len({s["metadata"]["generateName"] for s in slices}) == len(slices)
+
+
+# 1.34 takes cores only where the pool fits one slice of 128: at LNC 2.
+@pytest.mark.parametrize(
+    ("layout", "lnc"), [(CounterLayout.BESIDE_DEVICES, 2), (CounterLayout.OWN_SLICE, 1)]
+)
+def test_cores_of_devices_held_whole_are_not_published(
+    fake_node: FakeNode, layout: CounterLayout, lnc: int
+) -> None:
+    root = fake_node("trn2u.48xlarge", lnc=lnc)
+    every = slices_of(root, counter_layout=layout, cores=True)
+    assert validate_pool(every, layout) == []
+    held = slices_of(root, counter_layout=layout, cores=True, held=frozenset({0, 7}))
+    before, after = devices_of(every), devices_of(held)
+    gone = set(before) - set(after)
+    per = 8 // lnc
+    assert gone == {f"neuroncore{n}" for d in (0, 7) for n in range(d * per, d * per + per)}
+    # The devices stay, and every counter and consumption is as before: what is held
+    # draws on the same counters, so nothing can be allocated twice meanwhile.
+    assert {"neurondevice0", "neurondevice7", "neuronnode"} <= set(after)
+    assert all(after[n] == before[n] for n in after)
+    shared = [s["spec"].get("sharedCounters") for s in every if "sharedCounters" in s["spec"]]
+    assert shared == [s["spec"]["sharedCounters"] for s in held if "sharedCounters" in s["spec"]]
+    assert validate_pool(held, layout) == []
+    # Held whole, all of them: the pool is the devices and its counters.
+    everything = frozenset(range(16))
+    bare = devices_of(slices_of(root, counter_layout=layout, cores=True, held=everything))
+    assert not [n for n in bare if n.startswith("neuroncore")] and len(bare) == 17
+
+
+def test_cores_as_consumable_capacity(fake_node: FakeNode) -> None:
+    """The layout measured against partitions (bench/scale.py `capacity`): each device
+    shareable, a claim taking physical cores in steps of one logical core, all of them
+    when it names no amount; memory not divided."""
+    slices = slices_of(fake_node("trn2.48xlarge"), cores=CoreLayout.CAPACITY)
+    devices = devices_of(slices)
+    assert len(devices) == 16 and not any("consumesCounters" in d for d in devices.values())
+    device = devices["neurondevice0"]
+    assert device["allowMultipleAllocations"] is True
+    assert device["capacity"]["cores"] == {
+        "value": "8",
+        "requestPolicy": {"default": "8", "validRange": {"min": "2", "max": "8", "step": "2"}},
+    }
+    assert device["capacity"]["memory"]["requestPolicy"] == {
+        "default": "0",
+        "validRange": {"min": "0"},
+    }
+
+
+def test_a_device_held_whole_draws_on_no_counter_unless_a_node_device_needs_it(
+    fake_node: FakeNode,
+) -> None:
+    """Its cores are withdrawn, so only the node device needs its counter; without one
+    it draws on none, and an adminAccess request (which the allocator checks against
+    counters, not against "in use") can have it too."""
+    root = fake_node("trn2.48xlarge")
+    layout = CounterLayout.OWN_SLICE
+    held = devices_of(slices_of(root, counter_layout=layout, cores=True, held=frozenset({4})))
+    assert "consumesCounters" not in held["neurondevice4"]
+    assert held["neurondevice5"]["consumesCounters"][0]["counters"] == {
+        "neurondevice5": {"value": "4"}
+    }
+    assert not any(f"neuroncore{n}" in held for n in range(16, 20))
+    ultra = devices_of(
+        slices_of(
+            fake_node("trn2u.48xlarge"), counter_layout=layout, cores=True, held=frozenset({4})
+        )
+    )
+    assert ultra["neurondevice4"]["consumesCounters"][0]["counters"] == {
+        "neurondevice4": {"value": "4"}
+    }

@@ -1,0 +1,306 @@
+"""The simulated fleet of bench/scale.py: Node objects with the slices the driver
+lays out for each, published as an agent would, and claims that fill nodes by holding
+every device, allocated by hand through the status subresource as the scheduler would
+(upstream's scheduler_perf fills its clusters the same way).
+
+A `Layout` is one way of publishing NeuronCores; the agent's current one is
+`partitions`. Where a layout withholds the cores of devices held whole, a filled node is
+published again without them, as the agent does once the kubelet has prepared the
+claim, and again with them when it is emptied.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_DEVICE
+from neuron_dra.hardware.inventory import NodeInventory
+from neuron_dra.resources.limits import CounterLayout
+from neuron_dra.resources.slices import CoreLayout, SliceOptions, build_slices
+from tests.e2e.cluster import Cluster
+
+Obj = dict[str, Any]
+NAMESPACE = "default"
+RESOURCE = "resource.k8s.io/v1"
+WORKERS = 8
+"""Nodes published at once."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way of publishing a node: what `build_slices` is asked for."""
+
+    name: str
+    cores: CoreLayout
+    lnc: int | None = None  # None: the instance type's default (2 on trn2)
+    # Slices in their places (devices before cores in the allocator's walk); otherwise
+    # generateName's random suffixes decide the order, as before.
+    ordered: bool = True
+    # The cores of devices a claim holds whole are withdrawn, as the agent does once
+    # the kubelet has prepared the claim.
+    withhold: bool = True
+    # DeviceClasses with one selector joining the chart's two by `&&`.
+    joined_selectors: bool = False
+
+
+LAYOUTS = {
+    layout.name: layout
+    for layout in (
+        Layout("devices", CoreLayout.OFF),
+        Layout("partitions", CoreLayout.PARTITIONS),
+        Layout("partitions-lnc1", CoreLayout.PARTITIONS, lnc=1),
+        # What the driver published before: random slice order, every core always.
+        Layout("partitions-unordered", CoreLayout.PARTITIONS, ordered=False, withhold=False),
+        Layout(
+            "partitions-unordered-lnc1",
+            CoreLayout.PARTITIONS,
+            lnc=1,
+            ordered=False,
+            withhold=False,
+        ),
+        Layout("partitions-ordered", CoreLayout.PARTITIONS, withhold=False),
+        Layout(
+            "partitions-unordered-joined",
+            CoreLayout.PARTITIONS,
+            ordered=False,
+            withhold=False,
+            joined_selectors=True,
+        ),
+        Layout("capacity", CoreLayout.CAPACITY),
+        Layout("capacity-lnc1", CoreLayout.CAPACITY, lnc=1),
+    )
+}
+
+
+class Api:
+    """Keep-alive HTTPS to the API server, one connection per thread: the cluster
+    helper's client is too slow for tens of thousands of writes."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        url = urlsplit(cluster.server)
+        self._host, self._port = url.hostname or "127.0.0.1", url.port
+        self._context = ssl.create_default_context(cafile=str(cluster.ca_file))
+        self._headers = {
+            "Authorization": f"Bearer {cluster.token}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
+        self._local = threading.local()
+
+    def call(
+        self, method: str, path: str, body: Obj | None = None, ok: tuple[int, ...] = ()
+    ) -> Obj:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPSConnection(
+                self._host, self._port, context=self._context, timeout=120
+            )
+            self._local.connection = connection
+        data = None if body is None else json.dumps(body).encode()
+        for attempt in range(5):
+            try:
+                headers = self._headers
+                if method == "PATCH":
+                    headers = headers | {"Content-Type": "application/merge-patch+json"}
+                connection.request(method, path, body=data, headers=headers)
+                answer = connection.getresponse()
+                text = answer.read()
+            except OSError:
+                connection.close()
+                if attempt == 4:
+                    raise
+                continue
+            if answer.status == 429 or answer.status >= 500:
+                time.sleep(0.2 * (attempt + 1))  # a loaded server asks to retry
+                continue
+            if not (200 <= answer.status < 300 or answer.status in ok):
+                raise RuntimeError(f"{method} {path}: {answer.status} {text[:300]!r}")
+            return json.loads(text) if text else {}
+        raise RuntimeError(f"{method} {path}: still {answer.status} after retries")
+
+
+def slice_path(name: str | None = None) -> str:
+    base = f"/apis/{RESOURCE}/resourceslices"
+    return f"{base}/{name}" if name else base
+
+
+def claim_path(name: str | None = None) -> str:
+    base = f"/apis/{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
+    return f"{base}/{name}" if name else base
+
+
+@dataclass
+class Fleet:
+    """The cluster's simulated nodes: Node objects and their slices."""
+
+    cluster: Cluster
+    api: Api
+    layout: Layout
+    inventories: dict[str, NodeInventory]  # by instance type
+    ultraserver_share: float
+    nodes: list[str] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)  # node -> instance type
+    publish_s: list[float] = field(default_factory=list)
+    slice_count: dict[str, int] = field(default_factory=dict)
+    slice_bytes: dict[str, int] = field(default_factory=dict)
+    devices: dict[str, list[Obj]] = field(default_factory=dict)  # by instance type
+    uids: dict[str, str] = field(default_factory=dict)
+    generations: dict[str, int] = field(default_factory=dict)
+    slice_names: dict[str, list[str]] = field(default_factory=dict)
+    published: dict[str, int] = field(default_factory=dict)  # node -> devices it publishes
+
+    def instance_type(self, index: int) -> str:
+        # Every k-th node an UltraServer node, spread evenly over the fleet.
+        if self.ultraserver_share and index % round(1 / self.ultraserver_share) == 0:
+            return "trn2u.48xlarge"
+        return "trn2.48xlarge"
+
+    def add(self, index: int) -> None:
+        name = f"n{index:05d}"
+        kind = self.instance_type(index)
+        node = self.api.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "node.kubernetes.io/instance-type": kind}}})  # fmt: skip
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        resources = {"cpu": "192", "memory": "2048Gi", "pods": "110"}
+        status = {"capacity": resources, "allocatable": resources, "conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated",
+             "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "nodeInfo": {"kubeletVersion": "v1.37.2", "operatingSystem": "linux",
+                         "architecture": "amd64", "containerRuntimeVersion": "none://0",
+                         "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+                         "osImage": "", "kubeProxyVersion": ""}}  # fmt: skip
+        self.api.call("PATCH", f"/api/v1/nodes/{name}/status", {"status": status})
+        # The TaintNodesByCondition admission's not-ready taint: the node lifecycle
+        # controller would lift it; do it here.
+        self.api.call("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}})
+        self.uids[name] = node["metadata"]["uid"]
+        self.kinds[name] = kind
+        started = time.monotonic()
+        slices = self.publish(name, frozenset())
+        self.publish_s.append(time.monotonic() - started)
+        self.slice_count[kind] = len(slices)
+        self.slice_bytes[kind] = sum(len(json.dumps(s, separators=(",", ":"))) for s in slices)
+        self.devices[kind] = [d for s in slices for d in s["spec"].get("devices") or []]
+
+    @property
+    def withholds(self) -> bool:
+        return self.layout.withhold and self.layout.cores is CoreLayout.PARTITIONS
+
+    def publish(self, name: str, held: frozenset[int]) -> list[Obj]:
+        """The node's slices, `held` devices held whole, one after another as the agent
+        writes them: a new generation, then the old slices deleted."""
+        generation = self.generations.get(name, 0) + 1
+        self.generations[name] = generation
+        options = SliceOptions(
+            name, self.uids[name], generation, cores=self.layout.cores,
+            counter_layout=CounterLayout.OWN_SLICE,
+            held=held if self.layout.withhold else frozenset(),
+        )  # fmt: skip
+        slices = build_slices(self.inventories[self.kinds[name]], options)
+        if not self.layout.ordered:
+            for obj in slices:
+                obj["metadata"]["generateName"] = f"{name}-{DRIVER_NAME}-"
+        self.published[name] = sum(len(s["spec"].get("devices") or []) for s in slices)
+        old = self.slice_names.get(name, [])
+        self.slice_names[name] = [
+            self.api.call("POST", slice_path(), obj)["metadata"]["name"] for obj in slices
+        ]
+        for gone in old:
+            self.api.call("DELETE", slice_path(gone))
+        return slices
+
+    def grow(self, size: int) -> float:
+        started = time.monotonic()
+        first = len(self.nodes)
+        with ThreadPoolExecutor(WORKERS) as pool:
+            for _ in pool.map(self.add, range(first, size)):
+                pass
+        self.nodes += [f"n{i:05d}" for i in range(first, size)]
+        return time.monotonic() - started
+
+
+@dataclass
+class Filler:
+    """Claims holding every whole device of a node, allocated by hand."""
+
+    api: Api
+    fleet: Fleet
+    held: set[str] = field(default_factory=set)  # nodes
+
+    def fill(self, share: float) -> float:
+        """Hold every device of the first `share` of the nodes (the free ones are spread
+        over the fleet: every tenth node)."""
+        started = time.monotonic()
+        want = [n for i, n in enumerate(self.fleet.nodes)
+                if i % 10 < round(share * 10) and n not in self.held]  # fmt: skip
+        with ThreadPoolExecutor(WORKERS) as pool:
+            for _ in pool.map(self._hold, want):
+                pass
+        self.held.update(want)
+        return time.monotonic() - started
+
+    def _hold(self, node: str) -> None:
+        devices = [
+            d
+            for d in self.fleet.devices[self.fleet.kinds[node]]
+            if d["attributes"][ATTR_RESOURCE_TYPE]["string"] == RESOURCE_TYPE_DEVICE
+        ]
+        name = f"fill-{node}"
+        spec = {"devices": {"requests": [{"name": "neurons", "exactly": {
+            "deviceClassName": DRIVER_NAME, "count": len(devices)}}]}}  # fmt: skip
+        claim = self.api.call("POST", claim_path(), {"apiVersion": RESOURCE,
+            "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec})  # fmt: skip
+        results = []
+        for device in devices:
+            result: Obj = {"request": "neurons", "driver": DRIVER_NAME, "pool": node,
+                           "device": device["name"]}  # fmt: skip
+            if device.get("allowMultipleAllocations"):
+                # A whole device taken as one share of all its capacity.
+                result["shareID"] = str(uuid.uuid4())
+                result["consumedCapacity"] = {
+                    k: c["requestPolicy"]["default"] if "requestPolicy" in c else c["value"]
+                    for k, c in device["capacity"].items()
+                }
+            results.append(result)
+        claim["status"] = {"allocation": {"devices": {"results": results}, "nodeSelector": {
+            "nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}  # fmt: skip
+        self.api.call("PUT", claim_path(name) + "/status", claim)
+        if self.fleet.withholds:
+            # The kubelet prepares the claim; the agent withdraws the devices' cores.
+            inventory = self.fleet.inventories[self.fleet.kinds[node]]
+            self.fleet.publish(node, frozenset(d.index for d in inventory.devices))
+
+    def empty(self) -> float:
+        started = time.monotonic()
+        with ThreadPoolExecutor(WORKERS) as pool:
+            for _ in pool.map(self._release, sorted(self.held)):
+                pass
+        self.held.clear()
+        return time.monotonic() - started
+
+    def _release(self, node: str) -> None:
+        self.api.call("DELETE", claim_path(f"fill-{node}"))
+        if self.fleet.withholds:
+            self.fleet.publish(node, frozenset())
+
+
+def core_capacity_class() -> Obj:
+    """The core class where cores are capacity: a share of a whole device."""
+    return {"apiVersion": RESOURCE, "kind": "DeviceClass",
+            "metadata": {"name": f"neuroncore.{DRIVER_NAME}"},
+            "spec": {"selectors": [
+                {"cel": {"expression": f"device.driver == '{DRIVER_NAME}'"}},
+                {"cel": {"expression": f"device.attributes['{DRIVER_NAME}'].resourceType"
+                                       " == 'neuron_device'"}}]}}  # fmt: skip

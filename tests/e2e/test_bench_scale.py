@@ -1,0 +1,46 @@
+"""`make bench-scale` in miniature: the fleet benchmark runs end to end on a few nodes.
+
+The benchmark itself asserts what each pod's claim got (a core claim cores, a whole
+device claim devices); this checks that every phase produced figures, and that a full
+node of the driver's layout publishes no core of its held devices while the layout
+published as before keeps them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    subprocess.run(
+        [sys.executable, str(REPO / "bench" / "scale.py"), "--sizes", "20",
+         "--layouts", "partitions,partitions-unordered", "--pods", "1",
+         "--steady-pods", "3", "--out", str(out)],
+        check=True, timeout=600,
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    cases = {"no claim", "1 device", "1 core", "4 cores of one device", "4 connected",
+             "16 devices", "aws.amazon.com/neuron: 16"}  # fmt: skip
+    for layout in ("partitions", "partitions-unordered"):
+        step = result["layouts"][layout]["sizes"]["20"]
+        assert set(step["empty"]) == set(step["full"]) == cases, layout
+        assert step["steady"]["pods_per_s"] > 0
+        assert all(f["p50_ms"] > 0 for f in step["full"].values())
+    # Every fourth node a trn2u (16 devices, the node device, 64 cores at LNC 2), the
+    # rest trn2 (16 and 64); 18 of 20 held whole, n9 and n19 free. Held nodes keep
+    # their devices and lose their cores.
+    step = result["layouts"]["partitions"]["sizes"]["20"]
+    assert step["devices_published_empty"] == 15 * 80 + 5 * 81
+    assert step["devices_published_full"] == 2 * 80 + 13 * 16 + 5 * 17
+    before = result["layouts"]["partitions-unordered"]["sizes"]["20"]
+    assert before["devices_published_full"] == before["devices_published_empty"] == 1605
