@@ -199,7 +199,7 @@ class Fleet:
 
     def publish(self, name: str, held: frozenset[int]) -> list[Obj]:
         """The node's slices, `held` devices held whole, one after another as the agent
-        writes them: a new generation, then the old slices deleted."""
+        writes them, in a new generation."""
         generation = self.generations.get(name, 0) + 1
         self.generations[name] = generation
         options = SliceOptions(
@@ -212,12 +212,20 @@ class Fleet:
             for obj in slices:
                 obj["metadata"]["generateName"] = f"{name}-{DRIVER_NAME}-"
         self.published[name] = sum(len(s["spec"].get("devices") or []) for s in slices)
+        # As the agent's publisher: each slice replaces the stored one of its place, in
+        # place; places no longer wanted are deleted.
         old = self.slice_names.get(name, [])
-        self.slice_names[name] = [
-            self.api.call("POST", slice_path(), obj)["metadata"]["name"] for obj in slices
-        ]
-        for gone in old:
+        names = []
+        for index, obj in enumerate(slices):
+            if index < len(old):
+                obj["metadata"]["name"] = old[index]
+                self.api.call("PUT", slice_path(old[index]), obj)
+                names.append(old[index])
+            else:
+                names.append(self.api.call("POST", slice_path(), obj)["metadata"]["name"])
+        for gone in old[len(slices) :]:
             self.api.call("DELETE", slice_path(gone))
+        self.slice_names[name] = names
         return slices
 
     def grow(self, size: int) -> float:

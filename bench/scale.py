@@ -425,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["runtime_s"] = time.monotonic() - started
                 result["model"] = model(result)
                 out.write_text(json.dumps(rounded(result), indent=2) + "\n")
-    print(measured_table(result, list(result["layouts"])))
+    written = json.loads(out.read_text())  # sizes as the JSON keys the tables read
+    print(measured_table(written, list(written["layouts"])))
     say(f"done in {result['runtime_s']:.0f} s: {out}")
     return 0
 

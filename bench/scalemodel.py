@@ -110,6 +110,34 @@ def measured_table(result: Obj, layouts: list[str]) -> str:
     return "\n".join(lines)
 
 
+def carried_table(result: Obj, layouts: list[str]) -> str:
+    """Markdown: what each layout puts on the control plane."""
+    lines = [
+        "| layout | slices / bytes / devices a node (trn2, trn2u) | nodes: published in, "
+        "RSS after (kube-apiserver, kube-scheduler, etcd), and when 90% full |",
+        "|---|---|---|",
+    ]
+    for layout in layouts:
+        figures = result["layouts"][layout]
+        per_node = " / ".join(
+            ", ".join(
+                str(figures[key].get(kind, "-")) for kind in ("trn2.48xlarge", "trn2u.48xlarge")
+            )
+            for key in ("slices_per_node", "bytes_per_node", "devices_per_node")
+        )
+        steps = []
+        for size, step in sorted(figures["sizes"].items(), key=lambda kv: int(kv[0])):
+            after, full = step["rss_mib_after_publish"], step["rss_mib_full"]
+            rss = [
+                f"{a.get(c, 0) / 1024:.1f}/{f.get(c, 0) / 1024:.1f}"
+                for c in ("kube-apiserver", "kube-scheduler", "etcd")
+                for a, f in [(after, full)]
+            ]
+            steps.append(f"{int(size):,}: {step['grow_s']:.0f} s, GiB {', '.join(rss)}")
+        lines.append(f"| {layout} | {per_node} | {'; '.join(steps)} |")
+    return "\n".join(lines)
+
+
 def model_table(result: Obj, layouts: list[str], cases: list[str]) -> str:
     fitted = model(result)
     header = (
@@ -138,6 +166,8 @@ def main(argv: list[str]) -> int:
     result = json.loads(path.read_text())
     layouts = list(result["layouts"])
     print(measured_table(result, layouts))
+    print()
+    print(carried_table(result, layouts))
     print()
     print(model_table(result, layouts, ["1 device", "1 core", "16 devices"]))
     return 0
