@@ -285,7 +285,8 @@ def run_layout(
     lnc = inventories["trn2.48xlarge"].lnc or 1
     figures: Obj = {"layout": layout.name, "lnc": lnc, "sizes": {}}
     started = time.monotonic()
-    with Cluster(binaries) as cluster:
+    extra = {"kube-apiserver": args.apiserver_arg} if args.apiserver_arg else None
+    with Cluster(binaries, extra_args=extra) as cluster:
         for obj in device_classes(layout):
             cluster.apply(obj)
         api = Api(cluster)
@@ -395,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="run each layout again on a scheduler with bench/upstream/NAME.patch",
     )
+    parser.add_argument(
+        "--apiserver-arg", action="append", default=[],
+        help="an extra kube-apiserver flag, e.g. --watch-cache-sizes=resourceslices."
+        "resource.k8s.io#0 where the machine's memory does not hold its watch cache",
+    )  # fmt: skip
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",")})
@@ -408,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": sizes,
         "pods_per_case": args.pods,
         "ultraserver_share": args.ultraserver_share,
+        "apiserver_args": args.apiserver_arg,
         "layouts": {},
     }
     out = Path(args.out)

@@ -74,10 +74,12 @@ def model(result: Obj) -> Obj:
     return out
 
 
-def measured_table(result: Obj, layouts: list[str]) -> str:
-    """Markdown: p50 ms (p99) by case, per size and state, one column per layout."""
-    header = "| nodes, state | claim | " + " | ".join(layouts) + " |"
-    lines = [header, "|" + "---|" * (len(layouts) + 2)]
+def measured_table(result: Obj, layouts: list[str], ratio: tuple[str, str] | None = None) -> str:
+    """Markdown: p50 ms (p99) by case, per size and state, one column per layout, and
+    with `ratio` (a, b) the p50 of a over that of b."""
+    header = "| nodes, state | claim | " + " | ".join(layouts)
+    header += f" | {ratio[0]} / {ratio[1]} |" if ratio else " |"
+    lines = [header, "|" + "---|" * (len(layouts) + 2 + bool(ratio))]
     sizes = sorted({int(n) for v in result["layouts"].values() for n in v["sizes"]})
     case_names = max(
         (list(step["full"]) for v in result["layouts"].values() for step in v["sizes"].values()),
@@ -94,6 +96,10 @@ def measured_table(result: Obj, layouts: list[str]) -> str:
                         "-" if cell is None else f"{cell['p50_ms']:.0f} ({cell['p99_ms']:.0f})"
                     )
                 label = f"{size:,}, {'empty' if state == 'empty' else '90% full'}"
+                if ratio:
+                    a, b = (result["layouts"][n]["sizes"].get(str(size), {}).get(state, {})
+                            .get(case) for n in ratio)  # fmt: skip
+                    cells.append("-" if not a or not b else f"{a['p50_ms'] / b['p50_ms']:.2f}")
                 lines.append(f"| {label} | {case} | " + " | ".join(cells) + " |")
             if state == "full":
                 cells = []
@@ -105,6 +111,8 @@ def measured_table(result: Obj, layouts: list[str]) -> str:
                         continue
                     p50, p99, rate = steady["p50_ms"], steady["p99_ms"], steady["pods_per_s"]
                     cells.append(f"{p50:.0f} ({p99:.0f}), {rate:.1f}/s")
+                if ratio:
+                    cells.append("")
                 lines.append(f"| {size:,}, 90% full | steady, 1 device, p50 (p99), pods/s | "
                              + " | ".join(cells) + " |")  # fmt: skip
     return "\n".join(lines)
@@ -165,7 +173,8 @@ def main(argv: list[str]) -> int:
     path = Path(argv[1]) if len(argv) > 1 else RESULTS / "scale.json"
     result = json.loads(path.read_text())
     layouts = list(result["layouts"])
-    print(measured_table(result, layouts))
+    pair = ("partitions", "devices")
+    print(measured_table(result, layouts, pair if set(pair) <= set(layouts) else None))
     print()
     print(carried_table(result, layouts))
     print()

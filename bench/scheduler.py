@@ -235,8 +235,15 @@ class SchedulerMetrics:
         self._headers = {"Authorization": f"Bearer {cluster.token}"}
 
     def algorithm_s(self) -> float:
-        self._connection.request("GET", "/metrics", headers=self._headers)
-        answer = self._connection.getresponse()
+        try:
+            self._connection.request("GET", "/metrics", headers=self._headers)
+            answer = self._connection.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionError):
+            # The scheduler closed the idle keep-alive connection (a long setup between
+            # two pods): once more, on a new one.
+            self._connection.close()
+            self._connection.request("GET", "/metrics", headers=self._headers)
+            answer = self._connection.getresponse()
         text = answer.read().decode()
         assert answer.status == 200, (answer.status, text[:200])
         for line in text.splitlines():
