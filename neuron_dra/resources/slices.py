@@ -18,6 +18,10 @@ cores, the node device) and the 1.35+ limits: one counter set of 16 counters
 most 32 counters per consumption); 145 devices in slices of 64, the limit once
 devices consume counters, after the counter slice: 4 slices.
 
+The allocator walks a pool's slices in name order, first fit: each slice's generated
+name starts with its place, and whole devices come before every core. The cores of a
+device a prepared claim holds whole are left out (`SliceOptions.held`).
+
 Where the counters go depends on the Kubernetes release (see
 `limits.CounterLayout`): beside the devices in the pool's first slice (1.34), or
 in a slice of their own ahead of the device slices (1.35 on). The agent learns
@@ -83,8 +87,9 @@ class CoreLayout(StrEnum):
 
     OFF = "off"  # whole devices only
     PARTITIONS = "partitions"  # each core a device, kept apart from its device by counters
-    # Each device shareable (consumable capacity, KEP-5075): a claim takes a number of its
-    # physical cores, and the plugin picks which at prepare.
+    # Each device shareable (consumable capacity, KEP-5075), a claim taking a number of its
+    # physical cores. Measured by bench/scale.py, not published by the agent (README,
+    # Decisions): the 1.37 allocator scans every share in the cluster per device.
     CAPACITY = "capacity"
 
 
@@ -128,15 +133,15 @@ class SliceOptions:
     # scheduler places would evaluate its selectors on each of them, on every scan. Where
     # no node device needs it, such a device draws on no counter either.
     held: frozenset[int] = frozenset()
+    # Where the node sits in the EC2 network, from its Node object's labels.
+    topology: NodeTopology = field(default_factory=NodeTopology)
 
     @property
     def core_layout(self) -> CoreLayout:
+        """`cores` as a layout: True is the agent's, partitions."""
         if isinstance(self.cores, CoreLayout):
             return self.cores
         return CoreLayout.PARTITIONS if self.cores else CoreLayout.OFF
-
-    # Where the node sits in the EC2 network, from its Node object's labels.
-    topology: NodeTopology = field(default_factory=NodeTopology)
 
 
 def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:

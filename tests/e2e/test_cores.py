@@ -232,7 +232,7 @@ def release(node: SimulatedNode, name: str, claim: Obj) -> None:
     if whole:
         cluster.wait_for(
             f"cores of {', '.join(whole)} published again",
-            lambda: set(cores_held_by(node, whole)) <= set(published_now(node) or ()),
+            lambda: set(cores_held_by(whole)) <= set(published_now(node) or ()),
         )
 
 
@@ -244,7 +244,7 @@ def published_now(node: SimulatedNode) -> dict[str, tuple[int, int]] | None:
     return published_cores_of([d for s in pool for d in s["spec"].get("devices") or []])
 
 
-def cores_held_by(node: SimulatedNode, whole: list[str]) -> list[str]:
+def cores_held_by(whole: list[str]) -> list[str]:
     """The core device names of the whole devices (or the node device) `whole` names."""
     indexes = range(16) if NODE_DEVICE_NAME in whole else [
         int(d.removeprefix("neurondevice")) for d in whole
@@ -360,7 +360,7 @@ def test_a_device_held_whole_withdraws_its_cores_until_released(
     cluster = node.cluster
     name, _, claim = run(node, core_spec(1, device_class=WHOLE, cel=on_device(3)))
     assert allocated(claim) == ["neurondevice3"]
-    held = set(cores_held_by(node, ["neurondevice3"]))
+    held = set(cores_held_by(["neurondevice3"]))
     cluster.wait_for(
         "device 3's cores withdrawn",
         lambda: (found := published_now(node)) is not None and not held & set(found),
