@@ -82,6 +82,7 @@ sys.path.insert(0, str(REPO))
 
 # This directory is on sys.path when the file runs as a script.
 from common import RESULTS, percentile  # noqa: E402
+from scalemodel import fit, nodes_to_find  # noqa: E402
 
 from neuron_dra.hardware.discovery import discover  # noqa: E402
 from neuron_dra.hardware.fakenode import build_fake_node  # noqa: E402
@@ -135,15 +136,6 @@ CASES = (
     Case("4 connected", claim_spec(4, group=4), 4),
     Case("16 devices", claim_spec(16), 16),
 )
-
-
-def scanned(nodes: int) -> int:
-    """Nodes the scheduler filters in an empty cluster before it stops: its
-    numFeasibleNodesToFind with the default percentageOfNodesToScore."""
-    if nodes < 100:
-        return nodes
-    percentage = max(50 - nodes // 125, 5)
-    return max(nodes * percentage // 100, 100)
 
 
 class PodWatch:
@@ -414,21 +406,11 @@ def run_variant(variant: Variant, steps: list[int], pods: int, sysfs: Path) -> O
     return figures
 
 
-def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least squares a + b x through (x, y)."""
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    spread = sum((x - mean_x) ** 2 for x, _ in points)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
-    return mean_y - slope * mean_x, slope
-
-
 def growth(variants: Obj) -> Obj:
     """Per variant and case: p50 (pod creation to binding, and the scheduler's algorithm
     alone) fitted to a + b x nodes scanned, and extrapolated."""
     out: Obj = {}
-    scanned_at = scanned(EXTRAPOLATE_TO)
+    scanned_at = nodes_to_find(EXTRAPOLATE_TO)
     for name, figures in variants.items():
         steps = figures["steps"]
         if len(steps) < 2:
@@ -437,7 +419,7 @@ def growth(variants: Obj) -> Obj:
             entry: Obj = {}
             for prefix, key in (("", "p50_ms"), ("algorithm_", "algorithm_p50_ms")):
                 base, per_node = fit(
-                    [(float(scanned(int(n))), cases[case][key]) for n, cases in steps.items()]
+                    [(float(nodes_to_find(int(n))), cases[case][key]) for n, cases in steps.items()]
                 )
                 entry |= {
                     f"{prefix}base_ms": base,
@@ -498,7 +480,7 @@ def table(result: Obj) -> str:
     lines.append("")
     lines.append(
         f"p50 = a + b x nodes scanned (least squares); at {EXTRAPOLATE_TO} nodes "
-        f"({scanned(EXTRAPOLATE_TO)} scanned when empty, all when nearly full):"
+        f"({nodes_to_find(EXTRAPOLATE_TO)} scanned when empty, all when nearly full):"
     )
     for key, g in result["growth"].items():
         lines.append(

@@ -41,6 +41,7 @@ from tests.e2e.test_cores import (
     too_old,
 )
 from tests.e2e.test_extended_resources import submit as submit_extended
+from tests.e2e.test_random_allocation import parse_cores, refused
 
 pytestmark = pytest.mark.e2e
 
@@ -58,23 +59,12 @@ def node(e2e_binaries: Binaries) -> Iterator[SimulatedNode]:
         yield nodes["trn2"]
 
 
-def parse_cores(text: str) -> set[int]:
-    found: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        found.update(range(int(first), int(last or first) + 1))
-    return found
-
-
 def settled(node: SimulatedNode, name: str) -> Obj | None:
     """The pod once it runs or the scheduler has refused it; None until then."""
     pod = node.cluster.get_or_none("v1", "Pod", name, "default")
     if pod is None:
         return None
-    if pod.get("status", {}).get("phase") == "Running":
-        return pod
-    conditions = pod.get("status", {}).get("conditions") or []
-    if any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions):
+    if pod.get("status", {}).get("phase") == "Running" or refused(pod):
         return pod
     return None
 
@@ -85,7 +75,7 @@ def check_containers(node: SimulatedNode, running: list[str]) -> None:
         pod = node.cluster.get("v1", "Pod", name, "default")
         view = container_view(pod, "ctr0")
         env = dict(e.split("=", 1) for e in view["env"])
-        cores = parse_cores(env["NEURON_RT_VISIBLE_CORES"])
+        cores = set(parse_cores(env["NEURON_RT_VISIBLE_CORES"]))
         for core in cores:
             assert core not in seen, f"seed {SEED}: core {core} in {seen[core]} and {name}"
             seen[core] = name
