@@ -197,9 +197,9 @@ class Fleet:
     def withholds(self) -> bool:
         return self.layout.withhold and self.layout.cores is CoreLayout.PARTITIONS
 
-    def publish(self, name: str, held: frozenset[int]) -> list[Obj]:
-        """The node's slices, `held` devices held whole, one after another as the agent
-        writes them, in a new generation."""
+    def publish(self, name: str, held: frozenset[str]) -> list[Obj]:
+        """The node's slices, the devices named in `held` held whole, one after another
+        as the agent writes them, in a new generation."""
         generation = self.generations.get(name, 0) + 1
         self.generations[name] = generation
         options = SliceOptions(
@@ -288,7 +288,7 @@ class Filler:
         if self.fleet.withholds:
             # The kubelet prepares the claim; the agent withdraws the devices' cores.
             inventory = self.fleet.inventories[self.fleet.kinds[node]]
-            self.fleet.publish(node, frozenset(d.index for d in inventory.devices))
+            self.fleet.publish(node, frozenset(d.name for d in inventory.devices))
 
     def empty(self) -> float:
         started = time.monotonic()

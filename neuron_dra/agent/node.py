@@ -82,7 +82,7 @@ class Agent:
         self.publisher = SlicePublisher(
             kube, options.node_name, self._build, self._reprobe, self.metrics
         )
-        self._held: frozenset[int] = frozenset()
+        self._held: frozenset[str] = frozenset()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`; the kubelet's sockets are served already (see `run.run`)."""
@@ -409,20 +409,16 @@ class Agent:
 
 def held_whole(
     inventory: NodeInventory, pool: str, claims: Mapping[str, ClaimRecord]
-) -> frozenset[int]:
-    """Neuron devices a prepared claim holds whole (the node device: all of them).
+) -> frozenset[str]:
+    """Names of the devices of `pool` a prepared claim holds whole (the node device too).
     Admin access holds nothing: others may have the device too."""
-    by_name = {d.name: d.index for d in inventory.devices}
-    held: set[int] = set()
-    for record in claims.values():
-        for device in record.devices:
-            if device.pool != pool or device.admin_access:
-                continue
-            if device.device == NODE_DEVICE_NAME:
-                held.update(by_name.values())
-            elif device.device in by_name:
-                held.add(by_name[device.device])
-    return frozenset(held)
+    whole = {d.name for d in inventory.devices} | {NODE_DEVICE_NAME}
+    return frozenset(
+        device.device
+        for record in claims.values()
+        for device in record.devices
+        if device.pool == pool and not device.admin_access and device.device in whole
+    )
 
 
 def _now() -> str:

@@ -19,8 +19,9 @@ most 32 counters per consumption); 145 devices in slices of 64, the limit once
 devices consume counters, after the counter slice: 4 slices.
 
 The allocator walks a pool's slices in name order, first fit: each slice's generated
-name starts with its place, and whole devices come before every core. The cores of a
-device a prepared claim holds whole are left out (`SliceOptions.held`).
+name starts with its place, and whole devices come before every core. What shares a
+counter with a device a prepared claim holds whole is left out, and that device then
+draws on no counter (`SliceOptions.held`).
 
 Where the counters go depends on the Kubernetes release (see
 `limits.CounterLayout`): beside the devices in the pool's first slice (1.34), or
@@ -128,11 +129,13 @@ class SliceOptions:
     # Each logical NeuronCore as a device too; they need shared counters, so only where the
     # API server keeps them (the agent asks it).
     cores: bool | CoreLayout = False
-    # Neuron devices prepared whole on this node: their cores are not published. They
-    # could not be allocated anyway (the device holds their counter), yet every pod the
-    # scheduler places would evaluate its selectors on each of them, on every scan. Where
-    # no node device needs it, such a device draws on no counter either.
-    held: frozenset[int] = frozenset()
+    # Names of the devices (the node device too) prepared whole on this node. What shares
+    # a counter with one of them is not published: it could not be allocated anyway (the
+    # held device has the counter), yet every pod the scheduler places would evaluate its
+    # selectors on it, on every scan. The held device then draws on no counter, so an
+    # adminAccess request (monitoring) can have it too: the 1.37 allocator exempts those
+    # from "in use", not from counters.
+    held: frozenset[str] = frozenset()
     # Where the node sits in the EC2 network, from its Node object's labels.
     topology: NodeTopology = field(default_factory=NodeTopology)
 
@@ -153,8 +156,9 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     publish_devices = not publish_node or options.ultraserver_devices is UltraServerDevices.BOTH
     partitions = options.core_layout is CoreLayout.PARTITIONS
     cores = logical.logical_cores(inventory) if partitions and publish_devices else ()
-    published_cores = [c for c in cores if c.device.index not in options.held]
     counters = bool(inventory.devices) and ((publish_node and publish_devices) or bool(cores))
+    withdrawn = _withdrawn(inventory, options.held) if counters else _Withdrawn()
+    published_cores = [c for c in cores if c.device.index not in withdrawn.cores_of]
 
     ids = devicegroups.group_ids(inventory)
     sick = {u.device: u for u in options.unhealthy}
@@ -165,9 +169,14 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
                 _device(inventory, d, ids.get(d.index, {}), options.topology), sick.get(d.index)
             )
             for d in inventory.devices
-            if options.device_taints or d.index not in sick
+            if (options.device_taints or d.index not in sick) and d.name not in withdrawn.names
         ]
-    if publish_node and ultraserver is not None and (options.device_taints or not sick):
+    if (
+        publish_node
+        and ultraserver is not None
+        and (options.device_taints or not sick)
+        and NODE_DEVICE_NAME not in withdrawn.names
+    ):
         # The whole node is only as healthy as its devices, since the first of them failed:
         # a later failure must not move its taint's value or time.
         first = min(sick.values(), key=_first_seen, default=None)
@@ -184,17 +193,9 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
                 _shareable(device, inventory.lnc)
     if counters:
         pool = _Counters(inventory, cores=bool(cores))
-        by_name = {d.name: d.index for d in inventory.devices}
         for device in devices:
-            # A device held whole, its cores withdrawn, has nothing left to keep apart
-            # but the node device: without one it draws on no counter, which lets an
-            # adminAccess request (monitoring) have it too; the 1.37 allocator exempts
-            # those from "in use", not from counters. Counters come back with the cores,
-            # in the same generation, so a core is never published beside its device
-            # without the counter between them.
-            if by_name.get(device["name"]) in options.held and not publish_node:
-                continue
-            device["consumesCounters"] = pool.consumption(device)
+            if device["name"] not in options.held:
+                device["consumesCounters"] = pool.consumption(device)
 
     per_slice = limits.MAX_DEVICES
     if counters:
@@ -212,6 +213,25 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     elif counters:
         contents[0]["sharedCounters"] = pool.shared()
     return [_slice(options, i, len(contents), content) for i, content in enumerate(contents)]
+
+
+@dataclass(frozen=True)
+class _Withdrawn:
+    """What shares a counter with a device held whole, and so is left out."""
+
+    cores_of: frozenset[int] = frozenset()  # device indexes whose cores are left out
+    names: frozenset[str] = frozenset()  # whole devices left out, the node device too
+
+
+def _withdrawn(inventory: NodeInventory, held: frozenset[str]) -> _Withdrawn:
+    """A held device keeps its place; everything it shares a counter with goes, in the
+    same generation as its counter: the two come back together, so nothing is ever
+    published beside a held device without the counter between them."""
+    if NODE_DEVICE_NAME in held:
+        every = frozenset(d.index for d in inventory.devices)
+        return _Withdrawn(every, frozenset(d.name for d in inventory.devices) - held)
+    indexes = frozenset(d.index for d in inventory.devices if d.name in held)
+    return _Withdrawn(indexes, frozenset({NODE_DEVICE_NAME} if indexes else ()))
 
 
 def _shareable(device: Json, lnc: int | None) -> None:

@@ -47,6 +47,7 @@ WHOLE = "neuron.aws.com"
 NEURONCORE = "aws.amazon.com/neuroncore"
 DEVICE_ID = f"{DRIVER_NAME}/deviceId"
 REQUEST = "cores"
+NODE_DEVICE = f"device.attributes['{DRIVER_NAME}'].resourceType == 'neuron_node'"
 V1 = "neuron.aws.com/v1"
 PER_DEVICE = 4  # trn2: 8 physical cores per device, LNC 2 by default
 _names = (f"c{i}" for i in itertools.count())
@@ -319,7 +320,7 @@ def test_two_pods_share_a_device_with_disjoint_cores(nodes: dict[str, SimulatedN
     ("node_name", "core_cel", "whole_cel"),
     [
         ("trn2", on_device(5), on_device(5)),
-        ("us-0", on_device(9), f"device.attributes['{DRIVER_NAME}'].resourceType == 'neuron_node'"),
+        ("us-0", on_device(9), NODE_DEVICE),
     ],
     ids=["neurondevice5", "neuronnode"],
 )
@@ -377,28 +378,39 @@ def test_a_device_held_whole_withdraws_its_cores_until_released(
     assert len(published_now(node) or ()) == 16 * PER_DEVICE
 
 
-def test_an_admin_claim_has_a_device_already_in_use(nodes: dict[str, SimulatedNode]) -> None:
-    """A monitoring pod (adminAccess) gets a device another pod holds, with cores
-    published. The 1.37 allocator exempts admin requests from "in use" but not from
-    shared counters (kubernetes/kubernetes#140729), so a device drawing on its counter
-    stays out of reach; once the holder is prepared its cores are withdrawn and it
-    draws on none."""
-    node = nodes["trn2"]
+@pytest.mark.parametrize(
+    ("node_name", "cel", "device"),
+    [
+        ("trn2", on_device(6), "neurondevice6"),
+        ("us-0", on_device(6), "neurondevice6"),
+        ("us-0", NODE_DEVICE, NODE_DEVICE_NAME),
+    ],
+    ids=["device", "ultraserver-device", "ultraserver-node"],
+)
+def test_an_admin_claim_has_a_device_already_in_use(
+    nodes: dict[str, SimulatedNode], node_name: str, cel: str, device: str
+) -> None:
+    """A monitoring pod (adminAccess) gets a device another pod holds, with cores (and
+    on an UltraServer node, the node device) published. The 1.37 allocator exempts admin
+    requests from "in use" but not from shared counters (kubernetes/kubernetes#140729),
+    so a device drawing on a counter stays out of reach; once the holder is prepared,
+    what shares the device's counters is withdrawn and it draws on none."""
+    node = nodes[node_name]
     cluster = node.cluster
-    holder, _, held = run(node, core_spec(1, device_class=WHOLE, cel=on_device(6)))
+    holder, _, held = run(node, core_spec(1, device_class=WHOLE, cel=cel))
 
     def unshared() -> bool:
         pool = node.pool()
         devices = {d["name"]: d for s in pool or () for d in s["spec"].get("devices") or []}
-        return pool is not None and "consumesCounters" not in devices["neurondevice6"]
+        return pool is not None and "consumesCounters" not in devices[device]
 
-    cluster.wait_for("neurondevice6 drawing on no counter", unshared)
+    cluster.wait_for(f"{device} drawing on no counter", unshared)
     namespace = "monitoring"
     if cluster.get_or_none("v1", "Namespace", namespace) is None:
         cluster.create_namespace(namespace)
         admin = {"resource.kubernetes.io/admin-access": "true"}
         cluster.patch("v1", "Namespace", namespace, {"metadata": {"labels": admin}})
-    spec = core_spec(1, device_class=WHOLE, cel=on_device(6))
+    spec = core_spec(1, device_class=WHOLE, cel=cel)
     spec["devices"]["requests"][0]["exactly"]["adminAccess"] = True
     name = "monitor"
     metadata = {"name": name, "namespace": namespace}
@@ -413,8 +425,10 @@ def test_an_admin_claim_has_a_device_already_in_use(nodes: dict[str, SimulatedNo
     pod = cluster.wait_for_pod_running(name, namespace, timeout=60)
     claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", name, namespace)
     [result] = claim["status"]["allocation"]["devices"]["results"]
-    assert (result["device"], result.get("adminAccess")) == ("neurondevice6", True)
-    assert container_view(pod, "ctr0")["deviceNodes"] == ["/dev/neuron6"]
+    assert (result["device"], result.get("adminAccess")) == (device, True)
+    every = [f"/dev/neuron{d}" for d in range(16)]
+    seen = every if device == NODE_DEVICE_NAME else ["/dev/neuron6"]
+    assert container_view(pod, "ctr0")["deviceNodes"] == seen
     cluster.delete("v1", "Pod", name, namespace)
     cluster.wait_for_pod_gone(name, namespace, timeout=60)
     cluster.delete("resource.k8s.io/v1", "ResourceClaim", name, namespace)

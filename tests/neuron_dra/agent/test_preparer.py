@@ -614,7 +614,7 @@ def test_what_claims_hold_whole_is_told_as_it_changes(node: Node) -> None:
     """The slices leave out the cores of devices held whole, so the agent is told each
     time the prepared claims change: its own prepares and unprepares, and those of the
     other instance of a rolling update, read from the checkpoint they share."""
-    seen: list[frozenset[int]] = []
+    seen: list[frozenset[str]] = []
     preparer: Preparer | None = None
 
     def changed() -> None:
@@ -626,7 +626,10 @@ def test_what_claims_hold_whole_is_told_as_it_changes(node: Node) -> None:
     core = node.api.add(uid(2), ["neuroncore1"])
     admin = node.api.add(uid(3), ["neurondevice9"], admin=True)
     prepare(preparer, whole, core, admin)
-    assert seen[-1] == {2, 3}  # a core holds its device only in part; admin holds nothing
+    assert seen[-1] == {
+        "neurondevice2",
+        "neurondevice3",
+    }  # a core holds its device only in part; admin holds nothing
     other = node.preparer()  # the second instance, on the same checkpoint
     later = node.api.add(uid(4), ["neurondevice7"])
     prepare(other, later)
@@ -634,17 +637,17 @@ def test_what_claims_hold_whole_is_told_as_it_changes(node: Node) -> None:
 
     async def follow_once() -> None:
         task = asyncio.create_task(preparer.follow(0.001))
-        while seen[-1] != {7}:
+        while seen[-1] != {"neurondevice7"}:
             await asyncio.sleep(0.001)
         task.cancel()
 
     asyncio.run(asyncio.wait_for(follow_once(), timeout=10))
-    assert seen[-1] == {7}
+    assert seen[-1] == {"neurondevice7"}
 
 
-def test_the_node_device_holds_every_device(node: Node, fake_node: FakeNode) -> None:
+def test_the_node_device_is_held_whole(node: Node, fake_node: FakeNode) -> None:
     inventory = discover(fake_node("trn2u.48xlarge")).inventory
     ref = ClaimRef("default", "whole", uid(1))
     claims = {ref.uid: ClaimRecord(ref.uid, "default", "whole", recorded(ref.uid, ["neuronnode"]))}
-    assert held_whole(inventory, POOL, claims) == frozenset(range(16))
+    assert held_whole(inventory, POOL, claims) == {"neuronnode"}
     assert held_whole(inventory, "other-pool", claims) == frozenset()

@@ -630,22 +630,28 @@ def test_cores_of_devices_held_whole_are_not_published(
     root = fake_node("trn2u.48xlarge", lnc=lnc)
     every = slices_of(root, counter_layout=layout, cores=True)
     assert validate_pool(every, layout) == []
-    held = slices_of(root, counter_layout=layout, cores=True, held=frozenset({0, 7}))
+    two = frozenset({"neurondevice0", "neurondevice7"})
+    held = slices_of(root, counter_layout=layout, cores=True, held=two)
     before, after = devices_of(every), devices_of(held)
     gone = set(before) - set(after)
     per = 8 // lnc
-    assert gone == {f"neuroncore{n}" for d in (0, 7) for n in range(d * per, d * per + per)}
-    # The devices stay, and every counter and consumption is as before: what is held
-    # draws on the same counters, so nothing can be allocated twice meanwhile.
-    assert {"neurondevice0", "neurondevice7", "neuronnode"} <= set(after)
-    assert all(after[n] == before[n] for n in after)
+    cores = {f"neuroncore{n}" for d in (0, 7) for n in range(d * per, d * per + per)}
+    # Their cores and the node device share their counters: both go.
+    assert gone == cores | {"neuronnode"}
+    # The held devices stay, drawing on no counter; everything else is as before, and so
+    # are the counters.
+    assert {n: d for n, d in after.items() if n not in two} == {
+        n: d for n, d in before.items() if n in after and n not in two
+    }
+    for name in two:
+        assert after[name] == {k: v for k, v in before[name].items() if k != "consumesCounters"}
     shared = [s["spec"].get("sharedCounters") for s in every if "sharedCounters" in s["spec"]]
     assert shared == [s["spec"]["sharedCounters"] for s in held if "sharedCounters" in s["spec"]]
     assert validate_pool(held, layout) == []
     # Held whole, all of them: the pool is the devices and its counters.
-    everything = frozenset(range(16))
+    everything = frozenset(f"neurondevice{i}" for i in range(16))
     bare = devices_of(slices_of(root, counter_layout=layout, cores=True, held=everything))
-    assert not [n for n in bare if n.startswith("neuroncore")] and len(bare) == 17
+    assert sorted(bare) == sorted(everything)
 
 
 def test_cores_as_consumable_capacity(fake_node: FakeNode) -> None:
@@ -667,25 +673,39 @@ def test_cores_as_consumable_capacity(fake_node: FakeNode) -> None:
     }
 
 
-def test_a_device_held_whole_draws_on_no_counter_unless_a_node_device_needs_it(
-    fake_node: FakeNode,
+# Counters come with cores, or with the node device.
+@pytest.mark.parametrize(
+    ("instance", "cores"),
+    [("trn2.48xlarge", True), ("trn2u.48xlarge", True), ("trn2u.48xlarge", False)],
+)
+def test_a_device_held_whole_draws_on_no_counter(
+    fake_node: FakeNode, instance: str, cores: bool
 ) -> None:
-    """Its cores are withdrawn, so only the node device needs its counter; without one
-    it draws on none, and an adminAccess request (which the allocator checks against
-    counters, not against "in use") can have it too."""
-    root = fake_node("trn2.48xlarge")
+    """What shares its counter (its cores, the node device) is withdrawn, so it needs
+    none, and an adminAccess request (which the allocator checks against counters, not
+    against "in use") can have it too."""
+    root = fake_node(instance)
     layout = CounterLayout.OWN_SLICE
-    held = devices_of(slices_of(root, counter_layout=layout, cores=True, held=frozenset({4})))
-    assert "consumesCounters" not in held["neurondevice4"]
-    assert held["neurondevice5"]["consumesCounters"][0]["counters"] == {
-        "neurondevice5": {"value": "4"}
-    }
-    assert not any(f"neuroncore{n}" in held for n in range(16, 20))
-    ultra = devices_of(
-        slices_of(
-            fake_node("trn2u.48xlarge"), counter_layout=layout, cores=True, held=frozenset({4})
-        )
+    every = devices_of(slices_of(root, counter_layout=layout, cores=cores))
+    held = devices_of(
+        slices_of(root, counter_layout=layout, cores=cores, held=frozenset({"neurondevice4"}))
     )
-    assert ultra["neurondevice4"]["consumesCounters"][0]["counters"] == {
-        "neurondevice4": {"value": "4"}
+    assert "consumesCounters" not in held["neurondevice4"]
+    assert held["neurondevice5"] == every["neurondevice5"]
+    assert not any(f"neuroncore{n}" in held for n in range(16, 20))
+    assert "neuronnode" not in held
+
+
+def test_the_node_device_held_withdraws_every_device(fake_node: FakeNode) -> None:
+    """Held, the node device has every counter: the devices and cores go, and it draws
+    on none, so a monitoring claim can have it as well."""
+    layout = CounterLayout.OWN_SLICE
+    root = fake_node("trn2u.48xlarge")
+    every = devices_of(slices_of(root, counter_layout=layout, cores=True))
+    slices = slices_of(root, counter_layout=layout, cores=True, held=frozenset({"neuronnode"}))
+    assert validate_pool(slices, layout) == []
+    held = devices_of(slices)
+    assert list(held) == ["neuronnode"]
+    assert held["neuronnode"] == {
+        k: v for k, v in every["neuronnode"].items() if k != "consumesCounters"
     }
