@@ -29,7 +29,7 @@ from neuron_dra.agent import apiconfig
 from neuron_dra.agent.apiconfig import ApiConfig
 from neuron_dra.agent.apierror import ApiError
 
-__all__ = ["ApiConfig", "ApiError", "Json", "Kube", "SliceList"]
+__all__ = ["ApiConfig", "ApiError", "Json", "Kube", "Listed"]
 
 Json = dict[str, Any]
 
@@ -50,7 +50,9 @@ _RETRIED_ON_STALE = frozenset({"GET", "PUT", "DELETE", "PATCH"})
 
 
 @dataclass(frozen=True)
-class SliceList:
+class Listed:
+    """A LIST's items and the resource version to watch from."""
+
     items: list[Json]
     resource_version: str
 
@@ -83,11 +85,11 @@ class Kube:
         path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}"
         return await self._call("GET", path)
 
-    async def list_resource_slices(self, node: str, driver: str) -> SliceList:
+    async def list_resource_slices(self, node: str, driver: str) -> Listed:
         result = await self._call(
             "GET", f"{RESOURCE_API}/resourceslices", query=_slice_selector(node, driver)
         )
-        return SliceList(result.get("items") or [], result["metadata"]["resourceVersion"])
+        return Listed(result.get("items") or [], result["metadata"]["resourceVersion"])
 
     async def create_resource_slice(self, body: Json, *, dry_run: bool = False) -> Json:
         query = [("dryRun", "All")] if dry_run else []
@@ -130,8 +132,27 @@ class Kube:
         Raises ApiError (status 0) when the connection stays silent past the read
         timeout: a dropped connection ends the watch instead of stopping it forever.
         """
+        path, selector = f"{RESOURCE_API}/resourceslices", _slice_selector(node, driver)
+        async for event in self._watch(path, selector, resource_version):
+            yield event
+
+    async def list_node(self, name: str) -> Listed:
+        """The Node called `name` as a list of none or one, and its resource version."""
+        found = await self._call("GET", "/api/v1/nodes", query=_name_selector(name))
+        metadata = found.get("metadata") or {}
+        return Listed(found.get("items") or [], str(metadata.get("resourceVersion") or ""))
+
+    async def watch_node(self, name: str, resource_version: str) -> AsyncGenerator[Json, None]:
+        """Watch events for the Node called `name` (created again included), as
+        `watch_resource_slices`."""
+        async for event in self._watch("/api/v1/nodes", _name_selector(name), resource_version):
+            yield event
+
+    async def _watch(
+        self, path: str, selector: list[tuple[str, str]], resource_version: str
+    ) -> AsyncGenerator[Json, None]:
         query = [
-            *_slice_selector(node, driver),
+            *selector,
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
@@ -140,7 +161,7 @@ class Kube:
         read_timeout = self._watch_read_timeout_s
         if read_timeout is None:
             read_timeout = self._watch_timeout_s + WATCH_READ_MARGIN_S
-        async for event in self._stream(f"{RESOURCE_API}/resourceslices", query, read_timeout):
+        async for event in self._stream(path, query, read_timeout):
             yield event
 
     def list_sync(self, path: str) -> list[Json]:
@@ -188,7 +209,7 @@ class Kube:
             break
         obj = _json(data)
         if not 200 <= response.status < 300:
-            raise ApiError(response.status, str(obj.get("message") or response.reason))
+            raise _error(response, obj)
         return obj
 
     def _request(
@@ -245,7 +266,8 @@ class Kube:
                     raise ApiError(0, f"watch broken: {item}")
                 if item.get("type") == "ERROR":
                     obj = item.get("object") or {}
-                    raise ApiError(int(obj.get("code") or 0), str(obj.get("message")))
+                    code, message = int(obj.get("code") or 0), str(obj.get("message"))
+                    raise ApiError(code, message, _retry_after(None, obj))
                 yield item
         finally:
             stop.set()
@@ -269,7 +291,7 @@ class Kube:
             if not 200 <= response.status < 300:
                 obj = _json(response.read())
                 conn.close()
-                raise ApiError(response.status, str(obj.get("message") or response.reason))
+                raise _error(response, obj)
             # From here on the timeout bounds each read of the body, i.e. the silence
             # between events, not the whole watch.
             if conn.sock is not None:
@@ -378,6 +400,31 @@ def _before_answer(err: BaseException) -> bool:
 
 def _slice_selector(node: str, driver: str) -> list[tuple[str, str]]:
     return [("fieldSelector", f"spec.nodeName={node},spec.driver={driver}")]
+
+
+def _error(response: http.client.HTTPResponse, status: Json) -> ApiError:
+    message = str(status.get("message") or response.reason)
+    return ApiError(
+        response.status, message, _retry_after(response.getheader("Retry-After"), status)
+    )
+
+
+def _retry_after(header: str | None, status: Json) -> float | None:
+    """Seconds the server asked for: its Retry-After header (seconds; the HTTP-date
+    form is not sent by kube-apiserver), else the Status's details.retryAfterSeconds."""
+    details = status.get("details")
+    for value in (header, details.get("retryAfterSeconds") if isinstance(details, dict) else None):
+        try:
+            seconds = float(value) if value is not None else None
+        except (TypeError, ValueError):
+            continue
+        if seconds is not None and seconds >= 0:
+            return seconds
+    return None
+
+
+def _name_selector(name: str) -> list[tuple[str, str]]:
+    return [("fieldSelector", f"metadata.name={name}")]
 
 
 def _json(data: bytes) -> Json:

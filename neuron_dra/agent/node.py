@@ -18,8 +18,9 @@ from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord
 from neuron_dra.agent.health import Change, HealthMonitor
 from neuron_dra.agent.kube import ApiError, Json, Kube
 from neuron_dra.agent.kubelet import KubeletPlugin
-from neuron_dra.agent.labels import ultraserver_labels
+from neuron_dra.agent.labels import LabelKeeper, ultraserver_labels
 from neuron_dra.agent.metrics import Metrics, Sample
+from neuron_dra.agent.nodewatch import NodeWatch
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.preparer import Preparer, StepHook, no_step_hook
 from neuron_dra.agent.publisher import SlicePublisher
@@ -53,10 +54,13 @@ class Agent:
         self._kube = kube
         self._started = started
         self.inventory = self._discover()
-        # The Node's EC2 network topology labels, read again with the hardware.
+        # The Node's EC2 network topology labels, followed with the Node.
         self.topology = NodeTopology()
         self._topology_problems: tuple[str, ...] = ()
-        self._topology_tried = asyncio.Event()
+        self.labels = LabelKeeper(
+            kube, options.node_name, lambda: ultraserver_labels(self.inventory)
+        )
+        self.node_watch = NodeWatch(kube, options.node_name, self._node_seen)
         self._uses: features.Uses | None = None  # what the slices may use: see `_reprobe`
         self.metrics = Metrics()
         self.metrics.gauges = self._gauges
@@ -97,9 +101,8 @@ class Agent:
             asyncio.create_task(self._watch_health(), name="health"),
             asyncio.create_task(self._publish(), name="publisher"),
             asyncio.create_task(self.plugin.supervise(), name="registration"),
-            asyncio.create_task(self._label_node(), name="labels"),
+            asyncio.create_task(self.node_watch.run(), name="node"),
             asyncio.create_task(self._rediscover(), name="rediscovery"),
-            asyncio.create_task(self._follow_topology(), name="node-topology"),
             asyncio.create_task(self._report_ready(), name="ready"),
             asyncio.create_task(self.preparer.follow(CLAIMS_FOLLOW_S), name="claims"),
         ]
@@ -114,7 +117,7 @@ class Agent:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _publish(self) -> None:
-        await self._topology_tried.wait()  # so that the first write carries the labels
+        await self.node_watch.tried.wait()  # so that the first write carries the labels
         await self._probe_features()
         lock = self.options.plugins_dir / DRIVER_NAME / "publisher.lock"
         async with leader.held(lock):
@@ -240,39 +243,11 @@ class Agent:
             layout, cores=uses.cores, held=self._held, topology=self.topology,
         )  # fmt: skip
 
-    async def _label_node(self) -> None:
-        labels: dict[str, str | None] | None = None
-        while True:
-            wanted = ultraserver_labels(self.inventory)
-            if wanted != labels:
-                try:
-                    await self._kube.patch_node_labels(self.options.node_name, wanted)
-                    labels = wanted
-                except ApiError as err:
-                    log.warning("node labels not set, retrying: %s", err)
-            await asyncio.sleep(5.0 if labels != wanted else self.options.rediscover_interval_s)
-
-    async def _follow_topology(self) -> None:
-        """Keep the network layer attributes equal to the Node's labels: read them again
-        as often as the hardware, sooner after a failed read."""
-        while True:
-            read = False
-            try:
-                read = await self._read_topology()
-            except Exception:
-                # Never in the publisher's way: the slices go out without the layers.
-                log.exception("reading the Node's network topology labels failed")
-            finally:
-                self._topology_tried.set()
-            await asyncio.sleep(self.options.rediscover_interval_s if read else 5.0)
-
-    async def _read_topology(self) -> bool:
-        """Read the Node's topology labels; republish when they changed. False: no answer."""
-        try:
-            node = await self._kube.get_node(self.options.node_name)
-        except ApiError as err:
-            log.warning("Node not read for its network topology labels, retrying: %s", err)
-            return False
+    async def _node_seen(self, node: Json | None) -> None:
+        """The Node as it is now (None: gone): its owned labels kept, its network
+        topology labels followed."""
+        if node is None:
+            return
         topology, problems = from_labels(node.get("metadata", {}).get("labels"))
         if problems != self._topology_problems:
             for problem in problems:
@@ -281,12 +256,12 @@ class Agent:
         if topology != self.topology:
             log.info(
                 "network layers from the Node's labels%s",
-                " changed: republishing" if self._topology_tried.is_set() else "",
+                " changed: republishing" if self.node_watch.tried.is_set() else "",
                 extra={"node": self.options.node_name, "layers": topology.attributes()},
             )
             self.topology = topology
             self.publisher.refresh(self._build)
-        return True
+        await self.labels.keep(node)
 
     async def _rediscover(self) -> None:
         while True:
@@ -300,6 +275,11 @@ class Agent:
                 await asyncio.to_thread(self.health.follow, [d.index for d in inventory.devices])
                 self.inventory = inventory
                 self.publisher.refresh(self._build, reprobe=reprobe)
+                try:
+                    await self.labels.keep(self.node_watch.node)
+                except ApiError as err:
+                    # The next state of the Node seen retries it.
+                    log.warning("UltraServer labels not set: %s", err)
 
     async def _watch_health(self) -> None:
         while True:

@@ -143,7 +143,9 @@ def _write_ultraserver(class_dir: Path, unit: FakeUltraServer, *, reservation: b
         _write(class_dir / "node_id_4", f"{unit.node_id}\n")
         _write(class_dir / "server_id_2", f"{unit.server_id}-{unit.node_id // 2}\n")
         _write(class_dir / "node_id_2", f"{unit.node_id % 2}\n")
-        modes = "1,2,4"
+        # What a healthy trn2u offers: X4, X2V (its 2-node units are vertical pairs)
+        # and X1. X2H ("1,2,4") is written where a test asks for it.
+        modes = "1,3,4"
     _write(class_dir / "ultraserver_mode", (unit.modes or modes) + "\n")
 
 

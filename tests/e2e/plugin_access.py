@@ -80,7 +80,7 @@ VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletec
 GRANTED: dict[Target, set[str]] = {
     ("resource.k8s.io", "resourceslices", "", ""): {"list", "watch", "create", "update", "delete"},
     ("resource.k8s.io", "resourceclaims", "", "someone"): {"get"},
-    ("", "nodes", "", ""): {"get", "patch"},
+    ("", "nodes", "", ""): {"get", "list", "watch", "patch"},
     ("", "events", "", "default"): {"create"},
 }
 CHECKED: list[Target] = [
@@ -369,6 +369,9 @@ def check_own_nodes_ultraserver_labels(cluster: Cluster, own: str, other: str) -
         )  # fmt: skip
 
     assert as_plugin(cluster, "GET", f"/api/v1/nodes/{own}", node=own).status == 200
+    # What the agent lists (then watches) to follow its own Node.
+    listed = f"/api/v1/nodes?fieldSelector=metadata.name%3D{own}"
+    assert as_plugin(cluster, "GET", listed, node=own).status == 200
     patched = patch(own, {label: "us-1"})
     assert patched.status == 200, patched.message
     assert cluster.get("v1", "Node", own)["metadata"]["labels"][label] == "us-1"

@@ -436,11 +436,12 @@ def lws_group(lws: Obj, group: int, unit_label: str, unit: str) -> list[Obj]:
         # The v1 us-4-node-config.yaml runs in test_plugin.py; its beta twin runs here.
         ("v1beta1/us-4-node-config.yaml", LABEL_ULTRASERVER_SERVER_ID_4,
          LABEL_ULTRASERVER_NODE_ID_4, "1", None),
+        # 2 nodes: X2V (3), what a healthy trn2u offers.
         ("us-2-node-config.yaml", LABEL_ULTRASERVER_SERVER_ID_2,
-         LABEL_ULTRASERVER_NODE_ID_2, "2", None),
+         LABEL_ULTRASERVER_NODE_ID_2, "3", None),
         # Both configs on one request: both environments.
         ("us-and-lnc-config.yaml", LABEL_ULTRASERVER_SERVER_ID_2,
-         LABEL_ULTRASERVER_NODE_ID_2, "2", 1),
+         LABEL_ULTRASERVER_NODE_ID_2, "3", 1),
     ],
 )  # fmt: skip
 def test_ultraserver_units_with_leaderworkerset_placement(  # noqa: PLR0917

@@ -1,5 +1,6 @@
 """A Node object changing under a running plugin: deleted and created again under the
-same name, or labelled with its place in the EC2 network."""
+same name, its UltraServer labels edited by another hand, or labelled with its place
+in the EC2 network."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from consts import LABEL_INSTANCE_TYPE, LABEL_NETWORK_NODE_LAYER_PREFIX
+from consts import (
+    LABEL_INSTANCE_TYPE,
+    LABEL_NETWORK_NODE_LAYER_PREFIX,
+    LABEL_ULTRASERVER_MODE,
+    LABEL_ULTRASERVER_NODE_ID_4,
+    LABEL_ULTRASERVER_SERVER_ID_4,
+)
+from neuron_dra.agent.labels import ULTRASERVER_LABELS
+from neuron_dra.hardware.fakenode import FakeUltraServer
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node
 
@@ -53,6 +62,56 @@ def test_slices_follow_a_node_created_again_under_the_same_name(cluster: Cluster
         cluster.stop_kubelet_side(node.name)
         # Its slices go with it: nothing of this node is left for other tests to allocate.
         cluster.delete("v1", "Node", node.name)
+
+
+def node_labels(cluster: Cluster, name: str) -> dict[str, str] | None:
+    node = cluster.get_or_none("v1", "Node", name)
+    return None if node is None else dict(node["metadata"].get("labels") or {})
+
+
+def test_ultraserver_labels_heal(cluster: Cluster) -> None:
+    """The labels the driver owns come back after a hand removes or changes one, after
+    an API server outage, and after the Node is deleted and created again; a label it
+    does not own is never touched."""
+    node = add_simulated_node(
+        cluster, "labelled", "trn2u.48xlarge", ultraserver=FakeUltraServer("us-heal", 2)
+    )
+    name = node.name
+
+    def owned() -> dict[str, str]:
+        return {
+            k: v for k, v in (node_labels(cluster, name) or {}).items() if k in ULTRASERVER_LABELS
+        }
+
+    try:
+        cluster.wait_for("UltraServer labels set", lambda: len(owned()) == 5)
+        wanted = owned()
+        assert wanted[LABEL_ULTRASERVER_SERVER_ID_4] == "us-heal"
+        assert wanted[LABEL_ULTRASERVER_NODE_ID_4] == "2"
+        assert wanted[LABEL_ULTRASERVER_MODE] == "1_2_4"
+        cluster.patch("v1", "Node", name, {"metadata": {"labels": {"team": "vision"}}})
+
+        cluster.patch(
+            "v1", "Node", name, {"metadata": {"labels": {LABEL_ULTRASERVER_NODE_ID_4: None}}}
+        )
+        cluster.wait_for("a removed label set again", lambda: owned() == wanted)
+        cluster.patch(
+            "v1", "Node", name, {"metadata": {"labels": {LABEL_ULTRASERVER_SERVER_ID_4: "us-x"}}}
+        )
+        cluster.wait_for("a changed label set back", lambda: owned() == wanted)
+
+        # An outage, then the Node created again: the watch comes back by itself.
+        cluster.stop_apiserver()
+        cluster.start_apiserver()
+        cluster.delete("v1", "Node", name)
+        cluster.wait_for("the Node gone", lambda: node_labels(cluster, name) is None)
+        cluster.add_node(name, {LABEL_INSTANCE_TYPE: node.instance_type, "team": "vision"})
+        cluster.wait_for("the labels on the new Node", lambda: owned() == wanted, timeout=60)
+        assert (node_labels(cluster, name) or {})["team"] == "vision"
+    finally:
+        node.stop_plugin()
+        cluster.stop_kubelet_side(name)
+        cluster.delete("v1", "Node", name)
 
 
 def layers(node: SimulatedNode) -> dict[str, dict[str, str]]:

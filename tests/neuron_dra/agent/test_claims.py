@@ -197,7 +197,7 @@ def test_ultraserver_node_device(fake_node: FakeNode) -> None:
         "NEURON_RT_ULTRASERVER_NODE_ID": "3",
     }
     pair = env(planned(inventory, ["neuronnode"], [opaque(ultraserver_config(2))]))
-    assert pair["NEURON_RT_ULTRASERVER_MODE"] == "2"
+    assert pair["NEURON_RT_ULTRASERVER_MODE"] == "3"  # X2V, what a healthy trn2u offers
     assert pair["NEURON_RT_ULTRASERVER_SERVER_ID"] == "us-3-1"
     assert pair["NEURON_RT_ULTRASERVER_NODE_ID"] == "1"
 

@@ -42,8 +42,11 @@ def test_lnc_comes_from_the_node_config(fake_node: FakeNode) -> None:
 def test_ultraserver_ids_are_read(fake_node: FakeNode) -> None:
     root = fake_node("trn2u.48xlarge", ultraserver=FakeUltraServer("us-7", 3))
     assert discover(root).inventory.ultraserver == UltraServer(
-        "us-7-1", "us-7", 1, 3, modes=(1, 2, 4), runtime_modes=(1, 2, 4)
+        "us-7-1", "us-7", 1, 3, modes=(1, 2, 4), runtime_modes=(1, 3, 4)
     )
+    horizontal = FakeUltraServer("us-8", 0, modes="1,2,4")
+    found = discover(fake_node("trn2u.48xlarge", ultraserver=horizontal, name="h")).inventory
+    assert found.ultraserver is not None and found.ultraserver.runtime_modes == (1, 2, 4)
 
 
 def test_missing_core_count_falls_back_to_the_catalogue(fake_node: FakeNode) -> None:

@@ -1,0 +1,227 @@
+"""Following the agent's own Node, and keeping the labels it owns, against a local HTTP
+peer that answers as an API server under stress does: LISTs served, watches refused
+(429 with Retry-After, or 410 Gone), or a watch that delivers and ends.
+
+Waits are recorded, not slept: what is asserted is how many requests a node sends
+and how long it would wait between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from neuron_dra.agent.backoff import Backoff
+from neuron_dra.agent.kube import ApiConfig, Json, Kube
+from neuron_dra.agent.labels import LabelKeeper, label_patch
+from neuron_dra.agent.nodewatch import NodeWatch
+
+BOUND_S = 10.0
+NAME = "n1"
+
+
+@dataclass
+class Server:
+    """What the peer answers, and what it was asked."""
+
+    watch: str = "429"  # 429 (Retry-After), 410 (an ERROR event), or "event" then the end
+    retry_after: str | None = "2"
+    labels: dict[str, str] = field(default_factory=lambda: {"team": "vision"})
+    requests: list[str] = field(default_factory=list)
+    patches: list[Json] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def node(self) -> Json:
+        return {"metadata": {"name": NAME, "uid": "u1", "labels": dict(self.labels)}}
+
+
+def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            query = parse_qs(urlsplit(self.path).query)
+            assert query["fieldSelector"] == [f"metadata.name={NAME}"]
+            watching = query.get("watch") == ["true"]
+            with server.lock:
+                server.requests.append("WATCH" if watching else "LIST")
+            if not watching:
+                self._send(200, {"items": [server.node()], "metadata": {"resourceVersion": "7"}})
+            elif server.watch == "429":
+                headers = {"Retry-After": server.retry_after} if server.retry_after else {}
+                self._send(429, {"kind": "Status", "message": "too many requests"}, headers)
+            else:
+                status = {"kind": "Status", "code": 410, "message": "too old resource version"}
+                event = {"type": "ERROR", "object": status}
+                if server.watch == "event":
+                    event = {"type": "MODIFIED", "object": server.node()}
+                self._stream(json.dumps(event).encode() + b"\n")
+
+        def do_PATCH(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with server.lock:
+                server.requests.append("PATCH")
+                server.patches.append(body)
+                for key, value in body["metadata"]["labels"].items():
+                    if value is None:
+                        server.labels.pop(key, None)
+                    else:
+                        server.labels[key] = value
+            self._send(200, server.node())
+
+        def _send(self, code: int, obj: Json, headers: dict[str, str] | None = None) -> None:
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            for key, value in {"Content-Type": "application/json", **(headers or {})}.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _stream(self, line: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(line), line))
+            self.close_connection = True
+
+    return Handler
+
+
+@pytest.fixture
+def api() -> Iterator[tuple[Server, Kube]]:
+    state = Server()
+    http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    http.daemon_threads = True
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    kube = Kube(ApiConfig(server=f"http://127.0.0.1:{http.server_address[1]}"))
+    try:
+        yield state, kube
+    finally:
+        kube.close()
+        http.shutdown()
+        http.server_close()
+
+
+def follow(
+    kube: Kube, passes: int, keeper: LabelKeeper | None = None, *, lists: int | None = None
+) -> list[float]:
+    """Run a NodeWatch until it has waited `passes` times (or sent `lists` LISTs); the
+    waits it asked for."""
+    waits: list[float] = []
+
+    async def main() -> None:
+        done = asyncio.Event()
+        watch: NodeWatch | None = None
+
+        async def sleep(seconds: float) -> None:
+            waits.append(seconds)
+            if len(waits) >= passes:
+                done.set()
+                await asyncio.Event().wait()
+
+        async def seen(node: Json | None) -> None:
+            if keeper is not None:
+                await keeper.keep(node)
+            if lists is not None and watch is not None and watch.lists >= lists:
+                done.set()
+
+        backoff = Backoff(initial_s=0.2, max_s=30.0, rng=random.Random(1))
+        watch = NodeWatch(kube, NAME, seen, backoff=backoff, sleep=sleep)
+        task = asyncio.create_task(watch.run())
+        try:
+            await asyncio.wait_for(done.wait(), BOUND_S)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    return waits
+
+
+def test_a_refused_watch_backs_off_and_honours_retry_after(api: tuple[Server, Kube]) -> None:
+    """An overloaded server answering LISTs but 429 to every watch: one LIST and one
+    watch per wait, each wait at least what the server asked and growing past it."""
+    server, kube = api
+    waits = follow(kube, 10)
+    assert server.requests[:20] == ["LIST", "WATCH"] * 10
+    assert min(waits) >= 2.0  # Retry-After: 2
+    assert waits[-1] > 10 * waits[0] / 2 and max(waits) <= 30.0
+    # The fleet's figure: requests a node sends in its first minute of such an outage.
+    per_minute, spent = 0, 0.0
+    for wait in waits:
+        spent += wait
+        if spent > 60:
+            break
+        per_minute += 2
+    assert per_minute <= 20, waits
+
+
+def test_a_gone_watch_backs_off_without_retry_after(api: tuple[Server, Kube]) -> None:
+    """410 Gone on every watch (a server that cannot serve the listed version): the
+    backoff grows from its first step, never resets to it after a LIST."""
+    server, kube = api
+    server.watch, server.retry_after = "410", None
+    waits = follow(kube, 8)
+    # Each step at least the last (equal jitter: half to all of a doubling step).
+    assert all(b >= a for a, b in itertools.pairwise(waits))
+    assert waits[0] <= 0.2 and waits[7] >= 0.2 * 2**7 / 2
+
+
+def test_a_watch_that_delivered_resets_the_backoff(api: tuple[Server, Kube]) -> None:
+    server, kube = api
+    server.watch = "event"
+    waits = follow(kube, 1, lists=5)
+    # Each watch delivered an event, then the server ended it: listed again at once.
+    assert waits == []
+    assert server.requests[:9] == ["LIST", "WATCH"] * 4 + ["LIST"]
+
+
+def test_owned_labels_are_set_and_no_other(api: tuple[Server, Kube]) -> None:
+    server, kube = api
+    server.watch = "429"
+    server.labels = {"team": "vision", "a": "wrong", "b": "stale"}
+    wanted: dict[str, str | None] = {"a": "1", "b": None, "c": "3"}
+    keeper = LabelKeeper(kube, NAME, lambda: wanted)
+    follow(kube, 3, keeper)
+    assert server.patches[0] == {"metadata": {"labels": {"a": "1", "b": None, "c": "3"}}}
+    assert len(server.patches) == 1  # once equal, LISTs patch nothing
+    assert server.labels == {"team": "vision", "a": "1", "c": "3"}
+
+
+def test_label_patch() -> None:
+    assert label_patch({"a": "1", "b": None}, {"a": "1"}) == {}
+    assert label_patch({"a": "1", "b": None}, {"b": "x", "z": "y"}) == {"a": "1", "b": None}
+
+
+def test_a_contested_label_is_restored_after_a_growing_wait(api: tuple[Server, Kube]) -> None:
+    """Another writer changing the label back each time: restored, but not at wire speed."""
+    server, kube = api
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    async def main() -> None:
+        backoff = Backoff(initial_s=1.0, max_s=300.0, rng=random.Random(2))
+        keeper = LabelKeeper(kube, NAME, lambda: {"a": "1"}, sleep=sleep, backoff=backoff)
+        for _ in range(5):
+            await keeper.keep({"metadata": {"labels": {"a": "theirs"}}})
+
+    asyncio.run(asyncio.wait_for(main(), BOUND_S))
+    assert len(server.patches) == 5
+    assert len(waits) == 4 and waits == sorted(waits) and waits[0] >= 0.5 and waits[-1] >= 4
