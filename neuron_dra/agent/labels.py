@@ -1,68 +1,22 @@
-"""Node labels for UltraServer placement (LeaderWorkerSet exclusive topology, PodGroup
-topology), which the driver owns and keeps equal to the hardware.
-
-The driver owns exactly `ULTRASERVER_LABELS`: it sets those the node earns and
-removes those it does not, whoever wrote them, and never touches another label.
-"""
+"""Keep the Node labels the driver owns (`resources.nodelabels`) equal to the hardware,
+from each state of the Node the agent sees."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 
-from consts import (
-    LABEL_ULTRASERVER_MODE,
-    LABEL_ULTRASERVER_NODE_ID_2,
-    LABEL_ULTRASERVER_NODE_ID_4,
-    LABEL_ULTRASERVER_SERVER_ID_2,
-    LABEL_ULTRASERVER_SERVER_ID_4,
-)
 from neuron_dra.agent.backoff import Backoff
 from neuron_dra.agent.kube import Json, Kube
-from neuron_dra.hardware.inventory import NodeInventory
-from neuron_dra.resources.slices import modes_label
+from neuron_dra.resources.nodelabels import label_patch
 
 log = logging.getLogger(__name__)
 
 # Labels healed again within this long of the last heal: someone is writing them back.
 # Each such heal waits a growing backoff, so two owners never fight at wire speed.
 CONTESTED_S = 60.0
-
-ULTRASERVER_LABELS = (
-    LABEL_ULTRASERVER_MODE,
-    LABEL_ULTRASERVER_SERVER_ID_2,
-    LABEL_ULTRASERVER_SERVER_ID_4,
-    LABEL_ULTRASERVER_NODE_ID_2,
-    LABEL_ULTRASERVER_NODE_ID_4,
-)
-
-
-def ultraserver_labels(inventory: NodeInventory) -> dict[str, str | None]:
-    """The labels to merge into the Node; None removes a label the node no longer earns."""
-    us = inventory.ultraserver
-    if us is None:
-        return dict.fromkeys(ULTRASERVER_LABELS)
-    return {
-        LABEL_ULTRASERVER_MODE: modes_label(us.modes),
-        LABEL_ULTRASERVER_SERVER_ID_2: us.server_id_2,
-        LABEL_ULTRASERVER_SERVER_ID_4: us.server_id_4,
-        LABEL_ULTRASERVER_NODE_ID_2: _optional(us.node_id_2),
-        LABEL_ULTRASERVER_NODE_ID_4: _optional(us.node_id_4),
-    }
-
-
-def _optional(value: int | None) -> str | None:
-    """A unit the node is not in (trn3 knows only its reservation's) has no label."""
-    return None if value is None else str(value)
-
-
-def label_patch(
-    wanted: Mapping[str, str | None], current: Mapping[str, str]
-) -> dict[str, str | None]:
-    """The merge patch taking `current` to `wanted` (None: absent); empty when equal."""
-    return {k: v for k, v in wanted.items() if current.get(k) != v}
 
 
 class LabelKeeper:

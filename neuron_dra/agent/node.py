@@ -18,7 +18,7 @@ from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord
 from neuron_dra.agent.health import Change, HealthMonitor
 from neuron_dra.agent.kube import ApiError, Json, Kube
 from neuron_dra.agent.kubelet import KubeletPlugin
-from neuron_dra.agent.labels import LabelKeeper, ultraserver_labels
+from neuron_dra.agent.labels import LabelKeeper
 from neuron_dra.agent.metrics import Metrics, Sample
 from neuron_dra.agent.nodewatch import NodeWatch
 from neuron_dra.agent.options import RunOptions
@@ -30,6 +30,7 @@ from neuron_dra.hardware.discovery import DEVICES_DIR, boot_id, discover, log_fi
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
+from neuron_dra.resources.nodelabels import ultraserver_labels
 from neuron_dra.resources.nodetopology import NodeTopology, from_labels
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
 

@@ -45,6 +45,8 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "examples" / "specs"
 EXAMPLE_FILES = sorted(p.relative_to(SPECS).as_posix() for p in SPECS.rglob("*.yaml"))
+# PodGroups need APIs the release's default gates do not serve: test_gangs.py applies them.
+DEFAULT_GATE_EXAMPLES = [f for f in EXAMPLE_FILES if not f.startswith("podgroup/")]
 Obj = dict[str, Any]
 
 ULTRASERVERS = ("us-a", "us-b")
@@ -172,7 +174,7 @@ def _no_cdi_files(node: SimulatedNode) -> Callable[[], bool]:
 # --------------------------------------------------------------------- every manifest
 
 
-@pytest.mark.parametrize("spec_file", EXAMPLE_FILES)
+@pytest.mark.parametrize("spec_file", DEFAULT_GATE_EXAMPLES)
 def test_example_is_accepted_by_the_api_server(
     nodes: dict[str, SimulatedNode], spec_file: str
 ) -> None:

@@ -15,8 +15,8 @@ from consts import (
     LABEL_ULTRASERVER_NODE_ID_4,
     LABEL_ULTRASERVER_SERVER_ID_4,
 )
-from neuron_dra.agent.labels import ULTRASERVER_LABELS
 from neuron_dra.hardware.fakenode import FakeUltraServer
+from neuron_dra.resources.nodelabels import ULTRASERVER_LABELS
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node
 

@@ -35,6 +35,7 @@ from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
 from neuron_dra.resources.limits import CounterLayout
+from neuron_dra.resources.nodelabels import ultraserver_labels
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 from neuron_dra.tools.cel import DeviceView, Quantity
 from neuron_dra.tools.simulate.inputs import DeviceClass, InputError, Json, parse_device_class
@@ -172,7 +173,8 @@ def simulated_nodes(
     driver_version: str | None = None,
     cores: bool = True,
 ) -> list[SimNode]:
-    """Nodes `<type>-<i>`; UltraServer nodes are grouped 4 to a server in creation order.
+    """Nodes `<type>-<i>`; UltraServer nodes are grouped 4 to a server in creation order,
+    and carry the driver's UltraServer labels.
 
     `cores`: each logical NeuronCore is a device too, as the driver publishes them where
     the API server serves partitionable devices (the counters in a slice of their own, as
@@ -203,7 +205,10 @@ def simulated_nodes(
                     cores=cores,
                 )
                 slices = build_slices(inventory, options)
-                nodes.append(node_from_slices(name, slices, inventory=inventory))
+                # And the labels the driver keeps on its Node, for nodeSelectors and
+                # topology keys on UltraServer units.
+                labels = {k: v for k, v in ultraserver_labels(inventory).items() if v is not None}
+                nodes.append(node_from_slices(name, slices, labels=labels, inventory=inventory))
     return nodes
 
 

@@ -23,8 +23,9 @@ import pytest
 
 from neuron_dra.agent.backoff import Backoff
 from neuron_dra.agent.kube import ApiConfig, Json, Kube
-from neuron_dra.agent.labels import LabelKeeper, label_patch
+from neuron_dra.agent.labels import LabelKeeper
 from neuron_dra.agent.nodewatch import NodeWatch
+from neuron_dra.resources.nodelabels import label_patch
 
 BOUND_S = 10.0
 NAME = "n1"

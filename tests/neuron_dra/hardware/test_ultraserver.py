@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from neuron_dra.agent.labels import ultraserver_labels
 from neuron_dra.hardware.discovery import Discovery, discover
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.inventory import UltraServer
+from neuron_dra.resources.nodelabels import ultraserver_labels
 from tests.sysfs_tree import FakeNode, write
 
 CLASS = "sys/class/neuron_device"

@@ -187,6 +187,22 @@ def _ultraserver(mode: int, pods: int, lnc: int | None = None) -> Check:
     return check
 
 
+def _gang(size: int) -> Check:
+    """Pod i on the unit's node i (its nodeSelector on the driver's label), rank = NODE_ID."""
+
+    def check(outcomes: list[Outcome]) -> None:
+        assert all(o.allocated for o in outcomes), [o.reasons for o in outcomes]
+        assert [o.node for o in outcomes] == [f"trn2u.48xlarge-{i}" for i in range(size)]
+        assert [env(o)["NEURON_RT_ULTRASERVER_NODE_ID"] for o in outcomes] == [
+            str(i) for i in range(size)
+        ]
+        assert {env(o)["NEURON_RT_ULTRASERVER_MODE"] for o in outcomes} == {
+            "1" if size == 4 else "3"
+        }
+
+    return check
+
+
 TRN2 = [("trn2.48xlarge", 1)]
 EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "1x4-connected-devices.yaml": (TRN2, _row_on_trn2),
@@ -212,6 +228,8 @@ EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "us-4-node-config.yaml": ([("trn2u.48xlarge", 8)], _ultraserver(4, 8)),
     "v1beta1/us-4-node-config.yaml": ([("trn2u.48xlarge", 8)], _ultraserver(4, 8)),
     "us-2-node-config.yaml": ([("trn2u.48xlarge", 4)], _ultraserver(2, 4)),
+    "podgroup/us-4-node-gang.yaml": ([("trn2u.48xlarge", 8)], _gang(4)),
+    "podgroup/us-2-node-gang.yaml": ([("trn2u.48xlarge", 8)], _gang(2)),
     "us-and-lnc-config.yaml": ([("trn2u.48xlarge", 4)], _ultraserver(2, 4, lnc=1)),
     "specific-driver-version.yaml": (
         [("inf2.48xlarge", 1), ("trn2u.48xlarge", 1)],
