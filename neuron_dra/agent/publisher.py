@@ -34,11 +34,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 
 from consts import DRIVER_NAME
+from neuron_dra.agent.backoff import Backoff
 from neuron_dra.agent.kube import ApiError, Json, Kube
 from neuron_dra.agent.metrics import Metrics
 from neuron_dra.agent.slicediff import (
@@ -61,6 +61,12 @@ Reprobe = Callable[[], Awaitable[bool]]
 
 BACKOFF_INITIAL_S = 0.2
 BACKOFF_MAX_S = 10.0  # recovery after an outage within ~10 s; ~0.1 req/s per node meanwhile
+# A watch that stayed open this long, or delivered an event, has proven the server well:
+# only then does the backoff start again from its first step (see `run`).
+PROVEN_S = 30.0
+# When the slices were just listed (and written) but the watch fails, they are right
+# for now: wait longer between tries, which is what an overloaded server needs.
+WATCH_BACKOFF_MAX_S = 60.0
 PUBLISHES = "neuron_dra_slice_publishes_total"
 # List and reconcile at least this often, as informers resync, whatever the watch does:
 # the watch's own timeouts end it sooner, this bounds a watch that never ends.
@@ -77,8 +83,14 @@ class SlicePublisher:
         metrics: Metrics | None = None,
         *,
         resync_s: float = RESYNC_S,
+        backoff: Backoff | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self._kube = kube
+        self._backoff = backoff or Backoff(BACKOFF_INITIAL_S, BACKOFF_MAX_S)
+        self._watch_backoff = Backoff(BACKOFF_INITIAL_S, WATCH_BACKOFF_MAX_S, self._backoff.rng)
+        self._sleep_for = sleep
+        self._watch_proven = False
         self._node = node_name
         self._resync_s = resync_s  # list and reconcile at least this often, as informers do
         self._build = build
@@ -109,34 +121,53 @@ class SlicePublisher:
         self._wake.set()
 
     async def run(self) -> None:
-        delay = BACKOFF_INITIAL_S
         node_uid: str | None = None
         while True:
+            self._watch_proven = listed = False
+            retry_after: float | None = None
             try:
                 await self._follow_server()
                 if self._node_uid_due:
                     node_uid = await self._read_node_uid(node_uid)
                 version = await self.reconcile(node_uid)
-                delay = BACKOFF_INITIAL_S
-                await self._watch(version)
+                listed = True
+                woken = await self._watch(version)
             except asyncio.CancelledError:
                 raise
             except ApiError as err:
                 # An outage may hide a control-plane upgrade; a refused write may be one.
-                self._recheck_server()
+                # A watch's 410 Gone (its version expired) is neither.
+                if err.status != 410:
+                    self._recheck_server()
                 if err.status == 422 and self._reprobe is not None:
                     self._refused = self._reprobe_due = True
-                log.warning(
-                    "ResourceSlices not in sync, retrying in %.1fs: %s", delay, err,
-                    extra={"node": self._node},
-                )  # fmt: skip
+                retry_after = err.retry_after_s
+                failure = f"ResourceSlices not in sync: {err}"
             except Exception:
                 # Never give up on the node's slices: log it loudly and try again.
-                log.exception("ResourceSlice reconcile failed, retrying in %.1fs", delay)
+                log.exception("ResourceSlice reconcile failed", extra={"node": self._node})
+                failure = ""
             else:
-                continue
+                if self._watch_proven or woken:
+                    # New desired slices, or the server ended a watch that served: at once.
+                    if self._watch_proven:
+                        self._reset_backoff()
+                    continue
+                failure = "the slice watch ended before it served"
+            # A successful LIST alone resets nothing: a server that answers LISTs but
+            # refuses or ends every watch (overloaded: 429, or 410 Gone) would otherwise
+            # be listed again every BACKOFF_INITIAL_S.
+            if self._watch_proven:
+                self._reset_backoff()
+            backoff = self._watch_backoff if listed else self._backoff
+            delay = backoff.delay(retry_after or 0.0)
+            if failure:
+                log.warning("%s; retrying in %.1fs", failure, delay, extra={"node": self._node})
             await self._sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX_S) * random.uniform(0.8, 1.0)
+
+    def _reset_backoff(self) -> None:
+        self._backoff.reset()
+        self._watch_backoff.reset()
 
     async def reconcile(self, node_uid: str | None) -> str:
         """One pass: make the server's slices equal the desired ones; return a resourceVersion."""
@@ -265,13 +296,16 @@ class SlicePublisher:
             self._recreate = self._refused and not changed
             self._refused = False
 
-    async def _watch(self, version: str) -> None:
-        """Return when the slices may differ from the desired ones."""
+    async def _watch(self, version: str) -> bool:
+        """Return when the slices may differ from the desired ones: True when new
+        desired slices woke it. Marks the watch proven once it delivered an event or
+        stayed open PROVEN_S."""
         events = self._kube.watch_resource_slices(self._node, DRIVER_NAME, version)
         next_event = asyncio.ensure_future(anext(events, None))
         woken = asyncio.ensure_future(self._wake.wait())
         loop = asyncio.get_running_loop()
-        resync_at = loop.time() + self._resync_s
+        opened = loop.time()
+        resync_at = opened + self._resync_s
         try:
             while True:
                 done, _ = await asyncio.wait(
@@ -280,23 +314,25 @@ class SlicePublisher:
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if woken in done:
-                    return
+                    return True
                 if not done:
                     log.debug("periodic resync", extra={"node": self._node})
                     self._recheck_server()
-                    return
+                    return False
                 event = next_event.result()
                 if event is None:
                     # The server closed the watch (every few minutes, or on its way down).
                     self._recheck_server()
-                    return
+                    return False
+                self._watch_proven = True
                 if event.get("type") == "DELETED":
                     # Perhaps the garbage collector's, after the Node was created again.
                     self._node_uid_due = True
                 if event.get("type") != "BOOKMARK":
-                    return
+                    return False
                 next_event = asyncio.ensure_future(anext(events, None))
         finally:
+            self._watch_proven = self._watch_proven or loop.time() - opened >= PROVEN_S
             for task in (next_event, woken):
                 task.cancel()
             # The generator may still be inside the cancelled anext(): closing it before
@@ -306,5 +342,8 @@ class SlicePublisher:
 
     async def _sleep(self, delay: float) -> None:
         """Wait out a backoff, but wake early for new desired slices."""
+        if self._sleep_for is not None:
+            await self._sleep_for(delay)
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), delay)

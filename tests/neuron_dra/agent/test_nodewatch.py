@@ -10,112 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import random
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
-
-import pytest
 
 from neuron_dra.agent.backoff import Backoff
-from neuron_dra.agent.kube import ApiConfig, Json, Kube
+from neuron_dra.agent.kube import Json, Kube
 from neuron_dra.agent.labels import LabelKeeper
 from neuron_dra.agent.nodewatch import NodeWatch
 from neuron_dra.resources.nodelabels import label_patch
+from tests.neuron_dra.agent.stressed_api import NAME, Server
 
 BOUND_S = 10.0
-NAME = "n1"
-
-
-@dataclass
-class Server:
-    """What the peer answers, and what it was asked."""
-
-    watch: str = "429"  # 429 (Retry-After), 410 (an ERROR event), or "event" then the end
-    retry_after: str | None = "2"
-    labels: dict[str, str] = field(default_factory=lambda: {"team": "vision"})
-    requests: list[str] = field(default_factory=list)
-    patches: list[Json] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def node(self) -> Json:
-        return {"metadata": {"name": NAME, "uid": "u1", "labels": dict(self.labels)}}
-
-
-def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            query = parse_qs(urlsplit(self.path).query)
-            assert query["fieldSelector"] == [f"metadata.name={NAME}"]
-            watching = query.get("watch") == ["true"]
-            with server.lock:
-                server.requests.append("WATCH" if watching else "LIST")
-            if not watching:
-                self._send(200, {"items": [server.node()], "metadata": {"resourceVersion": "7"}})
-            elif server.watch == "429":
-                headers = {"Retry-After": server.retry_after} if server.retry_after else {}
-                self._send(429, {"kind": "Status", "message": "too many requests"}, headers)
-            else:
-                status = {"kind": "Status", "code": 410, "message": "too old resource version"}
-                event = {"type": "ERROR", "object": status}
-                if server.watch == "event":
-                    event = {"type": "MODIFIED", "object": server.node()}
-                self._stream(json.dumps(event).encode() + b"\n")
-
-        def do_PATCH(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with server.lock:
-                server.requests.append("PATCH")
-                server.patches.append(body)
-                for key, value in body["metadata"]["labels"].items():
-                    if value is None:
-                        server.labels.pop(key, None)
-                    else:
-                        server.labels[key] = value
-            self._send(200, server.node())
-
-        def _send(self, code: int, obj: Json, headers: dict[str, str] | None = None) -> None:
-            body = json.dumps(obj).encode()
-            self.send_response(code)
-            for key, value in {"Content-Type": "application/json", **(headers or {})}.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _stream(self, line: bytes) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(line), line))
-            self.close_connection = True
-
-    return Handler
-
-
-@pytest.fixture
-def api() -> Iterator[tuple[Server, Kube]]:
-    state = Server()
-    http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    http.daemon_threads = True
-    threading.Thread(target=http.serve_forever, daemon=True).start()
-    kube = Kube(ApiConfig(server=f"http://127.0.0.1:{http.server_address[1]}"))
-    try:
-        yield state, kube
-    finally:
-        kube.close()
-        http.shutdown()
-        http.server_close()
 
 
 def follow(

@@ -1,0 +1,108 @@
+"""An API server under stress, on a loopback port, for the agent's watch loops: LISTs
+(of Nodes or ResourceSlices) and GETs of the Node served, every watch refused (429 with
+Retry-After, or a 410 Gone ERROR event) or delivering one event and ending; label
+patches applied. It records every request, so a test can count what a node sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from neuron_dra.agent.kube import Json
+
+NAME = "n1"
+
+
+@dataclass
+class Server:
+    """What the peer answers, and what it was asked."""
+
+    watch: str = "429"  # 429 (Retry-After), 410 (an ERROR event), or "event" then the end
+    retry_after: str | None = "2"
+    labels: dict[str, str] = field(default_factory=lambda: {"team": "vision"})
+    requests: list[str] = field(default_factory=list)
+    # (loop, event, n): the event is set once n LISTs were served.
+    waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event, int]] = field(
+        default_factory=list
+    )
+    patches: list[Json] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def node(self) -> Json:
+        return {"metadata": {"name": NAME, "uid": "u1", "labels": dict(self.labels)}}
+
+
+def handler(server: Server) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            query = parse_qs(url.query)
+            watching = query.get("watch") == ["true"]
+            if url.path == f"/api/v1/nodes/{NAME}":
+                with server.lock:
+                    server.requests.append("GET")
+                self._send(200, server.node())
+                return
+            with server.lock:
+                server.requests.append("WATCH" if watching else "LIST")
+                lists = server.requests.count("LIST")
+            for loop, reached, count in server.waiters:
+                if lists >= count:
+                    loop.call_soon_threadsafe(reached.set)
+            nodes = url.path == "/api/v1/nodes"
+            if nodes:
+                assert query["fieldSelector"] == [f"metadata.name={NAME}"]
+            if not watching:
+                items = [server.node()] if nodes else []
+                self._send(200, {"items": items, "metadata": {"resourceVersion": "7"}})
+            elif server.watch == "429":
+                headers = {"Retry-After": server.retry_after} if server.retry_after else {}
+                self._send(429, {"kind": "Status", "message": "too many requests"}, headers)
+            else:
+                status = {"kind": "Status", "code": 410, "message": "too old resource version"}
+                event = {"type": "ERROR", "object": status}
+                if server.watch == "event":
+                    event = {"type": "MODIFIED", "object": server.node()}
+                self._stream(json.dumps(event).encode() + b"\n")
+
+        def do_PATCH(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with server.lock:
+                server.requests.append("PATCH")
+                server.patches.append(body)
+                for key, value in body["metadata"]["labels"].items():
+                    if value is None:
+                        server.labels.pop(key, None)
+                    else:
+                        server.labels[key] = value
+            self._send(200, server.node())
+
+        def _send(self, code: int, obj: Json, headers: dict[str, str] | None = None) -> None:
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            for key, value in {"Content-Type": "application/json", **(headers or {})}.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _stream(self, line: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(line), line))
+            self.close_connection = True
+
+    return Handler
