@@ -191,19 +191,37 @@ class Registration(reg_grpc.RegistrationServicer):
 
 class Health(health_grpc.HealthServicer):
     """The kubelet's gRPC probes. Liveness (service ""): serving while the DRA socket is
-    up. Readiness (service READINESS_SERVICE): serving once the kubelet has registered
-    the plugin, until it reports a failed registration or the socket is served anew."""
+    up and no long-lived loop of the agent keeps failing. Readiness (service
+    READINESS_SERVICE): serving once the kubelet has registered the plugin, until it
+    reports a failed registration or the socket is served anew, and while every loop
+    runs (see `supervisor`)."""
 
     def __init__(self) -> None:
         self._serving = dict.fromkeys(HEALTH_SERVICES, False)
+        self._down: set[str] = set()  # loops waiting to be started again: not ready
+        self._failing: set[str] = set()  # loops failing again and again: not live
         self._changed = asyncio.Condition()
 
     def serving(self, service: str = "") -> bool:
+        if service == READINESS_SERVICE and self._down:
+            return False
+        if service == "" and self._failing:
+            return False
         return self._serving[service]
 
     async def set_serving(self, serving: bool, service: str = "") -> None:
         async with self._changed:
             self._serving[service] = serving
+            self._changed.notify_all()
+
+    async def set_loop(self, name: str, *, down: bool, failing: bool) -> None:
+        """What the supervisor knows of one loop of the agent."""
+        async with self._changed:
+            for names, member in ((self._down, down), (self._failing, failing)):
+                if member:
+                    names.add(name)
+                else:
+                    names.discard(name)
             self._changed.notify_all()
 
     def _status(self, service: str) -> health_pb.HealthCheckResponse:
@@ -214,7 +232,7 @@ class Health(health_grpc.HealthServicer):
         serving = health_pb.HealthCheckResponse.SERVING
         not_serving = health_pb.HealthCheckResponse.NOT_SERVING
         return health_pb.HealthCheckResponse(
-            status=serving if self._serving[service] else not_serving
+            status=serving if self.serving(service) else not_serving
         )
 
     async def Check(  # noqa: N802
@@ -232,10 +250,10 @@ class Health(health_grpc.HealthServicer):
         service = request.service
         while True:
             async with self._changed:
-                status, seen = self._status(service), self._serving.get(service)
+                status = self._status(service)
             yield status  # outside the lock, as in ResourceHealth
             async with self._changed:
-                if self._serving.get(service) == seen:
+                if self._status(service) == status:
                     await self._changed.wait()
 
 

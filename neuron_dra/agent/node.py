@@ -25,6 +25,7 @@ from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.preparer import Preparer, StepHook, no_step_hook
 from neuron_dra.agent.publisher import SlicePublisher
 from neuron_dra.agent.resourcehealth import health_entries
+from neuron_dra.agent.supervisor import Supervisor
 from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.discovery import DEVICES_DIR, boot_id, discover, log_findings
 from neuron_dra.hardware.inventory import NodeInventory
@@ -62,6 +63,7 @@ class Agent:
             kube, options.node_name, lambda: ultraserver_labels(self.inventory)
         )
         self.node_watch = NodeWatch(kube, options.node_name, self._node_seen)
+        self.loops = Supervisor(plugin.health)
         self._uses: features.Uses | None = None  # what the slices may use: see `_reprobe`
         self.metrics = Metrics()
         self.metrics.gauges = self._gauges
@@ -98,24 +100,26 @@ class Agent:
         await self._publish_health()
         if self.options.metrics_port is not None:
             await self.metrics.serve(self.options.metrics_port)
-        tasks = [
-            asyncio.create_task(self._watch_health(), name="health"),
-            asyncio.create_task(self._publish(), name="publisher"),
-            asyncio.create_task(self.plugin.supervise(), name="registration"),
-            asyncio.create_task(self.node_watch.run(), name="node"),
-            asyncio.create_task(self._rediscover(), name="rediscovery"),
-            asyncio.create_task(self._report_ready(), name="ready"),
-            asyncio.create_task(self.preparer.follow(CLAIMS_FOLLOW_S), name="claims"),
-        ]
+        loops = self.loops
+        for name, loop in (
+            ("health", self._watch_health),
+            ("publisher", self._publish),
+            ("registration", self.plugin.supervise),
+            ("node", self.node_watch.run),
+            ("rediscovery", self._rediscover),
+            ("claims", lambda: self.preparer.follow(CLAIMS_FOLLOW_S)),
+        ):
+            loops.start(name, loop)
+        ready = asyncio.create_task(self._report_ready(), name="ready")
         try:
             await stop.wait()
         finally:
             log.info("stopping")
-            # Tasks first: while the DRA server drains open streams, the registration
-            # supervisor would otherwise serve the socket that stop() just removed.
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Loops first: while the DRA server drains open streams, the registration
+            # loop would otherwise serve the socket that stop() just removed.
+            ready.cancel()
+            await loops.stop()
+            await asyncio.gather(ready, return_exceptions=True)
 
     async def _publish(self) -> None:
         await self.node_watch.tried.wait()  # so that the first write carries the labels

@@ -26,11 +26,13 @@ from api.kubelet.grpchealth.v1 import api_pb2 as health
 from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from neuron_dra.agent.backoff import Backoff
 from neuron_dra.agent.checkpoint import CheckpointStore
 from neuron_dra.agent.health import Problem
 from neuron_dra.agent.kubelet import READINESS_SERVICE, SOCKET_CHECK_INTERVAL_S, KubeletPlugin
 from neuron_dra.agent.preparer import Preparer
 from neuron_dra.agent.resourcehealth import health_entries
+from neuron_dra.agent.supervisor import FAILURES_NOT_LIVE, Supervisor
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from tests.claim_objects import allocated_claim, neuron_config, opaque
@@ -202,6 +204,76 @@ def test_a_vanished_registration_socket_is_served_again(
             info = await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest())
             assert info.name == "neuron.aws.com"
         supervisor.cancel()
+
+    with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
+
+
+def test_a_registry_path_briefly_not_a_directory_does_not_end_registration(
+    tmp_path: Path, fake_node: FakeNode
+) -> None:
+    """The registration loop dies of the path (NotADirectoryError); the supervisor logs
+    it, holds readiness down and starts it again, so the socket is served once the
+    directory is back. Before, the loop died for good and the kubelet never saw the
+    plugin again."""
+
+    async def until(what: str, check: Callable[[], bool]) -> None:
+        deadline = asyncio.get_running_loop().time() + 10.0
+        while not check():
+            assert asyncio.get_running_loop().time() < deadline, what
+            await asyncio.sleep(0.05)
+
+    async def body(plugin: KubeletPlugin) -> None:
+        await plugin.health.set_serving(True, READINESS_SERVICE)
+        loops = Supervisor(plugin.health, backoff=lambda: Backoff(0.05, 0.2))
+        loops.start("registration", plugin.supervise)
+        registry = plugin.registration_socket.parent
+        shutil.rmtree(registry)
+        registry.write_text("not a directory")
+        await until("the loop failed", lambda: loops.restarts.get("registration", 0) >= 1)
+        registry.unlink()
+        registry.mkdir()
+        await until("socket served again", plugin.registration_socket.exists)
+        async with grpc.aio.insecure_channel(f"unix://{plugin.registration_socket}") as channel:
+            info = await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest())
+            assert info.name == "neuron.aws.com"
+        await loops.stop()
+
+    with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
+
+
+def test_a_failed_loop_is_not_ready_until_restarted_and_not_live_once_it_keeps_failing(
+    tmp_path: Path, fake_node: FakeNode
+) -> None:
+    async def body(plugin: KubeletPlugin) -> None:
+        await plugin.health.set_serving(True, READINESS_SERVICE)
+
+        def probes() -> tuple[bool, bool]:
+            return plugin.health.serving(""), plugin.health.serving(READINESS_SERVICE)
+
+        waiting: list[tuple[bool, bool]] = []  # (live, ready) while it waits to restart
+        started: list[tuple[bool, bool]] = []  # and as each run starts
+        done = asyncio.Event()
+
+        @dataclasses.dataclass
+        class Recorded(Backoff):
+            def delay(self, at_least_s: float = 0.0) -> float:
+                waiting.append(probes())
+                return super().delay(at_least_s) / 100
+
+        async def broken() -> None:
+            started.append(probes())
+            if len(started) > FAILURES_NOT_LIVE:
+                done.set()
+                await asyncio.Event().wait()
+            raise OSError("a path the loop needs is gone")
+
+        loops = Supervisor(plugin.health, backoff=Recorded)
+        loops.start("broken", broken)
+        await asyncio.wait_for(done.wait(), 10)
+        await loops.stop()
+        alive = FAILURES_NOT_LIVE - 1
+        assert waiting == [(True, False)] * alive + [(False, False)]
+        assert started == [(True, True)] * FAILURES_NOT_LIVE + [(False, True)]
 
     with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
 
