@@ -33,6 +33,7 @@ from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodelabels import ultraserver_labels
 from neuron_dra.resources.nodetopology import NodeTopology, from_labels
+from neuron_dra.resources.pool import publishable_pool
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
 
 log = logging.getLogger("neuron_dra")
@@ -90,6 +91,7 @@ class Agent:
             kube, options.node_name, self._build, self._reprobe, self.metrics
         )
         self._held: frozenset[str] = frozenset()
+        self._pool_problems: tuple[str, ...] = ()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`; the kubelet's sockets are served already (see `run.run`)."""
@@ -228,11 +230,17 @@ class Agent:
         return self._slices(generation, node_uid, self._uses or features.Uses())
 
     def _slices(self, generation: int, node_uid: str | None, uses: features.Uses) -> list[Json]:
-        options = self._slice_options(generation, node_uid, uses)
-        slices = build_slices(self.inventory, options)
-        for problem in limits.validate_pool(slices, options.counter_layout):
-            log.error("slice breaks a resource.k8s.io/v1 limit: %s", problem)
-        return slices
+        """Raises InvalidPoolError rather than send a pool the API server refuses whole:
+        the publisher logs it and keeps the stored pool."""
+        pool = publishable_pool(self.inventory, self._slice_options(generation, node_uid, uses))
+        if pool.problems and pool.problems != self._pool_problems:
+            log.error(
+                "the node's pool breaks resource.k8s.io/v1 limits (%s): publishing its "
+                "devices without their NeuronCores", "; ".join(pool.problems),
+                extra={"node": self.options.node_name},
+            )  # fmt: skip
+        self._pool_problems = pool.problems
+        return pool.slices
 
     def _slice_options(
         self, generation: int, node_uid: str | None, uses: features.Uses

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -146,7 +147,7 @@ class _Reader:
         if spec is not None:
             self.check_device_count(spec, indices)
         devices = tuple(device for i in indices if (device := self.device(i, spec)) is not None)
-        devices = self.with_pci_parents(devices)
+        devices = self.with_pci_parents(self.uniform_cores(devices, spec))
         inventory = NodeInventory(
             instance_type=instance_type,
             driver_version=self.parse(DRIVER_VERSION_FILE, _printable),
@@ -287,6 +288,32 @@ class _Reader:
         )
 
     # --- device -------------------------------------------------------------
+
+    def uniform_cores(
+        self, devices: tuple[NeuronDevice, ...], spec: InstanceType | None
+    ) -> tuple[NeuronDevice, ...]:
+        """One core count for every device. The runtime numbers logical cores by device
+        index times the cores of a device, the same for all: a device whose core_count
+        disagrees would take its neighbours' numbers (on a trn2 with neuron12 reading 4,
+        neuroncore24 twice). It gets the count most devices report, the catalogue's on
+        a tie."""
+        counts = Counter(d.cores for d in devices if d.cores is not None)
+        if len(counts) <= 1:
+            return devices
+        most = max(counts.values())
+        leaders = sorted(c for c, n in counts.items() if n == most)
+        catalogue = spec.cores_per_device if spec is not None else None
+        node = catalogue if catalogue in leaders else leaders[0]
+        kept = []
+        for device in devices:
+            if device.cores is not None and device.cores != node:
+                self.note(
+                    f"{DEVICES_DIR}/neuron{device.index}/core_count",
+                    f"{device.cores} cores where the node's other devices have {node}; "
+                    f"using {node}, as the runtime numbers cores by device index x {node}",
+                )
+            kept.append(device if device.cores in (None, node) else replace(device, cores=node))
+        return tuple(kept)
 
     def device(self, index: int, spec: InstanceType | None) -> NeuronDevice | None:
         base = f"{DEVICES_DIR}/neuron{index}"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.discovery import Discovery, Finding, discover
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
@@ -58,6 +59,24 @@ def test_missing_core_count_falls_back_to_the_catalogue(fake_node: FakeNode) -> 
         Finding(f"/{DEV0}/core_count", "using trn2.48xlarge's 8 cores instead"),
     )
     assert result.inventory.devices[0].cores == 8
+
+
+def test_a_device_whose_core_count_disagrees_takes_the_nodes(fake_node: FakeNode) -> None:
+    """The runtime numbers cores by device index x cores per device: neuron12 reading
+    4 where its siblings read 8 would take neuroncore24-25 of neuron6 at LNC 2."""
+    root = fake_node("trn2.48xlarge")
+    write(root, "sys/devices/virtual/neuron_device/neuron12/core_count", "4")
+    result = discover(root)
+    assert {d.cores for d in result.inventory.devices} == {8}
+    path = "/sys/devices/virtual/neuron_device/neuron12/core_count"
+    assert Finding(path, "4 cores where trn2.48xlarge has 8; using sysfs") in result.findings
+    assert (
+        Finding(path, "4 cores where the node's other devices have 8; using 8, as the runtime "
+                "numbers cores by device index x 8")
+        in result.findings
+    )  # fmt: skip
+    cores = logical_cores(result.inventory)
+    assert len({c.index for c in cores}) == len(cores) == 64
 
 
 def test_core_count_readable_only_by_root_is_reported() -> None:
