@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 
 # What the API server allows as a request name; such names become part of CDI device names.
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# How kube-scheduler names the requests of the claim it makes for a pod's extended
+# resources (DRAExtendedResource): container index (init containers first), then the
+# index of the resource among the container's sorted requests.
+_EXTENDED_REQUEST = re.compile(r"container-(\d+)-request-\d+")
 
 Env = tuple[tuple[str, str], ...]
 
@@ -184,10 +188,19 @@ def _with_env(
     common = _claim_env(inventory, claim_lnc, ultraserver_mode)
     cores = _cores_env(claim, prepared, effective_lnc)
     by_request: dict[str, list[PreparedDevice]] = {}
+    by_container: dict[str, list[PreparedDevice]] = {}
     for device in prepared:
-        by_request.setdefault(device.request_names[0], []).append(device)
+        name = device.request_names[0]
+        by_request.setdefault(name, []).append(device)
+        by_container.setdefault(_container_of(name), []).append(device)
+    # A container gets each request it names as a CDI device of its own, and CDI keeps
+    # one value of a variable given twice. The scheduler names the requests of a pod's
+    # extended resources per container (`container-<i>-request-<j>`), so a container
+    # asking `aws.amazon.com/neuron` and `aws.amazon.com/neuroncore` gets two requests
+    # of one claim: each carries the cores of all of that container's requests.
     request_env = tuple(
-        (name, _cores_env(claim, devices, effective_lnc)) for name, devices in by_request.items()
+        (name, _cores_env(claim, by_container[_container_of(name)], effective_lnc))
+        for name in by_request
     )
     if all(env == cores for _, env in request_env):
         # Whatever a container references, it gets the same devices: one env for all.
@@ -198,6 +211,12 @@ def _with_env(
                 f"claim {claim}: malformed ResourceClaim (request name {name!r} is not a DNS label)"
             )
     return PreparedClaim(claim, tuple(prepared), cores + common, common, request_env)
+
+
+def _container_of(request: str) -> str:
+    """The container an extended-resource request serves; other requests stand alone."""
+    match = _EXTENDED_REQUEST.fullmatch(request)
+    return f"container-{match.group(1)}" if match else request
 
 
 def _configs(claim: ClaimRef, entries: list[Any]) -> list[tuple[list[str], DeviceConfig]]:

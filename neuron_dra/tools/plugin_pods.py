@@ -33,9 +33,30 @@ def pod_warnings(subject: str, doc: Mapping[str, Any]) -> list[tuple[str, str]]:
                 at = ": ".join(
                     p for p in (subject, where, f"container {container.get('name')}") if p
                 )
-                for name, amount in _extended_resources(container).items():
+                asked = _extended_resources(container)
+                for name, amount in asked.items():
                     warnings.extend((at, message) for message in _messages(name, amount))
+                claims = _claims(container)
+                if asked and claims:
+                    warnings.append((at, _MIXED.format(", ".join(asked), ", ".join(claims))))
     return warnings
+
+
+# One container, Neuron devices from two claims: it gets the devices of both, but CDI
+# keeps one value of a variable given twice, so NEURON_RT_VISIBLE_CORES names the cores
+# of one of them, whichever the kubelet's map order puts last. The driver gives the
+# union where it sees both (two extended resources of one container share a claim).
+_MIXED = (
+    "{} and the claims {} in one container: if those claims hold Neuron devices too, the "
+    "container gets every device but NEURON_RT_VISIBLE_CORES of only one source (CDI "
+    "keeps one value of a variable given twice); ask one way, in one claim"
+)
+
+
+def _claims(container: Mapping[str, Any]) -> list[str]:
+    resources = container.get("resources")
+    claims = resources.get("claims") if isinstance(resources, Mapping) else None
+    return [str(c.get("name")) for c in claims or [] if isinstance(c, Mapping) and c.get("name")]
 
 
 def _messages(name: str, amount: str) -> list[str]:

@@ -136,6 +136,25 @@ def test_each_request_gets_the_cores_of_its_own_devices(fake_node: FakeNode) -> 
     )
 
 
+def test_a_container_asking_two_extended_resources_sees_the_cores_of_both(
+    fake_node: FakeNode,
+) -> None:
+    """`aws.amazon.com/neuron: 1` and `aws.amazon.com/neuroncore: 2` in one container:
+    the scheduler's claim has two requests for that container, each a CDI device of
+    its own, and CDI keeps one value of NEURON_RT_VISIBLE_CORES. Each carries both."""
+    inventory = inventory_of(fake_node, "trn2.48xlarge")
+    prepared = planned(inventory, {
+        "container-0-request-0": ["neurondevice0"],
+        "container-0-request-1": ["neuroncore48", "neuroncore49"],
+        "container-1-request-0": ["neurondevice5"],
+    })  # fmt: skip
+    assert prepared.request_env == (
+        ("container-0-request-0", (("NEURON_RT_VISIBLE_CORES", "0,1,2,3,48,49"),)),
+        ("container-0-request-1", (("NEURON_RT_VISIBLE_CORES", "0,1,2,3,48,49"),)),
+        ("container-1-request-0", (("NEURON_RT_VISIBLE_CORES", "20-23"),)),
+    )
+
+
 def test_one_request_puts_all_its_env_on_every_container(fake_node: FakeNode) -> None:
     inventory = inventory_of(fake_node, "inf2.48xlarge")
     prepared = planned(inventory, ["neurondevice6", "neurondevice1"])

@@ -452,6 +452,15 @@ def test_a_workload_template_is_read_like_a_pod(
     assert out.endswith("0 errors, 1 warnings\n")
 
 
+def test_a_container_with_an_extended_resource_and_a_claim_is_warned(tmp_path: Path) -> None:
+    """It gets the devices of both, but NEURON_RT_VISIBLE_CORES of one only."""
+    docs = [pod({"limits": {"aws.amazon.com/neuron": 1}, "claims": [{"name": "cores"}]})]
+    findings = lint_docs(tmp_path, *docs)
+    mixed = [f for f in findings if "in one container" in f.message]
+    assert [(f.error, f.where) for f in mixed] == [(False, "Pod p: container c")]
+    assert mixed[0].message.startswith("aws.amazon.com/neuron and the claims cores in one ")
+
+
 def test_pods_without_device_plugin_resources_have_no_findings(tmp_path: Path) -> None:
     docs = [
         pod({"limits": {"cpu": "1", "memory": "1Gi"}}),
