@@ -32,6 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from neuron_dra.hardware.discovery import DEV_DIR, DEVICES_DIR
+from neuron_dra.hardware.sysfsfile import ascii_int, read_text
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class HealthMonitor:
         for name in UNCORRECTABLE_COUNTERS:
             path = self._root / DEVICES_DIR / f"neuron{device}" / "stats/hardware" / name
             try:
-                values[name] = int(path.read_text().strip())
+                values[name] = ascii_int(read_text(path).strip())
                 self._failing_sources.discard(str(path))
             except FileNotFoundError:
                 continue

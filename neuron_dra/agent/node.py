@@ -29,6 +29,7 @@ from neuron_dra.agent.supervisor import Supervisor
 from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.discovery import DEVICES_DIR, boot_id, discover, log_findings
 from neuron_dra.hardware.inventory import NodeInventory
+from neuron_dra.hardware.sysfsfile import read_text
 from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodelabels import ultraserver_labels
@@ -420,7 +421,7 @@ def _now() -> str:
 
 def _read_number(path: Path) -> float | None:
     try:
-        return float(path.read_text().strip())
+        return float(read_text(path).strip())
     except (OSError, ValueError):
         return None
 

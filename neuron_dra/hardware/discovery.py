@@ -32,6 +32,7 @@ from neuron_dra.hardware.inventory import (
     NodeInventory,
     UltraServer,
 )
+from neuron_dra.hardware.sysfsfile import ascii_int, read_text
 
 DEVICES_DIR = "sys/devices/virtual/neuron_device"
 CLASS_DIR = "sys/class/neuron_device"
@@ -81,7 +82,7 @@ def discover(root: Path) -> Discovery:
 def boot_id(root: Path) -> str | None:
     """This boot's id: prepared state from another boot must not be trusted."""
     try:
-        return (root / BOOT_ID_FILE).read_text().strip() or None
+        return read_text(root / BOOT_ID_FILE).strip() or None
     except OSError:
         return None
 
@@ -102,7 +103,7 @@ class _Reader:
     def read(self, rel: str, *, optional: bool = False) -> str | None:
         """Stripped file text, or None (with a finding unless optional and absent)."""
         try:
-            text = (self.root / rel).read_text(encoding="utf-8")
+            text = read_text(self.root / rel)
         except FileNotFoundError:
             if not optional:
                 self.note(rel, "missing")
@@ -453,7 +454,7 @@ def _label_value(text: str) -> str:
 def _int_in(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
-            value = int(text, 10)
+            value = ascii_int(text, signed=low < 0)
         except ValueError:
             raise ValueError(f"not an integer from {low} to {high}") from None
         if not low <= value <= high:
@@ -471,18 +472,20 @@ def _device_list(text: str) -> tuple[int, ...]:
 
 
 def _major_minor(text: str) -> tuple[int, int]:
-    major, sep, minor = text.partition(":")
-    if not sep or not major.isdigit() or not minor.isdigit():
-        raise ValueError("expected MAJOR:MINOR such as 238:0")
-    return int(major), int(minor)
+    major, _, minor = text.partition(":")
+    try:
+        return ascii_int(major), ascii_int(minor)
+    except ValueError:
+        raise ValueError("expected MAJOR:MINOR such as 238:0") from None
 
 
 def _runtime_modes(text: str) -> tuple[int, ...]:
-    modes = tuple(sorted({int(part) for part in re.split(r"[,\s_]+", text) if part.isdigit()}))
+    parts = re.split(r"[,\s_]+", text)
+    modes = tuple(sorted({ascii_int(p) for p in parts if p.isascii() and p.isdigit()}))
     if (
         not modes
         or not set(modes) <= set(RUNTIME_MODE_NODES)
-        or not re.fullmatch(r"[0-9,\s_]+", text)
+        or not re.fullmatch(r"[0-9, \t\n_]+", text)
     ):
         raise ValueError(
             "expected the runtime's UltraServer modes from 1 (X4), 2 (X2H), 3 (X2V), 4 (X1) "

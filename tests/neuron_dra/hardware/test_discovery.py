@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -79,6 +80,24 @@ def test_a_device_whose_core_count_disagrees_takes_the_nodes(fake_node: FakeNode
     assert len({c.index for c in cores}) == len(cores) == 64
 
 
+def test_a_fifo_where_a_file_should_be_is_reported_not_waited_on(fake_node: FakeNode) -> None:
+    """A plain read of a FIFO blocks until a writer comes: discovery would hang."""
+    root = fake_node("inf2.48xlarge")
+    path = root / DEV0 / "core_count"
+    path.unlink()
+    os.mkfifo(path)
+    result = discover(root)
+    assert Finding(f"/{DEV0}/core_count", "unreadable: not a regular file") in result.findings
+    assert result.inventory.devices[0].cores == 2
+
+
+def test_an_oversized_file_is_reported_not_read_whole(fake_node: FakeNode) -> None:
+    root = fake_node("inf2.48xlarge")
+    write(root, f"{DEV0}/core_count", "2" + " " * (1 << 20))
+    result = discover(root)
+    assert Finding(f"/{DEV0}/core_count", "unreadable: larger than 65536 bytes") in result.findings
+
+
 def test_core_count_readable_only_by_root_is_reported() -> None:
     # The real file is 0400; a driver that lost root must say so, not crash.
     base = Path(tempfile.mkdtemp(prefix="neuron-dra-"))
@@ -106,7 +125,11 @@ def test_core_count_readable_only_by_root_is_reported() -> None:
         ("abc", "invalid value 'abc': not an integer from 1 to 64"),
         ("", "invalid value '': not an integer from 1 to 64"),
         ("0", "invalid value '0': out of range 1..64"),
-        ("-8", "invalid value '-8': out of range 1..64"),
+        ("-8", "invalid value '-8': not an integer from 1 to 64"),
+        # What Python's int() takes and no driver writes: ASCII digits only.
+        ("\uff14", "invalid value '\uff14': not an integer from 1 to 64"),
+        ("+4", "invalid value '+4': not an integer from 1 to 64"),
+        ("1_0", "invalid value '1_0': not an integer from 1 to 64"),
         (b"\xff\xfe", "unreadable: not text"),
     ],
 )
