@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import http.client
 import json
+import logging
 import select
 import socket
 import ssl
@@ -28,13 +29,22 @@ from urllib.parse import quote, urlencode, urlsplit
 from neuron_dra.agent import apiconfig
 from neuron_dra.agent.apiconfig import ApiConfig
 from neuron_dra.agent.apierror import ApiError
+from neuron_dra.agent.deadline import Watchdog
+from neuron_dra.agent.filestamp import stamp
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ApiConfig", "ApiError", "Json", "Kube", "Listed"]
 
 Json = dict[str, Any]
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
-REQUEST_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_S = 30.0  # a whole call, answer included (see `deadline`)
+# The largest answer read: a node's slices or one claim are well under 1 MiB; a bigger
+# answer (a proxy's error page, a hostile server) would take the agent past its memory
+# limit before it failed to parse. A watch event is held to the same.
+MAX_RESPONSE_BYTES = 8 << 20
+_DEADLINES = Watchdog()
 WATCH_TIMEOUT_S = 300  # the server ends a watch after this; the client then lists again
 # A watch's read timeout is the server's timeout plus this: a healthy server has closed
 # the watch (or sent a bookmark) by then, so silence past it means a dead connection.
@@ -65,9 +75,13 @@ class Kube:
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         watch_read_timeout_s: float | None = None,
         max_connections: int = MAX_CONNECTIONS,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self._config = config
         self._pool = _Pool(config, max_connections)
+        self._request_timeout_s = request_timeout_s
+        self._max_response_bytes = max_response_bytes
         self._watch_timeout_s = watch_timeout_s
         self._watch_read_timeout_s = watch_read_timeout_s
 
@@ -192,15 +206,29 @@ class Kube:
         target, headers, payload = self._request(path, query, body, content_type)
         while True:
             conn, reused = self._pool.take()
+            token = None
             try:
+                if conn.sock is None:
+                    conn.connect()
+                if conn.sock is not None:  # http.client keeps one once connected
+                    token = _DEADLINES.watch(conn.sock, self._request_timeout_s)
                 conn.request(method, target, payload, headers)
                 response = conn.getresponse()
-                data = response.read()
+                data = _read_capped(response, self._max_response_bytes)
+                if token is not None and _DEADLINES.done(token):
+                    raise _LateError()
             except BaseException as err:
                 # A connection in an unknown state is not reused; its slot is freed.
                 conn.close()
                 self._pool.give_back(None)
-                if not isinstance(err, OSError | http.client.HTTPException):
+                late = isinstance(err, _LateError) or (token is not None and _DEADLINES.done(token))
+                if late:
+                    raise ApiError(
+                        0, f"API server gave no whole answer within {self._request_timeout_s:g}s"
+                    ) from None
+                if isinstance(err, ApiError) or not isinstance(
+                    err, OSError | http.client.HTTPException
+                ):
                     raise
                 if reused and method in _RETRIED_ON_STALE and _before_answer(err):
                     continue
@@ -246,9 +274,11 @@ class Kube:
             try:
                 # One event per line, whatever the HTTP chunks: a chunk may hold several
                 # events or part of one. readline() joins and splits the decoded chunks.
-                while line := response.readline():
+                while line := response.readline(self._max_response_bytes + 1):
                     if stop.is_set():
                         return
+                    if len(line) > self._max_response_bytes:
+                        raise ValueError(f"a watch event over {self._max_response_bytes} bytes")
                     if line.strip():
                         loop.call_soon_threadsafe(queue.put_nowait, json.loads(line))
                 loop.call_soon_threadsafe(queue.put_nowait, None)
@@ -289,7 +319,7 @@ class Kube:
             conn.request("GET", target, None, headers)
             response = conn.getresponse()
             if not 200 <= response.status < 300:
-                obj = _json(response.read())
+                obj = _json(response.read(4096))  # an error Status; the rest is not needed
                 conn.close()
                 raise _error(response, obj)
             # From here on the timeout bounds each read of the body, i.e. the silence
@@ -314,7 +344,13 @@ class _Pool:
         self._https = url.scheme == "https"
         self._host = url.hostname or ""
         self._port = url.port
+        self._config = config
         self._context = config.ssl_context()
+        # A CA bundle rotated in place (a projected service-account ca.crt, a
+        # kubeconfig's file) is read again for the next connection: before, every call
+        # failed until the agent restarted, its liveness green meanwhile.
+        self._ca_file = Path(config.ca_file) if config.ca_file else None
+        self._ca_stamp = stamp(self._ca_file) if self._ca_file else None
         self._server_name = config.tls_server_name
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
@@ -322,6 +358,16 @@ class _Pool:
         self._closed = False
 
     def new_connection(self) -> http.client.HTTPConnection:
+        if self._https and self._ca_file is not None:
+            found = stamp(self._ca_file)
+            if found is not None and found != self._ca_stamp:
+                try:
+                    context = self._config.ssl_context()
+                except apiconfig.ConfigError as err:
+                    log.warning("certificate authority changed but not usable: %s", err)
+                else:
+                    log.info("certificate authority %s changed: using it", self._ca_file)
+                    self._context, self._ca_stamp = context, found
         if self._https:
             return _TLSConnection(
                 self._host, self._port, timeout=REQUEST_TIMEOUT_S,
@@ -400,6 +446,20 @@ def _before_answer(err: BaseException) -> bool:
 
 def _slice_selector(node: str, driver: str) -> list[tuple[str, str]]:
     return [("fieldSelector", f"spec.nodeName={node},spec.driver={driver}")]
+
+
+class _LateError(Exception):
+    """The answer came whole, but only after the call's deadline cut the socket."""
+
+
+def _read_capped(response: http.client.HTTPResponse, limit: int) -> bytes:
+    chunks, size = [], 0
+    while chunk := response.read(min(1 << 16, limit + 1 - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(0, f"API server answered more than {limit} bytes; not read")
+    return b"".join(chunks)
 
 
 def _error(response: http.client.HTTPResponse, status: Json) -> ApiError:

@@ -66,6 +66,10 @@ READINESS_SERVICE = "readiness"
 """grpc.health.v1 service name of the readiness probe; "" (the default) is liveness."""
 HEALTH_SERVICES = ("", READINESS_SERVICE)
 SOCKET_CHECK_INTERVAL_S = 1.0
+# Claims one NodePrepareResources call may carry: the kubelet sends the claims of one
+# pod for this driver, a handful in practice; a call with more is refused, claim by
+# claim, before any API read or file write.
+MAX_CLAIMS_PER_CALL = 128
 # Long enough for a live server under load to accept; a dead one refuses at once.
 STALE_PROBE_TIMEOUT_S = 1.0
 # The registry directory is shared with every driver on the node, so only names this
@@ -108,8 +112,16 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
     async def NodePrepareResources(  # noqa: N802 (name fixed by the protocol)
         self, request: dra_v1.NodePrepareResourcesRequest, context: Context
     ) -> dra_v1.NodePrepareResourcesResponse:
-        outcomes = await (await self._ready_preparer()).prepare(_refs(request.claims))
         response = dra_v1.NodePrepareResourcesResponse()
+        if len(request.claims) > MAX_CLAIMS_PER_CALL:
+            error = (
+                f"{len(request.claims)} claims in one NodePrepareResources call; at most "
+                f"{MAX_CLAIMS_PER_CALL} are prepared at once"
+            )
+            for claim in request.claims:
+                response.claims[claim.uid].error = error
+            return response
+        outcomes = await (await self._ready_preparer()).prepare(_refs(request.claims))
         for uid, outcome in outcomes.items():
             entry = response.claims[uid]
             if outcome.error:

@@ -18,7 +18,8 @@ def api() -> Iterator[tuple[Server, Kube]]:
     http = ThreadingHTTPServer(("127.0.0.1", 0), handler(state))
     http.daemon_threads = True
     threading.Thread(target=http.serve_forever, daemon=True).start()
-    kube = Kube(ApiConfig(server=f"http://127.0.0.1:{http.server_address[1]}"))
+    state.url = f"http://127.0.0.1:{http.server_address[1]}"
+    kube = Kube(ApiConfig(server=state.url))
     try:
         yield state, kube
     finally:

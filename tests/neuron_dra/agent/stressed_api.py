@@ -7,8 +7,10 @@ patches applied. It records every request, so a test can count what a node sends
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -24,6 +26,8 @@ class Server:
     """What the peer answers, and what it was asked."""
 
     watch: str = "429"  # 429 (Retry-After), 410 (an ERROR event), or "event" then the end
+    url: str = ""  # where it listens
+    node_answer: str = "whole"  # the Node GET: whole, "trickle" (a byte at a time), "huge"
     retry_after: str | None = "2"
     labels: dict[str, str] = field(default_factory=lambda: {"team": "vision"})
     requests: list[str] = field(default_factory=list)
@@ -52,7 +56,12 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if url.path == f"/api/v1/nodes/{NAME}":
                 with server.lock:
                     server.requests.append("GET")
-                self._send(200, server.node())
+                if server.node_answer == "trickle":
+                    self._trickle(json.dumps(server.node()).encode())
+                elif server.node_answer == "huge":
+                    self._send(200, {**server.node(), "padding": "x" * (1 << 20)})
+                else:
+                    self._send(200, server.node())
                 return
             with server.lock:
                 server.requests.append("WATCH" if watching else "LIST")
@@ -87,6 +96,18 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
                     else:
                         server.labels[key] = value
             self._send(200, server.node())
+
+        def _trickle(self, body: bytes) -> None:
+            """A whole answer, one byte at a time: each read succeeds, the call never ends."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for byte in body:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.02)
 
         def _send(self, code: int, obj: Json, headers: dict[str, str] | None = None) -> None:
             body = json.dumps(obj).encode()

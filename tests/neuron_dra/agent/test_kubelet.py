@@ -29,7 +29,12 @@ from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from neuron_dra.agent.backoff import Backoff
 from neuron_dra.agent.checkpoint import CheckpointStore
 from neuron_dra.agent.health import Problem
-from neuron_dra.agent.kubelet import READINESS_SERVICE, SOCKET_CHECK_INTERVAL_S, KubeletPlugin
+from neuron_dra.agent.kubelet import (
+    MAX_CLAIMS_PER_CALL,
+    READINESS_SERVICE,
+    SOCKET_CHECK_INTERVAL_S,
+    KubeletPlugin,
+)
 from neuron_dra.agent.preparer import Preparer
 from neuron_dra.agent.resourcehealth import health_entries
 from neuron_dra.agent.supervisor import FAILURES_NOT_LIVE, Supervisor
@@ -237,6 +242,28 @@ def test_a_registry_path_briefly_not_a_directory_does_not_end_registration(
             info = await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest())
             assert info.name == "neuron.aws.com"
         await loops.stop()
+
+    with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
+
+
+def test_a_call_with_more_claims_than_any_pod_is_refused_before_any_work(
+    tmp_path: Path, fake_node: FakeNode
+) -> None:
+    async def body(plugin: KubeletPlugin) -> None:
+        claims = [
+            v1.Claim(namespace="ns", name=f"c{i}", uid=f"{i:08d}-0000-4000-8000-000000000000")
+            for i in range(MAX_CLAIMS_PER_CALL + 1)
+        ]
+        async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
+            answer = await v1_grpc.DRAPluginStub(channel).NodePrepareResources(
+                v1.NodePrepareResourcesRequest(claims=claims)
+            )
+        assert len(answer.claims) == len(claims)
+        errors = {c.error for c in answer.claims.values()}
+        assert errors == {f"{len(claims)} claims in one NodePrepareResources call; at most "
+                          f"{MAX_CLAIMS_PER_CALL} are prepared at once"}  # fmt: skip
+        cdi = tmp_path / "cdi"
+        assert not cdi.exists() or not list(cdi.iterdir())
 
     with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
 

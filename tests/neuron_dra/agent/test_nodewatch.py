@@ -12,8 +12,10 @@ import asyncio
 import itertools
 import random
 
+import pytest
+
 from neuron_dra.agent.backoff import Backoff
-from neuron_dra.agent.kube import Json, Kube
+from neuron_dra.agent.kube import ApiConfig, ApiError, Json, Kube
 from neuron_dra.agent.labels import LabelKeeper
 from neuron_dra.agent.nodewatch import NodeWatch
 from neuron_dra.resources.nodelabels import label_patch
@@ -130,3 +132,27 @@ def test_a_contested_label_is_restored_after_a_growing_wait(api: tuple[Server, K
     asyncio.run(asyncio.wait_for(main(), BOUND_S))
     assert len(server.patches) == 5
     assert len(waits) == 4 and waits == sorted(waits) and waits[0] >= 0.5 and waits[-1] >= 4
+
+
+def test_a_trickling_answer_ends_at_the_call_deadline(api: tuple[Server, Kube]) -> None:
+    """One byte every 20 ms: each read succeeds, so only a deadline on the whole call
+    ends it (before: a 1 s timeout call lived 18.5 s)."""
+    server, _ = api
+    server.node_answer = "trickle"
+    kube = Kube(ApiConfig(server=server.url), request_timeout_s=0.3)
+    try:
+        with pytest.raises(ApiError, match=r"no whole answer within 0.3s"):
+            asyncio.run(asyncio.wait_for(kube.get_node(NAME), BOUND_S))
+    finally:
+        kube.close()
+
+
+def test_an_oversized_answer_is_refused_unread(api: tuple[Server, Kube]) -> None:
+    server, _ = api
+    server.node_answer = "huge"
+    kube = Kube(ApiConfig(server=server.url), max_response_bytes=64 << 10)
+    try:
+        with pytest.raises(ApiError, match=r"more than 65536 bytes"):
+            asyncio.run(kube.get_node(NAME))
+    finally:
+        kube.close()
