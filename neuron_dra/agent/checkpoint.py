@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_dra.agent.cdi import atomic_write
-from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir
+from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir, open_lock_file
 from neuron_dra.agent.filestamp import Stamp, stamp
 
 VERSION = 1
@@ -154,10 +154,8 @@ class CheckpointStore:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         ensure_dir(self.path.parent, PLUGIN_DIR_MODE)
-        # 0600: a lock anyone could open, anyone could hold, stalling every prepare.
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_lock_file(self.lock_path)
         try:
-            os.fchmod(fd, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:

@@ -7,6 +7,9 @@ world-writable.
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 CDI_DIR_MODE = 0o755  # runtimes read specs; only root writes
@@ -26,3 +29,20 @@ def ensure_dir(path: Path, mode: int) -> None:
         except FileExistsError:
             continue  # created concurrently: whoever made it chose its mode
         directory.chmod(mode)  # mkdir's mode is filtered through the umask
+
+
+def open_lock_file(path: Path) -> int:
+    """A descriptor of the lock file at `path`, created 0600 if missing. A symlink there
+    is refused (ELOOP), not followed, nor anything but a regular file: a link planted in
+    the plugin directory would otherwise make the agent create or chmod a file of the
+    link's choosing."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        # 0600: a lock anyone could open, anyone could hold, stalling every prepare.
+        os.fchmod(fd, 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

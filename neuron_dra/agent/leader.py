@@ -15,7 +15,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir
+from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir, open_lock_file
 
 POLL_S = 0.5
 
@@ -24,7 +24,7 @@ POLL_S = 0.5
 async def held(path: Path) -> AsyncIterator[None]:
     """Hold the lock at `path` for the body; waits (without blocking the loop) while taken."""
     ensure_dir(path.parent, PLUGIN_DIR_MODE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock_file(path)
     try:
         while True:
             try:

@@ -383,3 +383,13 @@ def check_own_nodes_ultraserver_labels(cluster: Cluster, own: str, other: str) -
     denied = patch(own, {"node-role.kubernetes.io/control-plane": ""})
     assert denied.status == 403, denied.message
     assert "may change only the neuron.amazonaws.com/ultraserver-* labels" in denied.message
+    # Nor what would have the Node garbage-collected, or stuck in deletion.
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x",
+             "uid": "00000000-0000-4000-8000-000000000000"}  # fmt: skip
+    for metadata in ({"ownerReferences": [owner]}, {"finalizers": ["example.com/hold"]}):
+        denied = as_plugin(
+            cluster, "PATCH", f"/api/v1/nodes/{own}", {"metadata": metadata}, node=own,
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        assert denied.status == 403, (metadata, denied.message)
+        assert "may change only the neuron.amazonaws.com/ultraserver-* labels" in denied.message

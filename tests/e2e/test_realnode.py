@@ -223,6 +223,30 @@ def test_driver_pod_runs_as_deployed(real: RealCluster) -> None:
     )
     names = {d["name"] for s in slices for d in s["spec"].get("devices") or []}
     assert {f"neurondevice{i}" for i in range(SPEC.devices)} <= names
+    # The host mounts are read-only all the way down (recursiveReadOnly), the mounts
+    # below /sys (cgroup2 at fs/cgroup) and /dev (shm, mqueue, pts) included.
+    mounts = driver_mounts()
+    below = {m: o for m, o in mounts.items() if m.startswith(("/host/sys/", "/host/dev/"))}
+    assert "/host/sys/fs/cgroup" in below, sorted(mounts)
+    writable = sorted(m for m, options in below.items() if "ro" not in options)
+    assert not writable, writable
+    assert "ro" in mounts["/host/sys"] and "ro" in mounts["/host/dev"]
+
+
+def driver_mounts() -> dict[str, set[str]]:
+    """Mount point -> per-mount options, as the driver's container sees them: read on
+    the host from /proc/<pid>/mountinfo of the one process that has /host/sys."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            lines = (proc / "mountinfo").read_text().splitlines()
+        except OSError:
+            continue
+        mounts = {f[4]: set(f[5].split(",")) for f in (line.split() for line in lines)}
+        if "/host/sys" in mounts:
+            return mounts
+    raise AssertionError("no process with /host/sys mounted: the driver is not running")
 
 
 def test_kubelet_restart_keeps_running_pods_and_their_claims(real: RealCluster) -> None:

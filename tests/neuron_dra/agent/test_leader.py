@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
 from pathlib import Path
 
+import pytest
+
 from neuron_dra.agent import leader
+from neuron_dra.agent.checkpoint import CheckpointStore
 
 
 def is_locked(path: Path) -> bool:
@@ -67,3 +71,32 @@ def test_the_lock_is_released_when_its_holder_dies(tmp_path: Path) -> None:
             return True
 
     assert asyncio.run(asyncio.wait_for(take(), 5))
+
+
+@pytest.mark.parametrize("lock", ["leader", "checkpoint"])
+def test_a_symlink_where_a_lock_file_should_be_is_refused_not_followed(
+    tmp_path: Path, lock: str
+) -> None:
+    """A link planted in the plugin directory would have the agent create (and chmod
+    0600) a file of the link's choosing."""
+    target = tmp_path / "elsewhere"
+    target.write_text("not the agent's")
+    target.chmod(0o644)
+    plugin_dir = tmp_path / "plugin"
+    plugin_dir.mkdir()
+    if lock == "leader":
+        (plugin_dir / "publisher.lock").symlink_to(target)
+
+        async def take() -> None:
+            async with leader.held(plugin_dir / "publisher.lock"):
+                pass
+
+        with pytest.raises(OSError) as raised:
+            asyncio.run(take())
+    else:
+        store = CheckpointStore(plugin_dir / "checkpoint.json")
+        store.lock_path.symlink_to(target)
+        with pytest.raises(OSError) as raised:
+            store.apply("boot", {})
+    assert raised.value.errno == errno.ELOOP
+    assert target.read_text() == "not the agent's" and target.stat().st_mode & 0o777 == 0o644
