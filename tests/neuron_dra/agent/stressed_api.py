@@ -11,6 +11,7 @@ import contextlib
 import json
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -127,3 +128,47 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
 
     return Handler
+
+
+BOUND_S = 10.0
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def waits_of(
+    server: Server, loop: Callable[[Sleep], Awaitable[None]], passes: int, *, lists: int = 0
+) -> list[float]:
+    """Run `loop(sleep)` until it has asked to wait `passes` times, or the server has
+    served `lists` LISTs; the waits it asked for, recorded, never slept."""
+    waits: list[float] = []
+
+    async def main() -> None:
+        done = asyncio.Event()
+        if lists:
+            server.waiters.append((asyncio.get_running_loop(), done, lists))
+
+        async def sleep(seconds: float) -> None:
+            waits.append(seconds)
+            if len(waits) >= passes:
+                done.set()
+                await asyncio.Event().wait()
+
+        task = asyncio.ensure_future(loop(sleep))
+        try:
+            await asyncio.wait_for(done.wait(), BOUND_S)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    return waits
+
+
+def first_minute(waits: list[float]) -> int:
+    """Requests (a LIST and a watch each pass) sent in the first 60 s of waiting."""
+    spent, passes = 0.0, 1
+    for wait in waits:
+        spent += wait
+        if spent > 60:
+            break
+        passes += 1
+    return 2 * passes

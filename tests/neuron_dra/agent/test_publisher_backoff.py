@@ -7,59 +7,28 @@ Waits are recorded, not slept.
 
 from __future__ import annotations
 
-import asyncio
 import random
+from collections.abc import Awaitable
 
 import pytest
 
 from neuron_dra.agent.backoff import Backoff
 from neuron_dra.agent.kube import Kube
 from neuron_dra.agent.publisher import BACKOFF_INITIAL_S, BACKOFF_MAX_S, SlicePublisher
-from tests.neuron_dra.agent.stressed_api import NAME, Server
-
-BOUND_S = 10.0
+from tests.neuron_dra.agent.stressed_api import NAME, Server, Sleep, first_minute, waits_of
 
 
 def publish(server: Server, kube: Kube, passes: int, *, lists: int = 0) -> list[float]:
     """Run a publisher (no slices wanted) until it has waited `passes` times, or the
     server has served `lists` LISTs."""
-    waits: list[float] = []
 
-    async def main() -> None:
-        done = asyncio.Event()
-        if lists:
-            server.waiters.append((asyncio.get_running_loop(), done, lists))
-
-        async def sleep(seconds: float) -> None:
-            waits.append(seconds)
-            if len(waits) >= passes:
-                done.set()
-                await asyncio.Event().wait()
-
+    def run(sleep: Sleep) -> Awaitable[None]:
         backoff = Backoff(BACKOFF_INITIAL_S, BACKOFF_MAX_S, random.Random(3))
-        publisher = SlicePublisher(
+        return SlicePublisher(
             kube, NAME, lambda generation, uid: [], backoff=backoff, sleep=sleep
-        )
-        task = asyncio.create_task(publisher.run())
-        try:
-            await asyncio.wait_for(done.wait(), BOUND_S)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        ).run()
 
-    asyncio.run(main())
-    return waits
-
-
-def first_minute(waits: list[float]) -> int:
-    """Requests (a LIST and a watch each pass) sent in the first 60 s of waiting."""
-    spent, passes = 0.0, 1
-    for wait in waits:
-        spent += wait
-        if spent > 60:
-            break
-        passes += 1
-    return 2 * passes
+    return waits_of(server, run, passes, lists=lists)
 
 
 @pytest.mark.parametrize(("watch", "retry_after"), [("429", "1"), ("410", None)])
