@@ -50,7 +50,7 @@ class NeuronConfig(_Config):
     """Per-claim settings for Neuron devices."""
 
     kind: Literal["NeuronConfig"]
-    # Logical NeuronCore size: 1 exposes every physical core, 2 fuses pairs (trn2 only).
+    # Logical NeuronCore size: 1 exposes every physical core, 2 fuses pairs (trn2, trn3).
     logicalNeuronCore: LogicalNeuronCore | None = None  # noqa: N815
 
 

@@ -54,8 +54,9 @@ _IGNORED_CLUSTER_FIELDS = frozenset({"extensions", "disable-compression"})
 Authorization = Callable[[], "str | None"]
 
 
-class ConfigError(Exception):
-    """No usable API server configuration: the message names the file and the field."""
+class ConfigError(ValueError):
+    """No usable API server configuration: the message names the file and the field, in
+    one line (the command line prints it as `neuron-dra: error: ...`)."""
 
 
 def _no_authorization() -> str | None:
@@ -189,7 +190,7 @@ def from_kubeconfig(path: Path) -> ApiConfig:
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the kubeconfig: {err}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
     where = _Where(path)
     root = where.mapping(doc, "")
     current = where.string(root, "current-context")

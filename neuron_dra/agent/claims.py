@@ -155,7 +155,7 @@ def _plan(
             raise ClaimError(
                 f"claim {claim}: NeuronConfig.logicalNeuronCore is set for request {request!r} "
                 f"but {inventory.instance_type or 'this node'} has no logical NeuronCores "
-                "(LNC exists on trn2 only); remove the field"
+                "(LNC exists on trn2 and trn3 only); remove the field"
             )
         if lnc is not None and core_numbers:
             raise ClaimError(

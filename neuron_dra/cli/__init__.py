@@ -8,6 +8,7 @@ agent and nothing of the tools. May use every layer.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import select
 import sys
@@ -52,11 +53,25 @@ def _stdout_reader_gone() -> bool:
         return False
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("neuron-dra")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree never installed
+        return "unknown"
+
+
 def parser() -> argparse.ArgumentParser:
     command_line = argparse.ArgumentParser(prog="neuron-dra", description=__doc__.splitlines()[0])
+    command_line.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}",
+        help="the driver's version (the package's, which the chart and image carry too)",
+    )  # fmt: skip
     levels = ["debug", "info", "warning", "error"]
-    command_line.add_argument("--log-level", default="info", choices=levels)
-    command_line.add_argument("--log-format", default="text", choices=["text", "json"])
+    command_line.add_argument("--log-level", default="info", choices=levels, help="log threshold")
+    command_line.add_argument(
+        "--log-format", default="text", choices=["text", "json"],
+        help="json: one object a line, with claim, device and node fields (the chart's default)",
+    )  # fmt: skip
     commands = command_line.add_subparsers(required=True, metavar="COMMAND")
     node.add_commands(commands)
     agent.add_command(commands)

@@ -29,18 +29,24 @@ def add_command(subparsers: SubParsers) -> None:
     env = os.environ.get
     cmd.add_argument("--node-name", default=env(ENV_NODE_NAME), help=f"(${ENV_NODE_NAME})")
     cmd.add_argument("--pod-uid", default=env(ENV_POD_UID), help=f"socket names (${ENV_POD_UID})")
-    cmd.add_argument("--cdi-root", type=Path, default=Path(env(ENV_CDI_ROOT, "/var/run/cdi")))
+    cmd.add_argument(
+        "--cdi-root", type=Path, default=Path(env(ENV_CDI_ROOT, "/var/run/cdi")),
+        help=f"where CDI specs are written, as the container runtime reads them (${ENV_CDI_ROOT})",
+    )  # fmt: skip
     cmd.add_argument(
         "--kubelet-registrar-directory-path",
         type=Path,
         default=Path(
             env(ENV_KUBELET_REGISTRAR_DIRECTORY_PATH, "/var/lib/kubelet/plugins_registry")
         ),
+        help=f"the kubelet's plugin registry (${ENV_KUBELET_REGISTRAR_DIRECTORY_PATH})",
     )
     cmd.add_argument(
         "--kubelet-plugins-directory-path",
         type=Path,
         default=Path(env(ENV_KUBELET_PLUGINS_DIRECTORY_PATH, "/var/lib/kubelet/plugins")),
+        help="the kubelet's plugins directory; the DRA socket and checkpoint go in "
+        f"<it>/neuron.aws.com (${ENV_KUBELET_PLUGINS_DIRECTORY_PATH})",
     )
     cmd.add_argument(
         "--healthcheck-port",
@@ -71,8 +77,14 @@ def add_command(subparsers: SubParsers) -> None:
         help="auto: each logical NeuronCore is a device too where the API server serves "
         "shared counters (partitionable devices); off: whole devices only",
     )
-    cmd.add_argument("--rediscover-interval", type=float, default=60.0, metavar="SECONDS")
-    cmd.add_argument("--health-interval", type=float, default=5.0, metavar="SECONDS")
+    cmd.add_argument(
+        "--rediscover-interval", type=float, default=60.0, metavar="SECONDS",
+        help="how often sysfs is read again for devices and UltraServer membership",
+    )  # fmt: skip
+    cmd.add_argument(
+        "--health-interval", type=float, default=5.0, metavar="SECONDS",
+        help="how often device health (error counters, kernel log) is checked",
+    )  # fmt: skip
     cmd.add_argument(
         "--health-recovery",
         type=float,

@@ -34,12 +34,15 @@ def add_sysfs_root(command: argparse.ArgumentParser) -> None:
 def add_commands(subparsers: SubParsers) -> None:
     cmd = subparsers.add_parser("discover", help="print the node's Neuron inventory")
     add_sysfs_root(cmd)
-    cmd.add_argument("-o", "--output", default="table", choices=["table", "json"])
+    cmd.add_argument(
+        "-o", "--output", default="table", choices=["table", "json"],
+        help="table: devices and findings for a person; json: the whole inventory",
+    )  # fmt: skip
     cmd.set_defaults(command=_discover)
 
     cmd = subparsers.add_parser("slices", help="print the ResourceSlices the driver would publish")
     add_sysfs_root(cmd)
-    cmd.add_argument("--node-name", required=True)
+    cmd.add_argument("--node-name", required=True, help="the pool's name and the slices' node")
     cmd.add_argument("--node-uid", help="Node UID for the owner reference")
     cmd.add_argument(
         "--ultraserver-devices",
@@ -64,16 +67,29 @@ def add_commands(subparsers: SubParsers) -> None:
         help="each logical NeuronCore a device too, as the driver publishes them where the API "
         "server serves shared counters (1.36+ by default); off: as on 1.34 and 1.35",
     )
-    cmd.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
+    cmd.add_argument(
+        "-o", "--output", default="yaml", choices=["yaml", "json"], help="the slices' format"
+    )
     cmd.set_defaults(command=_slices)
 
     cmd = subparsers.add_parser("fake-node", help="write a simulated node's sysfs tree")
-    cmd.add_argument("--instance-type", required=True, choices=sorted(INSTANCE_TYPES))
-    cmd.add_argument("--out", required=True, type=Path)
+    cmd.add_argument(
+        "--instance-type", required=True, choices=sorted(INSTANCE_TYPES), metavar="TYPE",
+        help=f"one of {', '.join(sorted(INSTANCE_TYPES))}",
+    )  # fmt: skip
+    cmd.add_argument("--out", required=True, type=Path, help="directory to write the tree in")
     cmd.add_argument("--driver-version", help="Neuron driver version (default: a current one)")
-    cmd.add_argument("--lnc", type=int, choices=[1, 2])
-    cmd.add_argument("--ultraserver-server-id")
-    cmd.add_argument("--ultraserver-node-id", type=int, choices=range(4))
+    cmd.add_argument(
+        "--lnc", type=int, choices=[1, 2],
+        help="logical NeuronCore size in the node's Neuron config (trn2 and trn3)",
+    )  # fmt: skip
+    cmd.add_argument(
+        "--ultraserver-server-id", help="UltraServer types: the 4-node unit's id (default us-0)"
+    )
+    cmd.add_argument(
+        "--ultraserver-node-id", type=int, choices=range(4),
+        help="UltraServer types: the node's place in its unit, 0-3 (default 0)",
+    )  # fmt: skip
     cmd.set_defaults(command=_fake_node)
 
 

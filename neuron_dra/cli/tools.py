@@ -24,7 +24,10 @@ def add_commands(subparsers: SubParsers) -> None:
         help="allocate ResourceClaim(Template)s as the scheduler would, on simulated nodes "
         "or a live cluster",
     )
-    cmd.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    cmd.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE",
+        help="YAML of ResourceClaims, templates, Pods, workloads and DeviceClasses",
+    )  # fmt: skip
     where = cmd.add_mutually_exclusive_group(required=True)
     where.add_argument(
         "--node",
@@ -56,14 +59,17 @@ def add_commands(subparsers: SubParsers) -> None:
         "does where the API server serves partitionable devices (Kubernetes 1.36+); off: whole "
         "devices only, as on 1.34 and 1.35 (default: on)",
     )
-    cmd.add_argument("-o", "--output", default="text", choices=["text", "json"])
+    cmd.add_argument(
+        "-o", "--output", default="text", choices=["text", "json"],
+        help="text: each claim's placement and why not elsewhere; json: the same as data",
+    )  # fmt: skip
     cmd.add_argument("--picture", type=Path, metavar="FILE.svg", help="draw the allocation")
     cmd.set_defaults(command=_simulate)
 
     cmd = subparsers.add_parser(
         "lint", help="check ResourceClaim(Template)s against what the driver publishes"
     )
-    cmd.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    cmd.add_argument("files", nargs="+", type=Path, metavar="FILE", help="YAML files to check")
     cmd.add_argument(
         "--instance-type",
         action="append",

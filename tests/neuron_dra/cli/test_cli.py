@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import json
 import os
 import shlex
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from neuron_dra import cli
 from neuron_dra.cli import main
 from tests.sysfs_tree import write
 
@@ -124,3 +127,47 @@ def test_a_broken_pipe_other_than_stdout_is_not_hidden(
     monkeypatch.setattr("neuron_dra.cli.tools._lint", lose_a_connection)
     with pytest.raises(BrokenPipeError):
         main(["lint", str(tmp_path / "any.yaml")])
+
+
+def _flags_without_help() -> list[str]:
+    top = cli.parser()
+    parsers = [("", top)]
+    for action in top._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers += [(f"{name} ", sub) for name, sub in action.choices.items()]
+    return [
+        f"{command}{'/'.join(action.option_strings) or action.dest}"
+        for command, parser in parsers
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction | argparse._SubParsersAction)
+        and not action.help
+    ]
+
+
+def test_every_flag_has_help() -> None:
+    assert _flags_without_help() == []
+
+
+def test_version_is_the_packages(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"neuron-dra {importlib.metadata.version('neuron-dra')}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("garbage: [\n", "not valid YAML: while parsing a flow node"),
+        ("apiVersion: v1\n", "current-context: missing"),
+    ],
+)
+def test_a_bad_kubeconfig_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    spec = Path(__file__).resolve().parents[3] / "examples/specs/single-device.yaml"
+    assert cli.main(["simulate", "--kubeconfig", str(kubeconfig), str(spec)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"neuron-dra: error: {kubeconfig}: ") and message in line
