@@ -149,6 +149,20 @@ def test_bad_values_are_refused_with_a_clear_message(
         assert message in result.stdout + result.stderr, (command, result.stdout, result.stderr)
 
 
+def test_sagemaker_hyperpod_instance_types_are_accepted(
+    helm_bin: Path, offline: dict[str, str]
+) -> None:
+    """HyperPod nodes carry `ml.`-prefixed types (ml.trn1.32xlarge), which the README
+    tells its users to add; the schema once refused the second dot."""
+    types = "--set=instanceTypes={trn2.48xlarge,ml.trn1.32xlarge,ml.trn2.48xlarge}"
+    out = ok(run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES, types], offline))
+    assert "- ml.trn1.32xlarge" in out
+    bad = run(
+        [str(helm_bin), "lint", str(CHART), *IMAGE_VALUES, "--set=instanceTypes={ml.}"], offline
+    )
+    assert bad.returncode == 1 and "does not match pattern" in bad.stdout + bad.stderr
+
+
 def test_two_classes_with_one_extended_resource_name_are_refused(
     helm_bin: Path, offline: dict[str, str]
 ) -> None:
