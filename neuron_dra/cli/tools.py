@@ -143,7 +143,9 @@ def _simulate(args: argparse.Namespace) -> int:
         hidden = len(views) - len(shown)
         if hidden:
             print(f"({hidden} more nodes with nothing allocated)")
-    return 0 if all(o.allocated for o in outcomes) else 1
+    # A claim placed but one the driver would refuse to prepare fails as surely as one
+    # never placed: the pod would not start either way.
+    return 0 if all(o.allocated and not o.prepare_error for o in outcomes) else 1
 
 
 def _lint(args: argparse.Namespace) -> int:

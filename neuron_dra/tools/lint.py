@@ -36,6 +36,7 @@ from consts import (
     RESOURCE_TYPE_NODE,
 )
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.tools import apischema
 from neuron_dra.tools.cel import CelCompileError, compile_selector
 from neuron_dra.tools.plugin_pods import GROUP_PREFIX, pod_warnings
 from neuron_dra.tools.published import (
@@ -158,6 +159,8 @@ def lint_document(
         return []
     name = _name(doc)
     checker = _Checker(file, f"{kind} {name or '?'}", classes, instance_types)
+    for problem in apischema.problems(doc):
+        checker.error(problem)
     metadata = doc.get("metadata")
     if not name and not (isinstance(metadata, Mapping) and metadata.get("generateName")):
         checker.error("metadata.name is missing")

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE, RESOURCE_TYPE_DEVICE
+from neuron_dra.tools import apischema
 
 Json = dict[str, Any]
 
@@ -213,6 +214,10 @@ def read_inputs(
     named_claims: dict[tuple[str, str], tuple[str, Json]] = {}
     for where, doc in docs:
         kind = doc.get("kind")
+        for problem in apischema.problems(doc):
+            # What the API server would refuse never reaches the scheduler.
+            name = (doc.get("metadata") or {}).get("name") or "?"
+            raise InputError(f"{where}: {kind} {name}: {problem}")
         if _is_resource(doc) and kind == "DeviceClass":
             device_class = parse_device_class(doc)
             inputs.classes[device_class.name] = device_class

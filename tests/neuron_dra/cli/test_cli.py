@@ -171,3 +171,43 @@ def test_a_bad_kubeconfig_is_one_line(
     assert cli.main(["simulate", "--kubeconfig", str(kubeconfig), str(spec)]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"neuron-dra: error: {kubeconfig}: ") and message in line
+
+
+LNC_ON_INF2 = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: t
+spec:
+  spec:
+    devices:
+      requests:
+      - name: neurons
+        exactly:
+          deviceClassName: neuron.aws.com
+      config:
+      - opaque:
+          driver: neuron.aws.com
+          parameters: {apiVersion: neuron.aws.com/v1, kind: NeuronConfig, logicalNeuronCore: 1}
+"""
+
+
+def test_simulate_fails_when_the_driver_would_refuse_to_prepare(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Placed, but the plugin would refuse it (LNC on inf2): the pod would not start."""
+    spec = tmp_path / "lnc.yaml"
+    spec.write_text(LNC_ON_INF2)
+    code, out, _ = run(capsys, "simulate", "--node", "inf2.xlarge=1", str(spec))
+    assert code == 1
+    assert "has no logical NeuronCores" in out
+
+
+def test_simulate_refuses_what_the_api_server_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "flat.yaml"
+    spec.write_text(LNC_ON_INF2.replace("spec:\n  spec:\n    devices:", "spec:\n  devices:"))
+    code, _, err = run(capsys, "simulate", "--node", "inf2.xlarge=1", str(spec))
+    assert code == 2
+    assert "ResourceClaimTemplate t: spec: unknown field devices" in err

@@ -495,3 +495,35 @@ def test_all_of_one_kind_or_of_other_instance_types_is_not_warned(tmp_path: Path
     findings = broken(tmp_path, ALL_SINGLE, (SINGLE_ONLY, "          - cel:\n              "
         f"expression: \"{pinned('trn2.48xlarge')}\"\n"))  # fmt: skip
     assert not findings
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "problem"),
+    [
+        # A template whose claim spec is not under spec.spec.
+        ("spec:\n  spec:\n    devices:", "spec:\n  devices:", "spec: unknown field devices"),
+        # A v1beta1-shaped request field (count beside the name) under resource.k8s.io/v1.
+        ("      - name: neurons\n", "      - name: neurons\n        count: 4\n",
+         "spec.spec.devices.requests[0]: unknown field count"),
+    ],
+)  # fmt: skip
+def test_what_the_api_server_refuses_is_an_error(
+    tmp_path: Path, before: str, after: str, problem: str
+) -> None:
+    text = (SPECS / "1x4-connected-devices.yaml").read_text()
+    findings = broken(tmp_path, text, (before, after))
+    errors = messages(findings, error=True)
+    assert any(m.startswith(problem) for m in errors), errors
+
+
+def test_every_example_keeps_the_served_schema() -> None:
+    from neuron_dra.tools.apischema import problems  # noqa: PLC0415
+
+    found = [
+        (path.name, problem)
+        for path in EXAMPLES
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+        for problem in problems(doc)
+    ]
+    assert found == []

@@ -1,0 +1,66 @@
+"""ResourceClaims, ResourceClaimTemplates and DeviceClasses checked against the schema
+Kubernetes publishes for them, as strictly as `kubectl apply --validate=strict` has the
+API server check them for unknown fields: a v1beta1-shaped request under
+resource.k8s.io/v1, or a template whose claim spec is not under `spec.spec`, is refused
+there and so here. Wrong types and missing fields `lint` already reports in its own
+words, naming the request; this adds what nothing else sees.
+
+The schemas are the OpenAPI v3 of the newest supported release
+(`resource.k8s.io.json`, written by scripts/extract_api_schemas.py), validated with
+jsonschema; the Kubernetes-specific rules beyond the schema (name formats, list
+limits, CEL) stay the API server's and `lint`'s own.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+SCHEMAS = Path(__file__).with_name("resource.k8s.io.json")
+GROUP = "resource.k8s.io"
+
+
+def problems(doc: Mapping[str, Any]) -> list[str]:
+    """The unknown fields the API server would refuse in `doc` ('path: unknown field x');
+    [] for objects of other kinds or versions."""
+    group, _, version = str(doc.get("apiVersion")).rpartition("/")
+    validator = _validator(version, str(doc.get("kind"))) if group == GROUP else None
+    if validator is None:
+        return []
+    found = []
+    for error in validator.iter_errors(doc):
+        if error.validator != "additionalProperties":
+            continue
+        path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path)
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        fields = f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}"
+        found.append(f"{path.replace('.[', '[') or '(top level)'}: {fields}")
+    return sorted(found)
+
+
+@functools.cache
+def _validator(version: str, kind: str) -> Draft202012Validator | None:
+    served = json.loads(SCHEMAS.read_text())["versions"].get(version)
+    if served is None or kind not in served["kinds"]:
+        return None
+    schemas = {name: _strict(schema) for name, schema in served["schemas"].items()}
+    root = {"$ref": f"#/components/schemas/{served['kinds'][kind]}"}
+    return Draft202012Validator({**root, "components": {"schemas": schemas}})
+
+
+def _strict(node: Any) -> Any:
+    """Unknown fields refused, as --validate=strict does, except where Kubernetes keeps
+    them (opaque parameters)."""
+    if isinstance(node, dict):
+        strict = {k: _strict(v) for k, v in node.items()}
+        if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+            strict.setdefault("additionalProperties", False)
+        return strict
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
