@@ -201,8 +201,8 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
     kinds = sorted(kind for kind, _ in by_key(objects))
     assert kinds == sorted([
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-        "Service", "DaemonSet", *["DeviceClass"] * 5, *["ValidatingAdmissionPolicy"] * 2,
-        *["ValidatingAdmissionPolicyBinding"] * 2,
+        "Service", "DaemonSet", *["DeviceClass"] * 5, *["ValidatingAdmissionPolicy"] * 3,
+        *["ValidatingAdmissionPolicyBinding"] * 3,
     ])  # fmt: skip
     service = by_key(objects)[("Service", "neuron-dra-metrics")]
     assert service["spec"]["ports"] == [
@@ -283,6 +283,7 @@ def test_parts_turn_off(helm_bin: Path, offline: dict[str, str]) -> None:
     objects = template(
         helm_bin, offline, *IMAGE_VALUES, "--set=deviceClasses.enabled=false",
         "--set=admissionPolicy.enabled=false", "--set=metrics.enabled=false",
+        "--set=configPolicy.enabled=false",
     )  # fmt: skip
     assert sorted({o["kind"] for o in objects}) == [
         "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Namespace", "Role", "RoleBinding",
@@ -351,7 +352,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 17, keys
+    assert len(keys) == 19, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "Helm", k

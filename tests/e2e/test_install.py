@@ -241,6 +241,78 @@ def test_rollout_on_a_neuron_node(cluster: Cluster, installed: str) -> None:
 # --------------------------------------------------------------- permissions
 
 
+SPECS = Path(__file__).resolve().parents[2] / "examples/specs"
+CONFIG_TEMPLATE = """\
+apiVersion: resource.k8s.io/{version}
+kind: ResourceClaimTemplate
+metadata:
+  name: config-check
+  namespace: default
+spec:
+  spec:
+    devices:
+      requests:
+      - name: neurons
+        {request}
+      config:
+      - opaque:
+          driver: neuron.aws.com
+          parameters: {parameters}
+"""
+V1_REQUEST = "exactly: {deviceClassName: neuron.aws.com}"
+
+
+@pytest.mark.parametrize(
+    ("parameters", "refused"),
+    [
+        ("{apiVersion: neuron.aws.com/v1, kind: NeuronConfig, logicalNeuronCore: 3}",
+         "logicalNeuronCore must be 1 or 2"),
+        ("{apiVersion: neuron.aws.com/v1, kind: NeuronConfig, logicalNeuronCore: true}",
+         "logicalNeuronCore must be 1 or 2"),
+        ("{apiVersion: neuron.aws.com/v1, kind: NeuronConfig, lnc: 1}", "no other field is known"),
+        ("{apiVersion: neuron.aws.com/v2, kind: NeuronConfig}", "apiVersion must be"),
+        ("{apiVersion: neuron.aws.com/v1, kind: NeuronSettings}", "kind must be NeuronConfig or"),
+        ("{apiVersion: neuron.aws.com/v1, kind: UltraServerConfig}",
+         "ultraserverMode is required and must be 1, 2 or 4"),
+        ("{apiVersion: neuron.aws.com/v1, kind: UltraServerConfig, ultraserverMode: 3}",
+         "ultraserverMode is required and must be 1, 2 or 4"),
+    ],
+)  # fmt: skip
+def test_a_bad_opaque_config_is_refused_at_apply(
+    cluster: Cluster, installed: str, tmp_path: Path, parameters: str, refused: str
+) -> None:
+    """The plugin would refuse each at pod start (api/config.py); the policy refuses
+    it at `kubectl apply`, naming the field."""
+    manifest = tmp_path / "template.yaml"
+    manifest.write_text(
+        CONFIG_TEMPLATE.format(version="v1", request=V1_REQUEST, parameters=parameters)
+    )
+    result = cluster.kubectl("create", "--dry-run=server", "-f", str(manifest), check=False)
+    assert result.returncode != 0, result.stdout
+    assert "neuron-dra-opaque-config" in result.stderr and refused in result.stderr
+
+
+def test_good_opaque_configs_pass_the_policy_in_every_version(
+    cluster: Cluster, installed: str, tmp_path: Path
+) -> None:
+    """The claims and templates of every example with a config, v1beta1 ones included
+    (checked as their v1 form)."""
+    checked = 0
+    for path in sorted(SPECS.rglob("*.yaml")):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        claims = [d for d in docs if d["kind"] in ("ResourceClaim", "ResourceClaimTemplate")]
+        if not any("opaque" in str(d) for d in claims):
+            continue
+        for doc in claims:
+            doc["metadata"]["namespace"] = "default"
+        manifest = tmp_path / path.name
+        manifest.write_text(yaml.safe_dump_all(claims))
+        result = cluster.kubectl("create", "--dry-run=server", "-f", str(manifest), check=False)
+        assert result.returncode == 0, (path.name, result.stderr)
+        checked += 1
+    assert checked >= 5
+
+
 def test_rbac_grants_exactly_what_the_plugin_calls(cluster: Cluster, installed: str) -> None:
     check_rbac(cluster)
 
