@@ -26,7 +26,6 @@ from typing import Any
 
 import yaml
 
-from api.config import ConfigError, NeuronConfig, decode
 from consts import (
     ATTR_DEVICE_ID,
     DRIVER_NAME,
@@ -36,7 +35,7 @@ from consts import (
     RESOURCE_TYPE_NODE,
 )
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from neuron_dra.tools import apischema
+from neuron_dra.tools import apischema, opaque
 from neuron_dra.tools.cel import CelCompileError, compile_selector
 from neuron_dra.tools.plugin_pods import GROUP_PREFIX, pod_warnings
 from neuron_dra.tools.published import (
@@ -213,7 +212,7 @@ class _Checker:
         if isinstance(value, Mapping):
             return value
         if value is not None:
-            self.error(f"{field} is a {_json_type(value)}, not a mapping")
+            self.error(f"{field} is a {opaque.json_type(value)}, not a mapping")
         return {}
 
     # --- selectors ------------------------------------------------------------
@@ -284,7 +283,7 @@ class _Checker:
                 self.error(str(err).removeprefix("-: "))
                 self.unreadable.add(str(name))
             except AttributeError as err:  # the parser reads fields of what must be mappings
-                found = _json_type(err.obj)
+                found = opaque.json_type(err.obj)
                 self.error(f"request {name!r} is malformed: a {found} where a mapping belongs")
                 self.unreadable.add(str(name))
         known = {r.name for r in requests} | {a.name for r in requests for a in r.alternatives}
@@ -334,7 +333,7 @@ class _Checker:
         for request in claim.requests:
             for alt in request.alternatives:
                 device_class = self.classes.get(alt.device_class)
-                from_class = device_class is not None and _sets_lnc(device_class.config)
+                from_class = device_class is not None and opaque.sets_lnc(device_class.config)
                 if not (from_class or lnc_requests & {"*", request.name, alt.name}):
                     continue
                 if alt.name in self.cores:
@@ -542,25 +541,9 @@ class _Checker:
         self, entries: Sequence[Json], names: set[str], claim: ClaimSpec | None
     ) -> set[str]:
         """Check opaque configs; returns the requests a NeuronConfig sets LNC for."""
-        lnc: set[str] = set()
-        for i, entry in enumerate(entries):
-            part = f"config[{i}]"
-            if not isinstance(entry, Mapping):
-                self.error(f"is a {_json_type(entry)}, not a mapping", part)
-                continue
-            for request in entry.get("requests") or []:
-                if claim is not None and request not in names:
-                    self.error(f"names request {request!r}, which the claim does not have", part)
-            opaque = entry.get("opaque") or {}
-            if not isinstance(opaque, Mapping) or opaque.get("driver") != DRIVER_NAME:
-                continue
-            try:
-                config = decode(opaque.get("parameters"))
-            except ConfigError as err:
-                self.error(f"opaque.parameters: {err}", part)
-                continue
-            if isinstance(config, NeuronConfig) and config.logicalNeuronCore is not None:
-                lnc.update(entry.get("requests") or names or {"*"})
+        lnc, problems = opaque.check(entries, names, claim is not None)
+        for problem in problems:
+            (self.error if problem.error else self.warn)(problem.message, problem.part)
         return lnc
 
     def _lnc_of_cores(self, part: str, subject: str) -> None:
@@ -593,26 +576,6 @@ class _Checker:
         )
 
 
-def _sets_lnc(entries: Sequence[Json]) -> bool:
-    """Whether opaque configs (of a DeviceClass) set LNC; their errors are the class's."""
-    for entry in entries:
-        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
-        if isinstance(opaque, Mapping) and opaque.get("driver") == DRIVER_NAME:
-            try:
-                config = decode(opaque.get("parameters"))
-            except ConfigError:
-                continue
-            if isinstance(config, NeuronConfig) and config.logicalNeuronCore is not None:
-                return True
-    return False
-
-
 def _alternatives(items: Sequence[object], last: str = "or") -> str:
     words = [str(s) for s in items]
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
-
-
-def _json_type(value: object) -> str:
-    return {dict: "mapping", list: "list", str: "string", bool: "boolean"}.get(
-        type(value), "number" if isinstance(value, int | float) else type(value).__name__
-    )

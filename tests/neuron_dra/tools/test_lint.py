@@ -527,3 +527,15 @@ def test_every_example_keeps_the_served_schema() -> None:
         for problem in problems(doc)
     ]
     assert found == []
+
+
+def test_a_neuron_config_for_another_driver_is_warned(tmp_path: Path) -> None:
+    """Applied by no driver: the claim would run without it. Other drivers' own
+    configs (a GPU's, say) are theirs and pass."""
+    text = LNC.replace("driver: neuron.aws.com", "driver: neuron.amazonaws.com")
+    warnings = messages(broken(tmp_path, text), error=False)
+    assert any(m.startswith("opaque config for driver 'neuron.amazonaws.com'") for m in warnings)
+    other = LNC.replace("driver: neuron.aws.com", "driver: gpu.example.com").replace(
+        "kind: NeuronConfig", "kind: GpuConfig"
+    )
+    assert not [m for m in messages(broken(tmp_path, other), error=False) if "driver" in m]
