@@ -105,7 +105,7 @@ def test_wheel_holds_every_package_file(wheel: Path) -> None:
         path.relative_to(REPO).as_posix()
         for package in PACKAGES
         for path in (REPO / package).rglob("*")
-        if path.is_file() and path.suffix in {".py", ".pyi", ".typed"}
+        if path.is_file() and path.suffix in {".py", ".pyi", ".typed", ".json"}
     }
     assert expected - names == set()
     for package in PACKAGES:
@@ -124,13 +124,17 @@ def test_wheel_requirements_are_pinned(wheel: Path) -> None:
     requirements = [Requirement(line.split(":", 1)[1]) for line in lines
                     if line.startswith("Requires-Dist:")]  # fmt: skip
     runtime = [r for r in requirements if r.marker is None]
-    assert {r.name for r in runtime} >= {"grpcio", "protobuf", "kubernetes", "pydantic"}
+    assert {r.name for r in runtime} >= {"grpcio", "protobuf", "pydantic"}
+    # The image installs the runtime set: the kubernetes package is the tools' only.
+    assert "kubernetes" not in {r.name for r in runtime}
     pins = {
         Requirement(line).name.lower().replace("_", "-"): Requirement(line)
         for line in (REPO / "constraints.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    for requirement in runtime:
+    for requirement in requirements:  # the extras' too, but for the extras themselves
+        if requirement.name == "neuron-dra":
+            continue
         pin = pins.get(requirement.name.lower().replace("_", "-"))
         assert pin is not None, f"{requirement.name} has no pin in constraints.txt"
         (version,) = (s.version for s in pin.specifier)
@@ -173,6 +177,16 @@ def test_installed_wheel_runs_outside_the_source_tree(venv: Path, tmp_path: Path
     assert run("neuron-dra", "lint", SPEC).strip().endswith("0 errors, 0 warnings")
 
 
+EXEC_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: aws}}}]
+"""
+
+
 def test_the_agent_runs_without_the_tools_extra(agent_venv: Path, tmp_path: Path) -> None:
     env = {"PATH": f"{agent_venv}:/usr/bin:/bin", "HOME": str(tmp_path)}
 
@@ -188,6 +202,12 @@ def test_the_agent_runs_without_the_tools_extra(agent_venv: Path, tmp_path: Path
     )  # fmt: skip
     assert (probe.returncode, probe.stdout.strip()) == (0, "None"), probe.stderr
     assert "--healthcheck-port" in run("neuron-dra", "run", "--help").stdout
+    # The image's set has no `kubernetes` (125 MiB): a kubeconfig that needs it says so.
+    kubeconfig = tmp_path / "exec-kubeconfig"
+    kubeconfig.write_text(EXEC_KUBECONFIG)
+    needs = run("neuron-dra", "run", "--node-name=n", f"--kubeconfig={kubeconfig}")
+    assert needs.returncode == 2
+    assert "needs the kubernetes package: pip install 'neuron-dra[tools]'" in needs.stderr
     for command in (["simulate", SPEC, "--node=inf2.48xlarge=1"], ["lint", SPEC]):
         result = run("neuron-dra", *command)
         assert (result.returncode, result.stdout) == (2, "")

@@ -265,7 +265,14 @@ def _library_config(path: Path) -> ApiConfig:
     called before every request (under a lock, as requests come from several
     threads), so a plugin's token is renewed when it expires.
     """
-    from kubernetes import client, config  # noqa: PLC0415
+    try:
+        from kubernetes import client, config  # noqa: PLC0415
+    except ImportError:
+        raise ConfigError(
+            f"{path}: its user runs an exec plugin, an auth provider or a password, which "
+            "needs the kubernetes package: pip install 'neuron-dra[tools]' (in a cluster, "
+            "the plugin uses its service account and never needs it)"
+        ) from None
 
     conf = client.Configuration()
     try:
