@@ -386,6 +386,53 @@ def test_the_server_accepts_the_rendered_objects(
     assert object_state(cluster, keys) == before
 
 
+OPERATOR_VALUES = (
+    "--set=nodeSelector.pool=neuron",
+    "--set=podLabels.team=ml",
+    "--set=podAnnotations.example\\.com/scrape=yes",
+    "--set=kubeletRootDir=/data/kubelet",
+    "--set=seLinuxOptions.type=spc_t",
+    '--set-json=affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":'
+    '{"nodeSelectorTerms":[{"matchExpressions":[{"key":"pool","operator":"Exists"}]}]}}}',
+)
+
+
+def test_the_values_operators_expect_from_other_charts(
+    helm_bin: Path, cluster: Cluster, installed: tuple[str, list[Key]]
+) -> None:
+    """nodeSelector, affinity, pod labels and annotations, the kubelet's root directory
+    and seLinuxOptions land where an operator looks for them, and the server takes it."""
+    env = helm_env(cluster.workdir, cluster.kubeconfig)
+    rendered = ok(run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES,
+                       *OPERATOR_VALUES], env))  # fmt: skip
+    [daemonset] = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "DaemonSet"]
+    pod = daemonset["spec"]["template"]
+    assert pod["metadata"]["labels"]["team"] == "ml"
+    assert pod["metadata"]["annotations"] == {"example.com/scrape": "yes"}
+    assert daemonset["spec"]["selector"]["matchLabels"].get("team") is None
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux", "pool": "neuron"}
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}
+    ]
+    [container] = spec["containers"]
+    assert container["securityContext"]["seLinuxOptions"] == {"type": "spc_t"}
+    env_vars = {e["name"]: e.get("value") for e in container["env"]}
+    assert env_vars["KUBELET_REGISTRAR_DIRECTORY_PATH"] == "/data/kubelet/plugins_registry"
+    assert env_vars["KUBELET_PLUGINS_DIRECTORY_PATH"] == "/data/kubelet/plugins"
+    paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    for name in ("plugins-registry", "plugin-dir"):
+        assert paths[name] == mounts[name] and paths[name].startswith("/data/kubelet/")
+    kubectl = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
+    applied = ok(run([
+        *kubectl, "apply", "--server-side", "--force-conflicts", "--dry-run=server",
+        "--field-manager=dry-run-check", "-f", "-",
+    ], env, stdin=rendered))  # fmt: skip
+    assert "daemonset.apps/neuron-dra serverside-applied (server dry run)" in applied
+
+
 def test_an_upgrade_with_the_same_values_changes_nothing(
     helm_bin: Path, cluster: Cluster, installed: tuple[str, list[Key]]
 ) -> None:
