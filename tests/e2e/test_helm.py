@@ -386,6 +386,25 @@ def test_the_server_accepts_the_rendered_objects(
     assert object_state(cluster, keys) == before
 
 
+def test_the_notes_commands_run(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
+    """What NOTES.txt tells an operator to run to verify the install runs, as shown."""
+    output, _ = installed
+    notes = output.split("NOTES:", 1)[1]
+    commands = [
+        line.split("#", 1)[0].split()
+        for line in notes.splitlines()
+        if line.strip().startswith("kubectl") and " apply " not in line
+    ]
+    assert len(commands) == 3, notes
+    kubectl = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
+    for command in commands:
+        result = subprocess.run(
+            [*kubectl, *command[1:], *(["--timeout=60s"] if "rollout" in command else [])],
+            check=False, capture_output=True, text=True,
+        )  # fmt: skip
+        assert result.returncode == 0, (command, result.stderr)
+
+
 OPERATOR_VALUES = (
     "--set=nodeSelector.pool=neuron",
     "--set=podLabels.team=ml",
