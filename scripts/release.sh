@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Build one version's release artifacts into a directory:
+#
+#   sudo scripts/release.sh DIR [REPOSITORY]
+#
+#   DIR/neuron-dra-<version>.oci.tar   the image, an OCI archive named
+#                                      REPOSITORY:<version> (default
+#                                      localhost/neuron-dra): `ctr -n k8s.io images
+#                                      import` or `skopeo copy oci-archive:...`
+#   DIR/neuron-dra-<version>.tgz       the Helm chart, packaged
+#   DIR/SHA256SUMS                     both, for `sha256sum -c`
+#
+# The version is pyproject.toml's; the chart's version and appVersion must be the
+# same (the script refuses otherwise), so the package, the chart and the image tag
+# never disagree. Environment: HELM (default: helm on PATH), and what
+# scripts/build-image.sh reads.
+#
+# Exit codes: 0 built; 2 bad usage or versions that disagree; 3 a tool missing; any
+# other: a step failed.
+set -euo pipefail
+
+die() {
+    local code=$1
+    shift
+    echo "release: $*" >&2
+    exit "$code"
+}
+
+[[ $# -ge 1 && $# -le 2 && $1 != -* ]] || die 2 "usage: $0 DIR [REPOSITORY]"
+out=$1
+repository=${2:-localhost/neuron-dra}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+helm=${HELM:-helm}
+command -v "$helm" >/dev/null || die 3 "no helm ($helm): set HELM"
+
+version=$(python3 -c 'import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print(tomllib.load(f)["project"]["version"])' "$repo/pyproject.toml")
+chart="$repo/deploy/helm/neuron-dra"
+for field in version appVersion; do
+    found=$(sed -n "s/^$field: *\"\\{0,1\\}\\([^\"]*\\)\"\\{0,1\\}$/\\1/p" "$chart/Chart.yaml")
+    [[ $found == "$version" ]] || die 2 "Chart.yaml $field is ${found:-missing}, pyproject.toml says $version"
+done
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+image="$out/neuron-dra-$version.oci.tar"
+"$repo/scripts/build-image.sh" "$image" "$repository:$version"
+"$helm" package "$chart" --destination "$out" >/dev/null
+(cd "$out" && sha256sum "neuron-dra-$version.oci.tar" "neuron-dra-$version.tgz" >SHA256SUMS)
+echo "release $version in $out:"
+sed 's/^/  /' "$out/SHA256SUMS"
