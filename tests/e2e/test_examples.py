@@ -225,6 +225,39 @@ def test_all_devices_of_any_instance_type(nodes: dict[str, SimulatedNode], node:
     run_and_check(nodes, ns, "all-devices", None, None)
 
 
+def test_first_available_takes_the_half_when_the_whole_is_not_free(
+    nodes: dict[str, SimulatedNode],
+) -> None:
+    """The real scheduler walks `firstAvailable` in order: the whole node while it is
+    free; with one device held, the torus half without it."""
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("first-available.yaml"), "trn2-b"))
+    pod = cluster.wait_for_pod_running("first-available", ns, timeout=60)
+    [request] = {r["request"] for r in claim_of(cluster, ns, pod)["status"]["allocation"]
+                 ["devices"]["results"]}  # fmt: skip
+    assert request == "neurons/whole"
+    delete_and_assert_released(nodes["trn2-b"], "first-available", ns,
+                               claim_of(cluster, ns, pod)["metadata"]["uid"])  # fmt: skip
+
+    holder = pinned(load("single-device.yaml"), "trn2-b")
+    create_in(cluster, ns, holder)
+    held_pod = cluster.wait_for_pod_running(holder[-1]["metadata"]["name"], ns, timeout=60)
+    [held] = devices_of(claim_of(cluster, ns, held_pod))
+    again = [d for d in pinned(load("first-available.yaml"), "trn2-b") if d["kind"] == "Pod"]
+    create_in(cluster, ns, again)
+    pod = cluster.wait_for_pod_running("first-available", ns, timeout=60)
+    claim = claim_of(cluster, ns, pod)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert {r["request"] for r in results} == {"neurons/half"}
+    half = devices_of(claim)
+    assert len(half) == 8 and held not in half and half in (list(range(8)), list(range(8, 16)))
+    assert env_of(pod, "ctr0") == expected_env("trn2.48xlarge", half, None)
+    assert container_view(pod, "ctr0")["deviceNodes"] == [f"/dev/neuron{d}" for d in half]
+    cluster.delete("v1", "Pod", held_pod["metadata"]["name"], ns)
+    delete_and_assert_released(nodes["trn2-b"], "first-available", ns, claim["metadata"]["uid"])
+
+
 def test_every_device_on_nodes_of_a_driver_version(nodes: dict[str, SimulatedNode]) -> None:
     """Two replicas, each with every single device of a node of its own: an inf2.48xlarge
     and, where trn2u nodes publish single devices beside `neuronnode` (1.36+), a

@@ -229,6 +229,7 @@ EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "v1beta1/us-4-node-config.yaml": ([("trn2u.48xlarge", 8)], _ultraserver(4, 8)),
     "us-2-node-config.yaml": ([("trn2u.48xlarge", 4)], _ultraserver(2, 4)),
     "podgroup/us-4-node-gang.yaml": ([("trn2u.48xlarge", 8)], _gang(4)),
+    "first-available.yaml": (TRN2, _everything),
     "podgroup/us-2-node-gang.yaml": ([("trn2u.48xlarge", 8)], _gang(2)),
     "us-and-lnc-config.yaml": ([("trn2u.48xlarge", 4)], _ultraserver(2, 4, lnc=1)),
     "specific-driver-version.yaml": (
