@@ -12,7 +12,10 @@ admission policies.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -236,6 +239,39 @@ def test_rollout_on_a_neuron_node(cluster: Cluster, installed: str) -> None:
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     # The stand-in kubelet serves no container logs: the script reports it and succeeds.
     assert "logs not available" in output
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs/troubleshooting.md"
+
+
+def test_the_troubleshooting_commands_run(cluster: Cluster, installed: str) -> None:
+    """Every command in a code block of docs/troubleshooting.md, as written but for
+    its placeholders, runs against the installed driver."""
+    blocks = re.findall(r"```sh\n(.*?)```", DOCS.read_text(), re.DOTALL)
+    commands = [line for block in blocks for line in block.splitlines() if line.strip()]
+    assert len(commands) >= 6, commands
+    node = "troubleshooting"
+    if cluster.get_or_none("v1", "Node", node) is None:
+        cluster.add_node(node)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waits", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "none"}],
+                    "nodeSelector": {"no-such-label": "x"}}}  # fmt: skip
+    if cluster.get_or_none("v1", "Pod", "waits", "default") is None:
+        cluster.create(pod)
+    neuron_dra = Path(sys.executable).with_name("neuron-dra")
+    for command in commands:
+        argv = shlex.split(command.replace("<node>", node).replace("<pod>", "waits"), comments=True)
+        if argv[0] == "kubectl":
+            argv = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", *argv[1:]]
+            result = subprocess.run(argv, check=False, capture_output=True, text=True)
+            assert result.returncode == 0, (command, result.stderr)
+        else:
+            assert argv[:2] == ["neuron-dra", "simulate"], command
+            argv = [str(neuron_dra), "simulate", str(SPECS / "single-device.yaml"),
+                    "--kubeconfig", str(cluster.kubeconfig)]  # fmt: skip
+            result = subprocess.run(argv, check=False, capture_output=True, text=True)
+            assert result.returncode in (0, 1) and "claim default/single-device" in result.stdout, (
+                result.stdout, result.stderr)  # fmt: skip
 
 
 # --------------------------------------------------------------- permissions
