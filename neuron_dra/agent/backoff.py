@@ -12,6 +12,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+# A watch that stayed open this long, or delivered an event, has proven the server
+# well: only then does a watch loop's backoff start again from its first step.
+WATCH_PROVEN_S = 30.0
+
 
 @dataclass
 class Backoff:

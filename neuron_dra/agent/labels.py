@@ -39,7 +39,6 @@ class LabelKeeper:
         self._sleep = sleep
         self._backoff = backoff or Backoff(initial_s=1.0, max_s=300.0)
         self._healed_at: float | None = None
-        self.patches = 0
 
     async def keep(self, node: Json | None) -> None:
         """Patch the Node if its owned labels differ; raises ApiError when refused."""
@@ -61,5 +60,4 @@ class LabelKeeper:
             log.info("setting UltraServer labels of Node %s", self._name,
                      extra={"node": self._name, "labels": patch})  # fmt: skip
         await self._kube.patch_node_labels(self._name, patch)
-        self.patches += 1
         self._healed_at = self._clock()

@@ -11,7 +11,7 @@ Each state the Node may have reached is handed to `on_node` (None: no such
 Node). A handler that fails counts as the pass failing: the Node is listed
 again after a backoff, so a refused label patch is retried at a pace the
 server sets. The backoff resets only once a watch has proven itself (stayed
-open `PROVEN_S` or delivered an event), never on a bare successful LIST: a
+open `WATCH_PROVEN_S` or delivered an event), never on a bare successful LIST: a
 server that answers LISTs but refuses watches sees one LIST per backoff step,
 not a storm.
 """
@@ -23,12 +23,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from neuron_dra.agent.backoff import Backoff
+from neuron_dra.agent.backoff import WATCH_PROVEN_S, Backoff
 from neuron_dra.agent.kube import ApiError, Json, Kube
 
 log = logging.getLogger(__name__)
 
-PROVEN_S = 30.0
 OnNode = Callable[[Json | None], Awaitable[None]]
 
 
@@ -51,7 +50,6 @@ class NodeWatch:
         self._sleep = sleep
         self.node: Json | None = None  # as last seen
         self.tried = asyncio.Event()  # set once the first LIST was answered, or failed
-        self.lists = 0  # LIST requests sent: what a fleet's API server pays for this
         self._proven = False
 
     async def run(self) -> None:
@@ -78,7 +76,6 @@ class NodeWatch:
 
     async def _pass(self) -> None:
         """One LIST, then its watch until the server ends it."""
-        self.lists += 1
         try:
             listed = await self._kube.list_node(self._name)
             await self._seen(listed.items[0] if listed.items else None)
@@ -94,7 +91,7 @@ class NodeWatch:
                 elif kind in ("ADDED", "MODIFIED"):
                     await self._seen(event.get("object"))
         finally:
-            self._proven = self._proven or self._clock() - opened >= PROVEN_S
+            self._proven = self._proven or self._clock() - opened >= WATCH_PROVEN_S
 
     async def _seen(self, node: Json | None) -> None:
         if node is None and self.node is not None:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from consts import DRIVER_NAME
-from neuron_dra.agent.backoff import Backoff
+from neuron_dra.agent.backoff import WATCH_PROVEN_S, Backoff
 from neuron_dra.agent.kube import ApiError, Json, Kube
 from neuron_dra.agent.metrics import Metrics
 from neuron_dra.agent.slicediff import (
@@ -61,9 +61,6 @@ Reprobe = Callable[[], Awaitable[bool]]
 
 BACKOFF_INITIAL_S = 0.2
 BACKOFF_MAX_S = 10.0  # recovery after an outage within ~10 s; ~0.1 req/s per node meanwhile
-# A watch that stayed open this long, or delivered an event, has proven the server well:
-# only then does the backoff start again from its first step (see `run`).
-PROVEN_S = 30.0
 # When the slices were just listed (and written) but the watch fails, they are right
 # for now: wait longer between tries, which is what an overloaded server needs.
 WATCH_BACKOFF_MAX_S = 60.0
@@ -299,7 +296,7 @@ class SlicePublisher:
     async def _watch(self, version: str) -> bool:
         """Return when the slices may differ from the desired ones: True when new
         desired slices woke it. Marks the watch proven once it delivered an event or
-        stayed open PROVEN_S."""
+        stayed open WATCH_PROVEN_S."""
         events = self._kube.watch_resource_slices(self._node, DRIVER_NAME, version)
         next_event = asyncio.ensure_future(anext(events, None))
         woken = asyncio.ensure_future(self._wake.wait())
@@ -332,7 +329,7 @@ class SlicePublisher:
                     return False
                 next_event = asyncio.ensure_future(anext(events, None))
         finally:
-            self._watch_proven = self._watch_proven or loop.time() - opened >= PROVEN_S
+            self._watch_proven = self._watch_proven or loop.time() - opened >= WATCH_PROVEN_S
             for task in (next_event, woken):
                 task.cancel()
             # The generator may still be inside the cancelled anext(): closing it before

@@ -44,8 +44,14 @@ def problems(doc: Mapping[str, Any]) -> list[str]:
 
 
 @functools.cache
+def _versions() -> dict[str, Any]:
+    versions: dict[str, Any] = json.loads(SCHEMAS.read_text())["versions"]
+    return versions
+
+
+@functools.cache
 def _validator(version: str, kind: str) -> Draft202012Validator | None:
-    served = json.loads(SCHEMAS.read_text())["versions"].get(version)
+    served = _versions().get(version)
     if served is None or kind not in served["kinds"]:
         return None
     schemas = {name: _strict(schema) for name, schema in served["schemas"].items()}
