@@ -37,6 +37,7 @@ from tests.e2e.test_plugin import (
     delete_and_assert_released,
     expected_env,
     namespace,
+    pod_using,
     run_and_check,
 )
 
@@ -181,9 +182,16 @@ def test_example_is_accepted_by_the_api_server(
     cluster = cluster_of(nodes)
     docs = load(spec_file)
     # v1beta1/lnc-neurons.yaml names its namespace as published; users create it first.
+    # admin-access.yaml makes its own, labelled as adminAccess needs: made here, since a
+    # dry run of the file's Namespace leaves the claims nowhere to be checked.
+    made = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Namespace"}
     for ns in {d["metadata"]["namespace"] for d in docs if "namespace" in d["metadata"]}:
         if cluster.get_or_none("v1", "Namespace", ns) is None:
-            cluster.create_namespace(ns)
+            if ns in made:
+                cluster.create(made[ns])
+                cluster.wait_for_service_account(ns)
+            else:
+                cluster.create_namespace(ns)
     result = cluster.kubectl(
         "apply", "--dry-run=server", "--validate=strict",
         f"--cache-dir={cluster.workdir / 'kubectl-cache'}",
@@ -420,6 +428,109 @@ def test_two_claims_give_each_container_its_own_devices(
     assert nodes[node].cdi_files() == sorted(f"neuron.aws.com-{u}.json" for u in uids)
     assert uids <= nodes[node].checkpointed()
     delete_and_check_clean(cluster, ns, {"two-claims": nodes[node]}, uids)
+
+
+def test_one_claim_shared_by_two_pods(nodes: dict[str, SimulatedNode]) -> None:
+    """The second pod, not pinned, goes where the claim is; both see its devices; the claim
+    stays prepared until the last of them ends."""
+    cluster = cluster_of(nodes)
+    ns = namespace(cluster)
+    node = nodes["trn2-b"]
+    docs = load("claim-shared-by-pods.yaml")
+    sidecar = [d for d in docs if d["metadata"]["name"] == "shared-sidecar"]
+    create_in(cluster, ns, pinned([d for d in docs if d not in sidecar], node.name))
+    create_in(cluster, ns, sidecar)
+    pods = {name: cluster.wait_for_pod_running(name, ns, timeout=60)
+            for name in ("shared-server", "shared-sidecar")}  # fmt: skip
+    assert {pod["spec"]["nodeName"] for pod in pods.values()} == {node.name}
+    claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", "shared-neurons", ns)
+    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == sorted(pods)
+    devices = devices_of(claim)
+    assert devices == list(range(devices[0], devices[0] + 4)) and devices[0] % 4 == 0
+    for pod in pods.values():
+        assert env_of(pod, "ctr0") == expected_env(node.instance_type, devices, None)
+        assert container_view(pod, "ctr0")["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
+    uid = claim["metadata"]["uid"]
+    assert node.cdi_files() == [f"neuron.aws.com-{uid}.json"]
+    cluster.delete("v1", "Pod", "shared-server", ns)
+    cluster.wait_for_pod_gone("shared-server", ns, timeout=60)
+    assert node.cdi_files() == [f"neuron.aws.com-{uid}.json"] and uid in node.checkpointed()
+    delete_and_check_clean(cluster, ns, {"shared-sidecar": node}, {uid})
+
+
+def test_admin_access_has_devices_in_use_and_holds_none(nodes: dict[str, SimulatedNode]) -> None:
+    cluster = cluster_of(nodes)
+    node = nodes["trn2-b"]
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("1x4-connected-devices.yaml"), node.name))
+    row = devices_of(claim_of(cluster, ns, cluster.wait_for_pod_running("pod0", ns, timeout=60)))
+    admin = "neuron-admin"  # the example's namespace, labelled for admin access
+    for doc in pinned(load("admin-access.yaml"), node.name):
+        if doc["kind"] == "Pod":
+            doc["spec"]["automountServiceAccountToken"] = False
+        if doc["kind"] != "Namespace":
+            cluster.create(doc)
+        elif cluster.get_or_none("v1", "Namespace", admin) is None:  # made by the dry run's test
+            cluster.create(doc)
+            cluster.wait_for_service_account(admin, 30)
+    monitor = cluster.wait_for_pod_running("neuron-monitor", admin, timeout=60)
+    claim = claim_of(cluster, admin, monitor)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert devices_of(claim) == list(range(16)) and all(r["adminAccess"] for r in results)
+    assert set(row) < set(devices_of(claim))
+    assert container_view(monitor, "ctr0")["deviceNodes"] == [f"/dev/neuron{d}" for d in range(16)]
+    # It holds none of them: a half of the node still goes to an ordinary claim.
+    create_in(cluster, ns, load("l-trn2.yaml"))
+    create_in(cluster, ns, [pod_using("half", "l-trn2", node.name)])
+    half = devices_of(claim_of(cluster, ns, cluster.wait_for_pod_running("half", ns, timeout=60)))
+    assert len(half) == 8 and not set(half) & set(row)
+    cluster.delete("v1", "Pod", "neuron-monitor", admin)
+    delete_and_check_clean(cluster, ns, {"pod0": node, "half": node}, set())
+    wait_clean(cluster, admin, {"neuron-monitor": node}, {claim["metadata"]["uid"]})
+
+
+EFA_CLASS = "efa.networking.k8s.aws"
+
+
+def test_neurons_and_efa(nodes: dict[str, SimulatedNode]) -> None:
+    """The real scheduler gives the Neuron devices and the EFA interfaces of one device
+    group, with the EFA driver's devices stood in for by a slice of the values it publishes
+    (its devicegroup ids are this driver's on EFA instance types)."""
+    cluster = cluster_of(nodes)
+    node = nodes["trn2-b"]
+    group = "resource.aws.com/devicegroup4_id"
+    groups = {int(d["name"].removeprefix("neurondevice")): d["attributes"][group]["string"]
+              for d in node.devices() if d["name"].startswith("neurondevice")}  # fmt: skip
+    assert len(groups) == 16 and len(set(groups.values())) == 4
+    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                    "metadata": {"name": EFA_CLASS}, "spec": {"selectors": [
+                        {"cel": {"expression": f"device.driver == '{EFA_CLASS}'"}}]}})  # fmt: skip
+    efa_slice = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                 "metadata": {"name": f"{node.name}-efa"},
+                 "spec": {"driver": EFA_CLASS, "nodeName": node.name,
+                          "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                          "devices": [{"name": f"efa{i}", "attributes": {group: {"string": value}}}
+                                      for i, value in sorted(groups.items())]}}  # fmt: skip
+    cluster.create(efa_slice)
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("efa-and-neuron.yaml"), node.name))
+    pod = cluster.wait_for_pod("neurons-and-efa", ns, lambda p: bool(
+        p.get("status", {}).get("resourceClaimStatuses")), "claim made", timeout=30)  # fmt: skip
+    name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = cluster.wait_for_claim_allocated(name, ns, timeout=60)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    by_request: dict[str, list[int]] = {}
+    for result in results:
+        number = int(result["device"].removeprefix("neurondevice").removeprefix("efa"))
+        by_request.setdefault(result["request"], []).append(number)
+    assert sorted(by_request) == ["efa", "neurons"]
+    assert len({groups[i] for i in by_request["neurons"] + by_request["efa"]}) == 1
+    assert len(by_request["neurons"]) == len(by_request["efa"]) == 4
+    # Nothing runs without the EFA driver's plugin; deleting the pod frees the claim.
+    cluster.delete("v1", "Pod", "neurons-and-efa", ns)
+    wait_clean(cluster, ns, {"neurons-and-efa": node}, {claim["metadata"]["uid"]})
+    cluster.delete("resource.k8s.io/v1", "ResourceSlice", f"{node.name}-efa")
+    cluster.delete("resource.k8s.io/v1", "DeviceClass", EFA_CLASS)
 
 
 # --------------------------------------------------------------------- UltraServer units

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from consts import DRIVER_NAME
@@ -30,6 +31,7 @@ Obj = dict[str, Any]
 POLL_S = 0.2
 DEVICE_4 = "device.attributes['neuron.aws.com'].deviceId == 4"
 DEVICE_9 = "device.attributes['neuron.aws.com'].deviceId == 9"
+DEVICE_6 = "device.attributes['neuron.aws.com'].deviceId == 6"
 PUBLISHES = ("neuron_dra_slice_publishes_total", ())
 
 
@@ -152,6 +154,30 @@ def test_ecc_error_taints_one_device_and_the_rest_keep_working(
     prepared = len(node.side.report_events("prepared"))
     assert found[("neuron_dra_prepare_duration_seconds_count", ())] == prepared == 4
     assert found[("neuron_dra_prepared_claims", ())] == 3
+
+
+def test_the_tolerations_example_has_a_tainted_device(
+    health: tuple[Cluster, SimulatedNode, SimulatedNode, int],
+) -> None:
+    """examples/specs/tolerations.yaml's request, held to one tainted device: given it,
+    while the same request without its tolerations is refused."""
+    cluster, node, _, _ = health
+    [template] = [d for d in yaml.safe_load_all((REPO / "examples/specs/tolerations.yaml")
+                                                .read_text()) if d["kind"] != "Pod"]  # fmt: skip
+    spec = template["spec"]["spec"]
+    request = spec["devices"]["requests"][0]["exactly"]
+    request["selectors"].append({"cel": {"expression": DEVICE_6}})
+    break_device(node, 6)
+    cluster.wait_for("taint on neurondevice6", lambda: taint_of(node, "neurondevice6"), 10)
+    tolerant = submit(cluster, spec, node.name)
+    cluster.wait_for_pod_running(tolerant, timeout=60)
+    assert devices_of(cluster, tolerant) == {6}
+    cluster.delete("v1", "Pod", tolerant, "default")
+    cluster.wait_for_pod_gone(tolerant, timeout=60)
+    del request["tolerations"]
+    assert "cannot allocate all claims" in unschedulable_reason(
+        cluster, submit(cluster, spec, node.name)
+    )
 
 
 def test_kernel_error_line_and_recovery(

@@ -18,7 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from consts import DRIVER_NAME
+from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE
 from neuron_dra.agent.claimref import ClaimRef
 from neuron_dra.agent.claims import ClaimError, plan
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, Selector, compile_selector
@@ -95,6 +95,25 @@ class Cluster:
         self.taken[device.key] = holder
         for counter, amount in device.consumes:
             self.used[counter] = self.used.get(counter, Fraction(0)) + amount
+
+    def open_to_admin(self, device: SimDevice) -> bool | None:
+        """What the driver publishes once a claim holds a device whole (a Neuron device or
+        the node device): that device without its counters, so an admin request can have
+        it too, and nothing that shares a counter with it. A held core keeps its counters,
+        and a device with one of its cores held keeps the counter it cannot fill."""
+        if device.key in self.taken:
+            return _whole(device)
+        # Counters belong to one pool: only its devices can share one.
+        held = {
+            counter
+            for node in self.nodes
+            for other in node.devices
+            if other.pool == device.pool and other.key in self.taken and _whole(other)
+            for counter, _ in other.consumes
+        }
+        if any(counter in held for counter, _ in device.consumes):
+            return False
+        return None
 
     # --- selectors -----------------------------------------------------------
 
@@ -188,7 +207,8 @@ class Cluster:
                 outcome.node = node.name
                 outcome.placements = placements
                 for placement in placements:
-                    self._take(placement.device, outcome.claim.key)
+                    if not placement.admin:
+                        self._take(placement.device, outcome.claim.key)
                 self._prepare(outcome, node)
             return
         if not self.nodes:
@@ -363,6 +383,13 @@ class Cluster:
 _RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
 
 
+def _whole(device: SimDevice) -> bool:
+    """A Neuron device or the node device, the units the driver withdraws around."""
+    if device.driver != DRIVER_NAME:
+        return False
+    return bool(device.attribute(f"{DRIVER_NAME}/{ATTR_RESOURCE_TYPE}") != RESOURCE_TYPE_CORE)
+
+
 def _fewest(claim: Claim) -> int:
     """The fewest devices an allocation of the claim holds (All requests counted as none)."""
     return sum(min(a.count for a in r.alternatives) for r in claim.spec.requests)
@@ -394,6 +421,8 @@ def take_allocated(cluster: Cluster, claims: Sequence[Json]) -> None:
         allocation = (claim.get("status") or {}).get("allocation") or {}
         holder = f"{namespace_of(claim)}/{claim['metadata']['name']}"
         for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("adminAccess"):
+                continue  # holds nothing: others may have the device too
             cluster.take_key((result["driver"], result["pool"], result["device"]), holder)
 
 

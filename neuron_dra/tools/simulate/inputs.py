@@ -56,6 +56,8 @@ class Alternative:
     all: bool
     count: int
     tolerations: tuple[Json, ...] = ()
+    # adminAccess: the device may be in use by other claims, and this one does not hold it.
+    admin: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,9 @@ def _alternative(name: str, body: Mapping[str, Any], where: str) -> Alternative:
     selectors = tuple(
         str((s.get("cel") or {}).get("expression", "")) for s in body.get("selectors") or []
     )
+    admin = body.get("adminAccess", False)
+    if not isinstance(admin, bool):
+        raise InputError(f"{where}: request {name!r}: adminAccess must be true or false")
     return Alternative(
         name=name,
         device_class=str(device_class),
@@ -159,6 +164,7 @@ def _alternative(name: str, body: Mapping[str, Any], where: str) -> Alternative:
         all=mode == "All",
         count=count,
         tolerations=tuple(body.get("tolerations") or ()),
+        admin=admin,
     )
 
 

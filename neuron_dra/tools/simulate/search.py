@@ -23,6 +23,7 @@ SEARCH_LIMIT = 1_000_000  # device placements tried per node before giving up, a
 class Placement:
     request: str  # the request (or request/subrequest) the device was allocated for
     device: SimDevice
+    admin: bool = False  # with adminAccess: the device is not held by this claim
 
 
 class Allocated(Protocol):
@@ -39,6 +40,10 @@ class Allocated(Protocol):
 
     def counters_of(self, counter: CounterKey) -> Fraction:
         """A shared counter's total."""
+
+    def open_to_admin(self, device: SimDevice) -> bool | None:
+        """Whether an adminAccess request may have a device other claims hold (None: it is
+        not held, and counters decide)."""
 
 
 class NodeFailedError(Exception):
@@ -166,11 +171,18 @@ class Search:
         self.steps += 1
         if self.steps > SEARCH_LIMIT:
             raise _SearchLimitError
-        if device.key in self.cluster.taken or device.key in self.in_use:
+        if device.key in self.in_use:
             return False
-        for counter, amount in device.consumes:
-            if self.used.get(counter, Fraction(0)) + amount > self.cluster.counters_of(counter):
+        if alt.admin:
+            # In use elsewhere or not, an admin request draws on nothing (the allocator
+            # counts neither its devices nor their counters as taken).
+            opened = self.cluster.open_to_admin(device)
+            if opened is False:
                 return False
+            if opened is None and not self._counters_left(device):
+                return False
+        elif device.key in self.cluster.taken or not self._counters_left(device):
+            return False
         claim = self.claims[ci]
         values = self.values[ci]
         for i, constraint in enumerate(claim.spec.constraints):
@@ -186,17 +198,25 @@ class Search:
             if constraint.applies(alt.name):
                 held, holders = values[i]
                 values[i] = (device.attribute(constraint.attribute), holders + 1)
-        for counter, amount in device.consumes:
-            self.used[counter] = self.used.get(counter, Fraction(0)) + amount
+        if not alt.admin:
+            for counter, amount in device.consumes:
+                self.used[counter] = self.used.get(counter, Fraction(0)) + amount
         self.in_use.add(device.key)
-        self.chosen[ci].append(Placement(alt.name, device))
+        self.chosen[ci].append(Placement(alt.name, device, alt.admin))
         return True
+
+    def _counters_left(self, device: SimDevice) -> bool:
+        return all(
+            self.used.get(counter, Fraction(0)) + amount <= self.cluster.counters_of(counter)
+            for counter, amount in device.consumes
+        )
 
     def _remove(self, ci: int, alt: Alternative, device: SimDevice) -> None:
         self.chosen[ci].pop()
         self.in_use.discard(device.key)
-        for counter, amount in device.consumes:
-            self.used[counter] -= amount
+        if not alt.admin:
+            for counter, amount in device.consumes:
+                self.used[counter] -= amount
         values = self.values[ci]
         for i, constraint in enumerate(self.claims[ci].spec.constraints):
             if constraint.applies(alt.name):

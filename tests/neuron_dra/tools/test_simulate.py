@@ -203,7 +203,20 @@ def _gang(size: int) -> Check:
     return check
 
 
+def _one_device(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert [p.device.name for p in only.placements] == ["neurondevice0"]
+    assert env(only)["NEURON_RT_VISIBLE_CORES"] == "0-3"
+
+
+def _every_device_held_by_none(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert indices(only) == set(range(16)) and all(p.admin for p in only.placements)
+
+
 TRN2 = [("trn2.48xlarge", 1)]
+# Examples whose claims need another driver's devices: run on the real scheduler instead.
+OTHER_DRIVERS = {"efa-and-neuron.yaml": "tests/e2e/test_examples.py::test_neurons_and_efa"}
 EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "1x4-connected-devices.yaml": (TRN2, _row_on_trn2),
     "device-plugin-style-neuron.yaml": (TRN2, _four_whole_devices),
@@ -230,6 +243,9 @@ EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "us-2-node-config.yaml": ([("trn2u.48xlarge", 4)], _ultraserver(2, 4)),
     "podgroup/us-4-node-gang.yaml": ([("trn2u.48xlarge", 8)], _gang(4)),
     "first-available.yaml": (TRN2, _everything),
+    "tolerations.yaml": (TRN2, _one_device),
+    "claim-shared-by-pods.yaml": (TRN2, _row_on_trn2),
+    "admin-access.yaml": (TRN2, _every_device_held_by_none),
     "podgroup/us-2-node-gang.yaml": ([("trn2u.48xlarge", 8)], _gang(2)),
     "us-and-lnc-config.yaml": ([("trn2u.48xlarge", 4)], _ultraserver(2, 4, lnc=1)),
     "specific-driver-version.yaml": (
@@ -241,7 +257,52 @@ EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
 
 def test_every_example_is_covered() -> None:
     files = {str(p.relative_to(SPECS)) for p in SPECS.rglob("*.yaml")}
-    assert files == set(EXAMPLES)
+    assert files == set(EXAMPLES) | set(OTHER_DRIVERS)
+
+
+def test_a_class_of_another_driver_is_named() -> None:
+    [claim] = run([SPECS / "efa-and-neuron.yaml"], TRN2)
+    assert claim.reasons == [
+        f"{SECOND}: request efa: DeviceClass efa.networking.k8s.aws is not among the inputs "
+        "nor the driver's"
+    ]
+
+
+ADMIN = SPECS / "admin-access.yaml"
+
+
+def test_an_admin_request_has_devices_in_use_and_holds_none() -> None:
+    """As the scheduler: adminAccess skips devices' "in use" (not counters), and what it
+    gets stays free for the claims after it."""
+    row, monitor, later = run([SPECS / "1x4-connected-devices.yaml", ADMIN,
+                               SPECS / "l-trn2.yaml"], TRN2)  # fmt: skip
+    assert indices(row) == set(range(4))
+    assert indices(monitor) == set(range(16))
+    assert indices(later) == set(range(8, 16)) or indices(later) == set(range(4, 12))
+
+
+def test_an_admin_request_meets_a_held_core_as_the_scheduler_does() -> None:
+    # The core's counter is spent: its device is not free to anyone, admin or not.
+    [monitor] = run([ADMIN], TRN2, taken=[f"{SECOND}:neuroncore5"])
+    assert not monitor.allocated
+    [monitor] = run([ADMIN], TRN2, taken=[f"{SECOND}:1"])
+    assert indices(monitor) == set(range(16))
+
+
+def test_an_admin_request_on_an_ultraserver_node_follows_the_withdrawal(tmp_path: Path) -> None:
+    """A held device withdraws the node device; a held node device withdraws the devices."""
+    node = "trn2u.48xlarge-0"
+    whole = tmp_path / "node.yaml"
+    text = ADMIN.read_text().replace("allocationMode: All", "count: 1")
+    whole.write_text(text.replace("== 'neuron_device'", "== 'neuron_node'"))
+    [monitor] = run([whole], [("trn2u.48xlarge", 1)], taken=[f"{node}:3"])
+    assert not monitor.allocated
+    [monitor] = run([whole], [("trn2u.48xlarge", 1)], taken=[f"{node}:neuronnode"])
+    assert [p.device.name for p in monitor.placements] == ["neuronnode"]
+    [monitor] = run([ADMIN], [("trn2u.48xlarge", 1)], taken=[f"{node}:neuronnode"])
+    assert not monitor.allocated
+    [monitor] = run([ADMIN], [("trn2u.48xlarge", 1)], taken=[f"{node}:3"])
+    assert indices(monitor) == set(range(16))
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
