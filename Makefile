@@ -35,10 +35,10 @@ test: lint
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python -m tests.e2e.versions --oldest
 
 # The tests that differ between releases on every supported one (and a 1.33
-# kubelet), and the README's compatibility table from the outcome.
+# kubelet), and the compatibility table in docs/operators/kubernetes-releases.md.
 test-versions: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) NEURON_DRA_UPGRADE_TO=v1.36.3 \
-		$(BIN)/python -m tests.e2e.versions --readme README.md
+		$(BIN)/python -m tests.e2e.versions --table docs/operators/kubernetes-releases.md
 
 demo: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python scripts/demo.py

@@ -10,7 +10,8 @@ larger sizes. Throughput is what one scheduling at a time allows: 1000 / p50 pod
 second. The fit is per this machine's cores: the scheduler filters nodes in parallel,
 so a control plane with more cores divides b.
 
-`python bench/scalemodel.py [scale.json]` prints the tables the README carries.
+`python bench/scalemodel.py [scale.json]` prints the tables of
+docs/contributors/fleet-scale.md.
 """
 
 from __future__ import annotations

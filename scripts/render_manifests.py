@@ -2,8 +2,12 @@
 
 The chart (``deploy/helm/neuron-dra``) is the one source: the manifests that
 ``scripts/install-dra-driver.sh`` applies are its output with the default
-values, one file per template, the image left as the placeholder the script
-replaces. helm is the one ``tests/e2e/build.py`` builds (``NEURON_DRA_HELM``
+values in namespace ``neuron-dra``, one file per template, the image left as the
+placeholder the script replaces and ``app.kubernetes.io/managed-by`` naming the
+script instead of Helm. The chart installs into the release namespace that
+``helm install -n NAME --create-namespace`` makes, so it has no Namespace
+template: ``namespace.yaml`` is written here, with the Pod Security labels the
+plugin pods need. helm is the one ``tests/e2e/build.py`` builds (``NEURON_DRA_HELM``
 names another).
 
     python scripts/render_manifests.py           # rewrite deploy/*.yaml
@@ -25,6 +29,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = REPO_ROOT / "deploy"
 CHART = DEPLOY / "helm" / "neuron-dra"
 RELEASE = "neuron-dra"
+NAMESPACE = "neuron-dra"
+MANAGED_BY = "install-dra-driver.sh"
 PLACEHOLDER = "NEURON_DRA_IMAGE"
 HEADER = (
     "# Rendered from deploy/helm/neuron-dra with its default values by\n"
@@ -34,6 +40,26 @@ IMAGE_NOTE = (
     f"# {PLACEHOLDER} is a placeholder that scripts/install-dra-driver.sh replaces;\n"
     "# applied as is, the pods fail with InvalidImageName.\n"
 )
+NAMESPACE_MANIFEST = f"""\
+# Written by scripts/render_manifests.py (NAMESPACE_MANIFEST): the chart installs
+# into the namespace helm is given and has no Namespace of its own.
+#
+# The driver's namespace. Its pods mount host paths (kubelet plugin directories,
+# /var/run/cdi, /sys, /dev), which the baseline Pod Security level forbids, so
+# the namespace enforces "privileged"; the pods themselves still run
+# unprivileged with no capabilities (see daemonset.yaml).
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {NAMESPACE}
+  labels:
+    app.kubernetes.io/name: neuron-dra
+    app.kubernetes.io/managed-by: {MANAGED_BY}
+    pod-security.kubernetes.io/enforce: privileged
+    pod-security.kubernetes.io/warn: privileged
+    pod-security.kubernetes.io/audit: privileged
+"""
+_MANAGED_BY = re.compile(r"^(\s+app\.kubernetes\.io/managed-by: )Helm$", re.MULTILINE)
 _SOURCE = re.compile(rf"^# Source: {RELEASE}/templates/(?P<name>[^/\n]+\.yaml)\n", re.MULTILINE)
 DIFF_LINES_PER_FILE = 40
 _RENDERED_REPOSITORY = "placeholder.invalid/neuron-dra"
@@ -55,7 +81,8 @@ def helm() -> Path:
 def helm_template(helm_bin: Path, chart: Path = CHART) -> str:
     # The chart's schema wants a real repository and tag; the script wants a bare word.
     sets = f"image.repository={_RENDERED_REPOSITORY},image.tag={_RENDERED_TAG}"
-    args = [str(helm_bin), "template", RELEASE, str(chart), f"--set={sets}"]
+    args = [str(helm_bin), "template", RELEASE, str(chart), f"--namespace={NAMESPACE}",
+            f"--set={sets}"]  # fmt: skip
     done = subprocess.run(args, check=False, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed (exit {done.returncode}):\n{done.stderr}")
@@ -79,12 +106,13 @@ def split(rendered: str) -> dict[str, str]:
     image = re.compile(rf"^(\s+image: ){rendered_image}$", re.MULTILINE)
     replaced = 0
     for name, text in files.items():
-        placed, count = image.subn(rf"\g<1>{PLACEHOLDER}", text)
+        labelled = _MANAGED_BY.sub(rf"\g<1>{MANAGED_BY}", text)
+        placed, count = image.subn(rf"\g<1>{PLACEHOLDER}", labelled)
         files[name] = HEADER + (IMAGE_NOTE if count else "") + "#\n" + placed
         replaced += count
     if replaced != 1:
         raise ValueError(f"expected one image line to replace with {PLACEHOLDER}, found {replaced}")
-    return files
+    return {"namespace.yaml": NAMESPACE_MANIFEST, **files}
 
 
 def render(helm_bin: Path, deploy: Path = DEPLOY) -> dict[str, str]:

@@ -90,7 +90,8 @@ class CoreLayout(StrEnum):
     PARTITIONS = "partitions"  # each core a device, kept apart from its device by counters
     # Each device shareable (consumable capacity, KEP-5075), a claim taking a number of its
     # physical cores. Measured by bench/scale.py, not published by the agent (README,
-    # Decisions): the 1.37 allocator scans every share in the cluster per device.
+    # Decisions; docs/contributors/fleet-scale.md): the 1.37 allocator scans every share in
+    # the cluster per device.
     CAPACITY = "capacity"
 
 

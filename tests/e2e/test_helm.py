@@ -13,6 +13,7 @@ nothing behind.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import yaml
 from neuron_dra.cli import parser
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from tests import doc_commands
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
 from tests.e2e.plugin_access import (
@@ -52,9 +54,16 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 CHART = DEPLOY / "helm" / "neuron-dra"
 RELEASE = "neuron-dra"
-RELEASE_NAMESPACE = "default"  # where helm keeps the release; the chart names its own
+# The chart installs into helm's namespace, which also keeps the release.
+RELEASE_NAMESPACE = NAMESPACE
 REPOSITORY = "registry.invalid/neuron-dra"
 IMAGE_VALUES = (f"--set=image.repository={REPOSITORY}", "--set=image.tag=1.0.0")
+VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+STANDARD_LABELS = {
+    "app.kubernetes.io/name": "neuron-dra", "app.kubernetes.io/instance": RELEASE,
+    "app.kubernetes.io/version": VERSION, "app.kubernetes.io/part-of": "neuron-dra",
+    "app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": f"neuron-dra-{VERSION}",
+}  # fmt: skip
 DS_KEY: Key = ("apps/v1", "DaemonSet", "neuron-dra", NAMESPACE)
 
 
@@ -69,11 +78,12 @@ def helm_env(home: Path, kubeconfig: Path | None = None) -> dict[str, str]:
 
 
 def run(
-    args: list[str], env: dict[str, str], stdin: str | None = None
+    args: list[str], env: dict[str, str], stdin: str | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        args, check=False, env=env, input=stdin, capture_output=True, text=True, timeout=180
-    )
+        args, check=False, env=env, input=stdin, capture_output=True, text=True, timeout=180,
+        cwd=cwd,
+    )  # fmt: skip
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -134,7 +144,8 @@ def test_lint(helm_bin: Path, offline: dict[str, str]) -> None:
         ("image.digest=sha256:abc", "at '/image/digest': 'sha256:abc' does not match pattern"),
         ("image.pullPolicy=always",
          "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
-        ("namespace=Neuron_DRA", "at '/namespace': 'Neuron_DRA' does not match pattern"),
+        # The namespace is helm's (-n), not a value.
+        ("namespace=drivers", "at '': additional properties 'namespace' not allowed"),
         ("deviceClasses.extendedResourceNames.neuron=neuron",
          "at '/deviceClasses/extendedResourceNames/neuron': 'neuron' does not match pattern"),
     ],
@@ -152,7 +163,7 @@ def test_bad_values_are_refused_with_a_clear_message(
 def test_sagemaker_hyperpod_instance_types_are_accepted(
     helm_bin: Path, offline: dict[str, str]
 ) -> None:
-    """HyperPod nodes carry `ml.`-prefixed types (ml.trn1.32xlarge), which the README
+    """HyperPod nodes carry `ml.`-prefixed types (ml.trn1.32xlarge), which the install docs
     tells its users to add; the schema once refused the second dot."""
     types = "--set=instanceTypes={trn2.48xlarge,ml.trn1.32xlarge,ml.trn2.48xlarge}"
     out = ok(run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES, types], offline))
@@ -200,7 +211,7 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
     )
     kinds = sorted(kind for kind, _ in by_key(objects))
     assert kinds == sorted([
-        "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
         "Service", "DaemonSet", *["DeviceClass"] * 5, *["ValidatingAdmissionPolicy"] * 3,
         *["ValidatingAdmissionPolicyBinding"] * 3,
     ])  # fmt: skip
@@ -217,7 +228,7 @@ def test_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> No
     objects = template(
         helm_bin, offline, *IMAGE_VALUES,
         f"--set=image.digest={digest}", "--set=image.pullPolicy=Always",
-        "--set=namespace=drivers", "--set=createNamespace=false",
+        "--namespace=drivers",
         "--set=priorityClassName=", "--set=imagePullSecrets={ecr}",
         "--set=instanceTypes={trn2.48xlarge,trn2u.48xlarge}",
         "--set=tolerations[0].key=dedicated,tolerations[0].operator=Exists",
@@ -232,7 +243,7 @@ def test_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> No
         "--set=deviceClasses.extendedResourceNames.neuroncore=example.com/neuroncore",
     )  # fmt: skip
     found = by_key(objects)
-    assert ("Namespace", "drivers") not in found and ("Namespace", NAMESPACE) not in found
+    assert "Namespace" not in {kind for kind, _ in found}
     for (kind, name), obj in found.items():
         if kind in {"ServiceAccount", "Service", "DaemonSet"}:
             assert obj["metadata"]["namespace"] == "drivers", (kind, name)
@@ -286,7 +297,7 @@ def test_parts_turn_off(helm_bin: Path, offline: dict[str, str]) -> None:
         "--set=configPolicy.enabled=false",
     )  # fmt: skip
     assert sorted({o["kind"] for o in objects}) == [
-        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Namespace", "Role", "RoleBinding",
+        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "RoleBinding",
         "ServiceAccount",
     ]  # fmt: skip
     container = container_of(objects)
@@ -339,11 +350,36 @@ def upgrade(helm_bin: Path, cluster: Cluster, *values: str) -> str:
                    "--timeout=60s", *values))  # fmt: skip
 
 
+def test_notes_warn_of_a_namespace_that_refuses_the_pods(helm_bin: Path, cluster: Cluster) -> None:
+    """The pods mount host paths: a namespace enforcing "baseline" refuses them, and the
+    notes say how to allow them; a namespace that allows them gets no warning. Before the
+    module's install: a dry run of a second release would meet the first one's objects."""
+    strict = "baseline-ns"
+    if cluster.get_or_none("v1", "Namespace", strict) is None:
+        cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "name": strict,
+                    "labels": {"pod-security.kubernetes.io/enforce": "baseline"},
+                },
+            }
+        )
+    env = helm_env(cluster.workdir, cluster.kubeconfig)
+    dry_run = [str(helm_bin), "install", "second", str(CHART), "--dry-run=server", *IMAGE_VALUES]
+    notes = ok(run([*dry_run, f"--namespace={strict}"], env))
+    assert f'WARNING: namespace {strict} enforces Pod Security "baseline"' in notes
+    allow = "--overwrite pod-security.kubernetes.io/enforce=privileged"
+    assert f"kubectl label namespace {strict} {allow}" in notes
+    assert "WARNING" not in ok(run([*dry_run, "--namespace=default"], env))
+
+
 @pytest.fixture(scope="module")
 def installed(helm_bin: Path, cluster: Cluster) -> tuple[str, list[Key]]:
     """`helm install --wait` once for the module: its output and the objects it made."""
     output = ok(helm(helm_bin, cluster, "install", RELEASE, str(CHART), "--wait",
-                     "--timeout=60s", *IMAGE_VALUES))  # fmt: skip
+                     "--timeout=60s", "--create-namespace", *IMAGE_VALUES))  # fmt: skip
     manifest = ok(helm(helm_bin, cluster, "get", "manifest", RELEASE))
     return output, [key(o) for o in yaml.safe_load_all(manifest) if o]
 
@@ -352,10 +388,10 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 19, keys
+    assert len(keys) == 18, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
-        assert labels["app.kubernetes.io/managed-by"] == "Helm", k
+        assert {name: labels.get(name) for name in STANDARD_LABELS} == STANDARD_LABELS, k
     spec = cluster.get(*DS_KEY)["spec"]
     assert spec["template"]["spec"]["containers"][0]["image"] == f"{REPOSITORY}:1.0.0"
     affinity = spec["template"]["spec"]["affinity"]["nodeAffinity"]
@@ -546,7 +582,9 @@ def test_uninstall_leaves_nothing(
     output = ok(helm(helm_bin, cluster, "uninstall", RELEASE, "--wait", "--timeout=60s"))
     assert f'release "{RELEASE}" uninstalled' in output
     assert object_state(cluster, keys) == dict.fromkeys(keys)
-    assert ("v1", "Namespace", NAMESPACE, None) in keys
+    # The namespace is the operator's (made by --create-namespace): it stays, empty.
+    assert ("v1", "Namespace", NAMESPACE, None) not in keys
+    assert cluster.get_or_none("v1", "Namespace", NAMESPACE) is not None
     assert cluster.list_objects("v1", "Pod", NAMESPACE) == []
     for kind in ("ClusterRole", "ClusterRoleBinding"):
         found = cluster.list_objects("rbac.authorization.k8s.io/v1", kind)
@@ -558,3 +596,28 @@ def test_uninstall_leaves_nothing(
     # helm's own record of the release is gone too.
     secrets = cluster.list_objects("v1", "Secret", RELEASE_NAMESPACE)
     assert not [s for s in secrets if s["metadata"].get("labels", {}).get("owner") == "helm"]
+
+
+def test_the_documented_helm_commands_run(helm_bin: Path, cluster: Cluster) -> None:
+    """Each helm command of the docs as written, but for <registry> and a --timeout, from the
+    repository root: every install, each followed by the upgrades and the uninstall. Last in
+    the module: it first uninstalls the module's release, if still there."""
+    ran = doc_commands.run_by(doc_commands.HELM)
+    verbs = {c.argv[1] for c in ran}
+    assert verbs == {"install", "upgrade", "uninstall"}, ran
+    if helm(helm_bin, cluster, "status", RELEASE).returncode == 0:
+        ok(helm(helm_bin, cluster, "uninstall", RELEASE, "--wait", "--timeout=60s"))
+    env = helm_env(cluster.workdir, cluster.kubeconfig)
+
+    def go(command: doc_commands.DocCommand) -> str:
+        argv = shlex.split(doc_commands.fill(command.text, registry="registry.invalid"))
+        return ok(run([str(helm_bin), *argv[1:], "--timeout=120s"], env, cwd=REPO))
+
+    for install in [c for c in ran if c.argv[1] == "install"]:
+        assert "STATUS: deployed" in go(install), install
+        assert cluster.get(*DS_KEY)["metadata"]["labels"] == STANDARD_LABELS
+        for command in [c for c in ran if c.argv[1] == "upgrade"]:
+            assert "STATUS: deployed" in go(command), command
+        for command in [c for c in ran if c.argv[1] == "uninstall"]:
+            assert "uninstalled" in go(command), command
+        assert cluster.get_or_none(*DS_KEY) is None

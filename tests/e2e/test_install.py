@@ -12,7 +12,6 @@ admission policies.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import yaml
 
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from tests import doc_commands
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
 from tests.e2e.manifests import INSTALL_SCRIPT, run_install_script
@@ -241,15 +241,11 @@ def test_rollout_on_a_neuron_node(cluster: Cluster, installed: str) -> None:
     assert "logs not available" in output
 
 
-DOCS = Path(__file__).resolve().parents[2] / "docs/troubleshooting.md"
-
-
-def test_the_troubleshooting_commands_run(cluster: Cluster, installed: str) -> None:
-    """Every command in a code block of docs/troubleshooting.md, as written but for
-    its placeholders, runs against the installed driver."""
-    blocks = re.findall(r"```sh\n(.*?)```", DOCS.read_text(), re.DOTALL)
-    commands = [line for block in blocks for line in block.splitlines() if line.strip()]
-    assert len(commands) >= 6, commands
+def test_the_documented_cluster_commands_run(cluster: Cluster, installed: str) -> None:
+    """Every kubectl and `neuron-dra --kubeconfig` command of the docs, as written but for
+    its placeholders, runs against the driver the script installed (tests/doc_commands.py)."""
+    ran = doc_commands.run_by(doc_commands.CLUSTER)
+    assert len(ran) >= 20, ran
     node = "troubleshooting"
     if cluster.get_or_none("v1", "Node", node) is None:
         cluster.add_node(node)
@@ -259,19 +255,37 @@ def test_the_troubleshooting_commands_run(cluster: Cluster, installed: str) -> N
     if cluster.get_or_none("v1", "Pod", "waits", "default") is None:
         cluster.create(pod)
     neuron_dra = Path(sys.executable).with_name("neuron-dra")
-    for command in commands:
-        argv = shlex.split(command.replace("<node>", node).replace("<pod>", "waits"), comments=True)
+    values = {"node": node, "pod": "waits", "file": "single-device.yaml"}
+    for command in ran:
+        text = doc_commands.fill(command.text, **values)
+        text = text.replace("~/.kube/config", str(cluster.kubeconfig))
+        argv = shlex.split(text.replace("my-claims.yaml", "examples/specs/single-device.yaml"))
         if argv[0] == "kubectl":
             argv = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", *argv[1:]]
-            result = subprocess.run(argv, check=False, capture_output=True, text=True)
-            assert result.returncode == 0, (command, result.stderr)
+            result = subprocess.run(argv, check=False, capture_output=True, text=True, cwd=REPO)
+            assert result.returncode == 0, (str(command), result.stderr)
         else:
             assert argv[:2] == ["neuron-dra", "simulate"], command
-            argv = [str(neuron_dra), "simulate", str(SPECS / "single-device.yaml"),
-                    "--kubeconfig", str(cluster.kubeconfig)]  # fmt: skip
-            result = subprocess.run(argv, check=False, capture_output=True, text=True)
+            result = subprocess.run([str(neuron_dra), *argv[1:]], check=False,
+                                    capture_output=True, text=True, cwd=REPO)  # fmt: skip
+            # 1: the driver would refuse to prepare (the stand-in nodes have no sysfs).
             assert result.returncode in (0, 1) and "claim default/single-device" in result.stdout, (
-                result.stdout, result.stderr)  # fmt: skip
+                str(command), result.stdout, result.stderr)  # fmt: skip
+
+
+def test_the_documented_script_commands_run(cluster: Cluster, installed: str) -> None:
+    """The script's commands of the docs; those that would change the module's install run
+    with --dry-run added (the module installs and uninstalls with the same flags)."""
+    ran = doc_commands.run_by(doc_commands.SCRIPT)
+    assert len(ran) >= 3, ran
+    for command in ran:
+        argv = shlex.split(doc_commands.fill(command.text, registry="registry.example"))
+        if "--dry-run" not in argv:
+            argv.append("--dry-run")
+        before = state(cluster)
+        result = run_install_script(cluster, *argv[1:])
+        assert result.returncode == 0, (str(command), result.stdout, result.stderr)
+        assert state(cluster) == before, command
 
 
 # --------------------------------------------------------------- permissions

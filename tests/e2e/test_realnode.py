@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e import realcluster
@@ -31,6 +32,7 @@ from tests.e2e.test_examples import load
 from tests.e2e.test_helm import CHART, RELEASE, helm, ok
 from tests.e2e.test_plugin import claim_of, expected_env, namespace, pod_using
 
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 Obj = dict[str, Any]
@@ -318,19 +320,40 @@ def test_a_reboot_clears_the_previous_boots_specs(real: RealCluster) -> None:
     wait_released(real, ns, "after-reboot", fresh)
 
 
-def test_the_helm_chart_installs_the_same_driver(real: RealCluster, helm_bin: Path) -> None:
-    """Last: the script's installation removed, the chart's in its place, a pod using a
-    device again, and `helm uninstall` leaving no plugin pod behind."""
+def test_the_helm_chart_installs_the_same_driver(
+    real: RealCluster, helm_bin: Path, tmp_path: Path
+) -> None:
+    """Last: the script's installation removed, the chart's in its place with the values
+    file of docs/operators/install.md (node selector, tolerations, pull secret, SELinux
+    options, annotations, resources, log level), a pod using a device again, and `helm
+    uninstall` leaving no plugin pod behind."""
     real.install("--uninstall")
     real.cluster.wait_for("the plugin pod gone", lambda: not real.plugin_pods(), 120.0)
+    page = (REPO / "docs/operators/install.md").read_text()
+    [documented] = re.findall(r"^```yaml\n(.*?)^```", page, re.MULTILINE | re.DOTALL)
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(documented)
+    selector = yaml.safe_load(documented)["nodeSelector"]
+    real.cluster.patch("v1", "Node", NODE, {"metadata": {"labels": selector}})
     repository, tag = real.driver.name.rsplit(":", 1)
-    values = (f"--set=image.repository={repository}", f"--set=image.tag={tag}")
+    values = (f"--values={values_file}", f"--set=image.repository={repository}",
+              f"--set=image.tag={tag}")  # fmt: skip
     ok(helm(helm_bin, real.cluster, "install", RELEASE, str(CHART), "--wait",
-            "--timeout=120s", *values))  # fmt: skip
+            "--timeout=120s", "--create-namespace", *values))  # fmt: skip
     real.cluster.wait_for("the chart's plugin pod Ready", real.ready_plugin, 120.0)
+    [plugin] = real.plugin_pods()
+    spec = plugin["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux", **selector}
+    assert plugin["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert spec["imagePullSecrets"] == [{"name": "ecr"}]
+    [container] = spec["containers"]
+    assert container["securityContext"]["seLinuxOptions"] == {"type": "spc_t"}
+    assert "--log-level=debug" in container["command"]
+    assert "--unhealthy-effect=NoExecute" in container["command"]
     ns = namespace(real.cluster)
     _, uid = user_pod(real, ns, "under-helm")
     real.cluster.delete("v1", "Pod", "under-helm", ns)
     wait_released(real, ns, "under-helm", uid)
     ok(helm(helm_bin, real.cluster, "uninstall", RELEASE, "--wait", "--timeout=120s"))
-    assert not real.plugin_pods()
+    # The namespace is the operator's and stays; the DaemonSet's pods go after it.
+    real.cluster.wait_for("the chart's plugin pod gone", lambda: not real.plugin_pods(), 120.0)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import doc_commands
 from tests.e2e import images
 
 pytestmark = pytest.mark.e2e
@@ -22,16 +23,24 @@ REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
-def test_release_artifacts(helm_bin: Path, tmp_path: Path) -> None:
+def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> None:
+    """docs/operators/install.md's release commands as written (root already, so without
+    sudo; the repository's scripts by path), in a directory of their own; then what they
+    made is checked."""
     if os.geteuid() != 0 or images.missing_tools():
         pytest.skip(f"building the image needs root and {', '.join(images.missing_tools())}")
     out = tmp_path / "dist"
     env = {**os.environ, "HELM": str(helm_bin), "TMPDIR": str(tmp_path)}
-    script = [str(REPO / "scripts/release.sh"), str(out), "registry.example/ml/neuron-dra"]
-    subprocess.run(script, check=True, env=env, capture_output=True, text=True)
+    ran = doc_commands.run_by(doc_commands.RELEASE)
+    assert [c.argv[0] for c in ran] == ["sudo", "cd"], ran
+    for command in ran:
+        text = doc_commands.fill(command.text, registry="registry.example/ml")
+        text = text.removeprefix("sudo ").replace("scripts/", f"{REPO}/scripts/")
+        done = subprocess.run(["bash", "-c", text], cwd=tmp_path, env=env, check=False,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, (str(command), done.stdout[-2000:], done.stderr[-2000:])
     image, chart = f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz"
     assert sorted(p.name for p in out.iterdir()) == sorted([image, chart, "SHA256SUMS"])
-    subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, check=True, capture_output=True)
     with tarfile.open(out / chart) as archive:
         member = archive.extractfile("neuron-dra/Chart.yaml")
         assert member is not None

@@ -4,7 +4,8 @@ The cluster runs with the feature gates the release ships on by default; the one
 exception is ResourceHealthStatus, alpha (off) in 1.34 and 1.35, turned on so that
 device health can reach pod status there too. `make test-versions` runs this module
 (and the other tests marked `versions`) on every release in `tests.e2e.build` and
-writes the compatibility table in the README; each test's `check` names its row.
+writes the compatibility table in docs/operators/kubernetes-releases.md; each test's
+`check` names its row.
 """
 
 from __future__ import annotations
@@ -170,8 +171,8 @@ def test_device_health_reaches_pod_status(
         pytest.skip("the 1.33 kubelet reports no DRA device health")
     node, us = release["trn2"], release["us-0"]
     pick = f"device.attributes['{DRIVER_NAME}'].deviceId == 3"
-    # Each kubelet finds a pod's claims its own way (see the README): 1.34 only by a
-    # reference named like the claim, 1.35 only through a template, 1.36+ either.
+    # Each kubelet finds a pod's claims its own way (docs/operators/kubernetes-releases.md):
+    # 1.34 only by a reference named like the claim, 1.35 only through a template, 1.36+ either.
     template = cluster.binaries.kubelet_minor >= 35
     holder = submit(cluster, claim_spec(1, cel=pick), node.name, template=template)
     whole = claim_spec(1, cel=WHOLE)

@@ -3,7 +3,7 @@
     python -m tests.e2e.versions                      # all releases
     python -m tests.e2e.versions --release v1.34.4    # one (repeatable)
     python -m tests.e2e.versions --oldest             # the oldest, as `make test` does
-    python -m tests.e2e.versions --readme README.md   # and rewrite its table
+    python -m tests.e2e.versions --table docs/operators/kubernetes-releases.md  # and its table
 
 Each release runs in its own pytest process (the binaries are chosen by
 environment); a test's `versions(check=...)` marker names its row, and what it
@@ -120,17 +120,17 @@ def table(results: dict[Combination, list[Outcome]]) -> str:
     return "\n".join(lines)
 
 
-def rewrite(readme: Path, text: str) -> None:
-    content = readme.read_text()
+def rewrite(page: Path, text: str) -> None:
+    content = page.read_text()
     start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
-    readme.write_text(content[:start] + "\n" + text + "\n" + content[end:])
+    page.write_text(content[:start] + "\n" + text + "\n" + content[end:])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--release", action="append", help="a control-plane release to run")
     parser.add_argument("--oldest", action="store_true", help="only the oldest release")
-    parser.add_argument("--readme", type=Path, help="rewrite the table in this file")
+    parser.add_argument("--table", type=Path, help="rewrite the compatibility table in this file")
     args, extra = parser.parse_known_args(argv)
     wanted = [RELEASES[0]] if args.oldest else args.release
     chosen = [c for c in COMBINATIONS if not wanted or c.control_plane in wanted]
@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {combination: run(combination, extra) for combination in chosen}
     text = table(results)
     print(text)
-    if args.readme:
-        rewrite(args.readme, text)
+    if args.table:
+        rewrite(args.table, text)
     return 1 if any(o.status == "failed" for v in results.values() for o in v) else 0
 
 

@@ -1,6 +1,6 @@
 """The slice publisher against an API server that answers LISTs but not watches: it
 backs off instead of listing again at its first step, honours Retry-After, and what
-it sends a minute is the fleet's figure (README, Reliability).
+it sends a minute is the fleet's figure (docs/operators/reliability.md).
 
 Waits are recorded, not slept.
 """

@@ -1,11 +1,23 @@
-{{/* Labels of every object; the DaemonSet's selector uses only the name. */}}
+{{/* The labels every object carries (the Kubernetes and Helm recommended set). */}}
 {{- define "neuron-dra.labels" -}}
+{{ include "neuron-dra.selectorLabels" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: neuron-dra
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/* What the DaemonSet and the metrics Service select on: the name alone. A
+DaemonSet's selector cannot change after creation, so it holds nothing that an
+upgrade, a second release name or the install script would change. */}}
+{{- define "neuron-dra.selectorLabels" -}}
 app.kubernetes.io/name: neuron-dra
 {{- end }}
 
 {{/* The plugin's service account, as the API server names its requests. */}}
 {{- define "neuron-dra.serviceAccountUser" -}}
-system:serviceaccount:{{ .Values.namespace }}:neuron-dra
+system:serviceaccount:{{ .Release.Namespace }}:neuron-dra
 {{- end }}
 
 {{/* The image reference: repository@digest, else repository:tag (default appVersion). */}}

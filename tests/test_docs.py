@@ -1,0 +1,111 @@
+"""The docs as a user meets them: every command in a code block runs in a test
+(the offline ones here), and every relative link leads somewhere."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from tests import doc_commands
+from tests.doc_commands import PAGES, REPO, DocCommand, commands, run_by, runner
+
+NEURON_DRA = Path(sys.executable).with_name("neuron-dra")
+
+
+def test_every_command_has_a_test_that_runs_it() -> None:
+    found = commands()
+    assert len(found) >= 40, found
+    for command in found:
+        test = runner(command)
+        path, _, name = test.partition("::")
+        assert f"def {name}(" in (REPO / path).read_text(), f"{command}: {test} is missing"
+
+
+def test_a_command_no_test_runs_is_refused(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("Text.\n\n```sh\ncurl -sf http://x \\\n  -o y   # fetch\n```\n")
+    [command] = commands((page,))
+    assert (command.line, command.text) == (4, "curl -sf http://x -o y")
+    with pytest.raises(ValueError, match="no test runs 'curl'"):
+        runner(command)
+
+
+def test_the_make_targets_exist() -> None:
+    targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.MULTILINE))
+    for command in run_by(doc_commands.MAKE):
+        assert command.argv[1] in targets, command
+
+
+def test_the_offline_commands_run(tmp_path: Path) -> None:
+    """As written, in a shell at the repository root; a node's own `/` is a fake trn2 node
+    and /tmp is the test's."""
+    fake = tmp_path / "node"
+    subprocess.run([str(NEURON_DRA), "fake-node", "--instance-type", "trn2.48xlarge",
+                    "--out", str(fake)], check=True, capture_output=True)  # fmt: skip
+    env = {**os.environ, "NODE_NAME": "node-a", "PATH": f"{NEURON_DRA.parent}:{os.environ['PATH']}"}
+    ran = run_by(doc_commands.OFFLINE)
+    assert len(ran) >= 8, ran
+    for command in ran:
+        text = command.text.replace("--sysfs-root /", f"--sysfs-root {fake}")
+        text = text.replace("/tmp/", f"{tmp_path}/").replace("--picture ", f"--picture {tmp_path}/")
+        done = subprocess.run(["bash", "-c", text], cwd=REPO, env=env, check=False,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, (str(command), done.stdout[-2000:], done.stderr[-2000:])
+        assert done.stdout.strip(), command
+
+
+def test_the_image_build_command_is_the_one_the_real_node_runs() -> None:
+    """Building the image takes root and a minute: tests/e2e/images.py runs the script with
+    the same two arguments (an archive, a reference) for the real-node tests."""
+    images = (REPO / "tests/e2e/images.py").read_text()
+    assert '["bash", str(BUILD_SCRIPT), str(partial), name]' in images
+    for command in run_by(doc_commands.IMAGE):
+        _, script, archive, reference = command.argv
+        assert (script, archive.endswith(".tar")) == ("scripts/build-image.sh", True), command
+        assert reference.count(":") == 1 and "/" in reference, command
+
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors for the page's headings."""
+    found = set()
+    fenced = False
+    for line in page.read_text().splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and (heading := re.match(r"#+ (.*)", line)):
+            text = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower())
+            found.add(text.replace(" ", "-"))
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_leads_somewhere(page: Path) -> None:
+    for target in _LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = unquote(target).partition("#")
+        where = (page.parent / path).resolve() if path else page
+        assert where.exists(), f"{page.relative_to(REPO)}: {target} does not exist"
+        if anchor:
+            assert anchor in anchors(where), f"{page.relative_to(REPO)}: no heading for {target}"
+
+
+def test_no_page_is_left_out_of_the_index() -> None:
+    index = (REPO / "docs/README.md").read_text()
+    for page in (REPO / "docs").rglob("*.md"):
+        if page.name != "README.md":
+            assert str(page.relative_to(REPO / "docs")) in index, page
+
+
+def test_the_commands_name_their_pages() -> None:
+    # A sanity check of the reader: the README's first block is the two set-up commands.
+    first: list[DocCommand] = commands((REPO / "README.md",))[:2]
+    assert [c.text for c in first] == ["make demo", "make test"]
