@@ -67,6 +67,8 @@ class Cluster:
         self.classes = dict(classes)
         self.taken: dict[DeviceKey, str] = {}  # device -> who holds it
         self.used: dict[CounterKey, Fraction] = {}
+        # The counters of devices held whole: what the driver withdraws around them.
+        self._withdrawn: set[CounterKey] = set()
         self._selectors: dict[str, Selector] = {}
         self._matches: dict[tuple[str, DeviceKey], bool | CelEvalError] = {}
 
@@ -95,6 +97,8 @@ class Cluster:
         self.taken[device.key] = holder
         for counter, amount in device.consumes:
             self.used[counter] = self.used.get(counter, Fraction(0)) + amount
+        if _whole(device):
+            self._withdrawn.update(counter for counter, _ in device.consumes)
 
     def open_to_admin(self, device: SimDevice) -> bool | None:
         """What the driver publishes once a claim holds a device whole (a Neuron device or
@@ -103,15 +107,7 @@ class Cluster:
         and a device with one of its cores held keeps the counter it cannot fill."""
         if device.key in self.taken:
             return _whole(device)
-        # Counters belong to one pool: only its devices can share one.
-        held = {
-            counter
-            for node in self.nodes
-            for other in node.devices
-            if other.pool == device.pool and other.key in self.taken and _whole(other)
-            for counter, _ in other.consumes
-        }
-        if any(counter in held for counter, _ in device.consumes):
+        if any(counter in self._withdrawn for counter, _ in device.consumes):
             return False
         return None
 
