@@ -35,7 +35,13 @@ from neuron_dra.tools.simulate.inputs import (
     read_inputs,
 )
 from neuron_dra.tools.simulate.nodes import CounterKey, DeviceKey, SimDevice, SimNode
-from neuron_dra.tools.simulate.search import NodeFailedError, Placement, Search, tolerated
+from neuron_dra.tools.simulate.search import (
+    NodeFailedError,
+    Placement,
+    Search,
+    available,
+    tolerated,
+)
 
 
 @dataclass(frozen=True)
@@ -291,12 +297,12 @@ class Cluster:
                 f"{MAX_CLAIM_DEVICES} one claim can hold ({_RESULTS_LIMIT})"
             )
         tolerable = [d for d in selected if tolerated(d.taints, alt.tolerations)]
-        free = [d for d in tolerable if self._free(d)]
+        free = [d for d in tolerable if self._free(d, alt.admin)]
         matching = f"{len(selected)} devices match the selectors"
         untolerated = len(selected) - len(tolerable)
         if untolerated:
             matching += f" ({untolerated} with taints the request does not tolerate)"
-        blocked = [d for d in tolerable if d.key not in self.taken and not self._free(d)]
+        blocked = [d for d in tolerable if d.key not in self.taken and not self._free(d, alt.admin)]
         free_text = f"{len(free)} free"
         if blocked:
             free_text += f" ({len(blocked)} held through shared counters by allocated devices)"
@@ -367,13 +373,8 @@ class Cluster:
             parts
         )
 
-    def _free(self, device: SimDevice) -> bool:
-        if device.key in self.taken:
-            return False
-        return all(
-            self.used.get(counter, Fraction(0)) + amount <= self.counters_of(counter)
-            for counter, amount in device.consumes
-        )
+    def _free(self, device: SimDevice, admin: bool) -> bool:
+        return available(self, device, self.used, admin=admin)
 
 
 _RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"

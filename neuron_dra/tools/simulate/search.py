@@ -54,6 +54,24 @@ class _SearchLimitError(Exception):
     pass
 
 
+def available(
+    cluster: Allocated, device: SimDevice, used: Mapping[CounterKey, Fraction], *, admin: bool
+) -> bool:
+    """Whether a request may have the device, with the shared counters spent as `used`.
+    An admin request may have a device held whole elsewhere (the driver takes it off its
+    counters), and draws on nothing; otherwise a held device is out."""
+    if admin:
+        opened = cluster.open_to_admin(device)
+        if opened is not None:
+            return opened
+    elif device.key in cluster.taken:
+        return False
+    return all(
+        used.get(counter, Fraction(0)) + amount <= cluster.counters_of(counter)
+        for counter, amount in device.consumes
+    )
+
+
 def tolerated(taints: Sequence[Json], tolerations: Sequence[Json]) -> bool:
     """NoSchedule and NoExecute taints keep a device out unless a toleration matches."""
     for taint in taints:
@@ -173,15 +191,7 @@ class Search:
             raise _SearchLimitError
         if device.key in self.in_use:
             return False
-        if alt.admin:
-            # In use elsewhere or not, an admin request draws on nothing (the allocator
-            # counts neither its devices nor their counters as taken).
-            opened = self.cluster.open_to_admin(device)
-            if opened is False:
-                return False
-            if opened is None and not self._counters_left(device):
-                return False
-        elif device.key in self.cluster.taken or not self._counters_left(device):
+        if not available(self.cluster, device, self.used, admin=alt.admin):
             return False
         claim = self.claims[ci]
         values = self.values[ci]
@@ -198,18 +208,12 @@ class Search:
             if constraint.applies(alt.name):
                 held, holders = values[i]
                 values[i] = (device.attribute(constraint.attribute), holders + 1)
-        if not alt.admin:
+        if not alt.admin:  # the allocator counts neither its devices nor their counters
             for counter, amount in device.consumes:
                 self.used[counter] = self.used.get(counter, Fraction(0)) + amount
         self.in_use.add(device.key)
         self.chosen[ci].append(Placement(alt.name, device, alt.admin))
         return True
-
-    def _counters_left(self, device: SimDevice) -> bool:
-        return all(
-            self.used.get(counter, Fraction(0)) + amount <= self.cluster.counters_of(counter)
-            for counter, amount in device.consumes
-        )
 
     def _remove(self, ci: int, alt: Alternative, device: SimDevice) -> None:
         self.chosen[ci].pop()

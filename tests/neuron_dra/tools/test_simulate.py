@@ -281,6 +281,18 @@ def test_an_admin_request_has_devices_in_use_and_holds_none() -> None:
     assert indices(later) == set(range(8, 16)) or indices(later) == set(range(4, 12))
 
 
+def test_why_an_admin_request_does_not_fit_counts_the_devices_it_could_have(
+    tmp_path: Path,
+) -> None:
+    # Device 0 is held, yet open to the admin request: 16 free, not 15.
+    too_many = tmp_path / "admin.yaml"
+    too_many.write_text(ADMIN.read_text().replace("allocationMode: All", "count: 17"))
+    [monitor] = run([too_many], TRN2, taken=[f"{SECOND}:0"])
+    assert monitor.reasons == [
+        f"{SECOND}: 16 devices match the selectors, 16 free, fewer than the 17 requested"
+    ]
+
+
 def test_an_admin_request_meets_a_held_core_as_the_scheduler_does() -> None:
     # The core's counter is spent: its device is not free to anyone, admin or not.
     [monitor] = run([ADMIN], TRN2, taken=[f"{SECOND}:neuroncore5"])
