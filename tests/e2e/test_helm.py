@@ -146,6 +146,8 @@ def test_lint(helm_bin: Path, offline: dict[str, str]) -> None:
          "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
         # The namespace is helm's (-n), not a value.
         ("namespace=drivers", "at '': additional properties 'namespace' not allowed"),
+        ("securityContext.privilege=true",
+         "at '/securityContext': additional properties 'privilege' not allowed"),
         ("deviceClasses.extendedResourceNames.neuron=neuron",
          "at '/deviceClasses/extendedResourceNames/neuron': 'neuron' does not match pattern"),
     ],
@@ -446,7 +448,9 @@ OPERATOR_VALUES = (
     "--set=podLabels.team=ml",
     "--set=podAnnotations.example\\.com/scrape=yes",
     "--set=kubeletRootDir=/data/kubelet",
-    "--set=seLinuxOptions.type=spc_t",
+    "--set=securityContext.seLinuxOptions.type=spc_t",
+    # What reading /dev/kmsg takes; the server refuses privileged without escalation.
+    "--set=securityContext.privileged=true,securityContext.allowPrivilegeEscalation=true",
     '--set-json=affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":'
     '{"nodeSelectorTerms":[{"matchExpressions":[{"key":"pool","operator":"Exists"}]}]}}}',
 )
@@ -456,7 +460,8 @@ def test_the_values_operators_expect_from_other_charts(
     helm_bin: Path, cluster: Cluster, installed: tuple[str, list[Key]]
 ) -> None:
     """nodeSelector, affinity, pod labels and annotations, the kubelet's root directory
-    and seLinuxOptions land where an operator looks for them, and the server takes it."""
+    and the container's securityContext (merged over the driver's) land where an operator
+    looks for them, and the server takes it."""
     env = helm_env(cluster.workdir, cluster.kubeconfig)
     rendered = ok(run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES,
                        *OPERATOR_VALUES], env))  # fmt: skip
@@ -472,7 +477,12 @@ def test_the_values_operators_expect_from_other_charts(
         {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}
     ]
     [container] = spec["containers"]
-    assert container["securityContext"]["seLinuxOptions"] == {"type": "spc_t"}
+    assert container["securityContext"] == {
+        "seLinuxOptions": {"type": "spc_t"}, "privileged": True,
+        "allowPrivilegeEscalation": True, "runAsUser": 0, "runAsGroup": 0,
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }  # fmt: skip
     env_vars = {e["name"]: e.get("value") for e in container["env"]}
     assert env_vars["KUBELET_REGISTRAR_DIRECTORY_PATH"] == "/data/kubelet/plugins_registry"
     assert env_vars["KUBELET_PLUGINS_DIRECTORY_PATH"] == "/data/kubelet/plugins"

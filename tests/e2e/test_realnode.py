@@ -347,7 +347,9 @@ def test_the_helm_chart_installs_the_same_driver(
     assert plugin["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
     assert spec["imagePullSecrets"] == [{"name": "ecr"}]
     [container] = spec["containers"]
-    assert container["securityContext"]["seLinuxOptions"] == {"type": "spc_t"}
+    security = container["securityContext"]
+    assert security["seLinuxOptions"] == {"type": "spc_t"}
+    assert (security["runAsUser"], security["readOnlyRootFilesystem"]) == (0, True)
     assert "--log-level=debug" in container["command"]
     assert "--unhealthy-effect=NoExecute" in container["command"]
     ns = namespace(real.cluster)
