@@ -619,6 +619,11 @@ def test_the_documented_helm_commands_run(helm_bin: Path, cluster: Cluster) -> N
         ok(helm(helm_bin, cluster, "uninstall", RELEASE, "--wait", "--timeout=60s"))
     env = helm_env(cluster.workdir, cluster.kubeconfig)
 
+    def rolled_out() -> bool:
+        status = cluster.get(*DS_KEY)["status"]
+        desired = status.get("desiredNumberScheduled")
+        return bool(desired) and status.get("numberAvailable") == desired
+
     def go(command: doc_commands.DocCommand) -> str:
         argv = shlex.split(doc_commands.fill(command.text, registry="registry.invalid"))
         return ok(run([str(helm_bin), *argv[1:], "--timeout=120s"], env, cwd=REPO))
@@ -626,6 +631,10 @@ def test_the_documented_helm_commands_run(helm_bin: Path, cluster: Cluster) -> N
     for install in [c for c in ran if c.argv[1] == "install"]:
         assert "STATUS: deployed" in go(install), install
         assert cluster.get(*DS_KEY)["metadata"]["labels"] == STANDARD_LABELS
+        # As the docs go on: verified (rollout status) before an upgrade. An upgrade within
+        # minReadySeconds of the install stalled the kube-controller-manager's rollout here
+        # until something re-queued the DaemonSet.
+        cluster.wait_for("the plugin pod available", rolled_out, timeout=60)
         for command in [c for c in ran if c.argv[1] == "upgrade"]:
             assert "STATUS: deployed" in go(command), command
         for command in [c for c in ran if c.argv[1] == "uninstall"]:
