@@ -13,7 +13,9 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $@
 
 # deploy/*.yaml must be the Helm chart's output: render_manifests.py --check builds helm
-# like the e2e binaries (once, cached beside them) and compares.
+# like the e2e binaries (once, cached beside them) and compares. promtool, built the same
+# way, checks the alert rules the chart ships (tests/e2e/test_monitoring.py unit-tests them).
+RULES := deploy/helm/neuron-dra/rules/neuron-dra.rules.yaml
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -23,6 +25,9 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python scripts/generate_protos.py --check
 	$(BIN)/python scripts/render_manifests.py --check
+	@if command -v go >/dev/null; then \
+		promtool=$$($(BIN)/python -m tests.e2e.build --promtool) && "$$promtool" check rules $(RULES); \
+	else echo "go not installed: $(RULES) not checked with promtool"; fi
 
 # Fake sysfs trees are thousands of small files; on tmpfs creating and deleting
 # them is ~40x faster than on a disk mounted with `discard`.

@@ -22,6 +22,7 @@ def fake_node(tmp_path: Path) -> FakeNode:
         lnc: int | None = None,
         ultraserver: FakeUltraServer | None = None,
         pci_parents: bool = False,
+        all_counters: bool = False,  # see build_fake_node; the tests that read all ask
     ) -> Path:
         return build_fake_node(
             tmp_path / name,
@@ -30,6 +31,7 @@ def fake_node(tmp_path: Path) -> FakeNode:
             lnc=lnc,
             ultraserver=ultraserver,
             pci_parents=pci_parents,
+            all_counters=all_counters,
         )
 
     return build

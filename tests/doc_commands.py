@@ -30,6 +30,7 @@ SCRIPT = "tests/e2e/test_install.py::test_the_documented_script_commands_run"
 HELM = "tests/e2e/test_helm.py::test_the_documented_helm_commands_run"
 RELEASE = "tests/e2e/test_release.py::test_the_documented_release_commands_run"
 IMAGE = "tests/test_docs.py::test_the_image_build_command_is_the_one_the_real_node_runs"
+PROMTOOL = "tests/e2e/test_monitoring.py::test_the_documented_promtool_commands_run"
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ def runner(command: DocCommand) -> str:
         return RELEASE
     if program == "scripts/build-image.sh":
         return IMAGE
+    if program == "promtool":
+        return PROMTOOL
     raise ValueError(f"{command}: no test runs {program!r}")
 
 

@@ -24,6 +24,7 @@ class FakeNode(Protocol):
         lnc: int | None = None,
         ultraserver: FakeUltraServer | None = None,
         pci_parents: bool = False,
+        all_counters: bool = False,
     ) -> Path: ...
 
 

@@ -69,6 +69,7 @@ def test_the_charts_defaults_are_the_drivers() -> None:
     chosen = {"log_format", "metrics_port"}  # json logs and metrics in a cluster
     assert given - chosen - {"run"} == {
         "log_level", "health_interval", "health_recovery", "unhealthy_effect",
+        "health_heartbeat_timeout",
         "rediscover_interval", "ultraserver_devices", "neuron_cores",
     }  # fmt: skip
     for dest in given - chosen - {"run"}:

@@ -112,7 +112,7 @@ def test_wheel_holds_every_package_file(wheel: Path) -> None:
         assert f"{package}/py.typed" in names
     protos = {n for n in names if n.startswith("api/kubelet/") and n.endswith("_pb2.py")}
     assert {n.split("/")[2] for n in protos} >= {"dra", "drahealth", "grpchealth",
-                                                  "pluginregistration"}  # fmt: skip
+                                                  "pluginregistration", "podresources"}  # fmt: skip
     assert not {n for n in names if n.startswith("tests/") or "__pycache__" in n}
 
 

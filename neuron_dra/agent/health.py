@@ -1,15 +1,26 @@
 """Device health: one bad Neuron device is taken out of service, the rest keep working.
 
-Sources, all read under the injectable sysfs root and kernel log path:
-- the uncorrectable ECC counters under each device's stats/hardware/: any
-  increase over the value seen at start marks the device unhealthy;
+Sources, all read under the injectable sysfs root and kernel log path. Of the
+device's own health files the first the Neuron driver writes is read:
+- `stats/hardware/health_status/unhealthy_components` (driver 2.30+, Trainium2
+  and 3): the firmware's failing subsystems, comma-separated (hbm, sram, link_efa,
+  ...), or `device_unreachable`; the device is out of service while the list is not
+  empty, the subsystems being the taint's value;
+- `stats/hardware/health_status/` counts (driver 2.28 and 2.29): any increase of the
+  cached ECC counts or of `hw_error_event`;
+- the ECC counters under `stats/hardware/` (uncorrected, repairable uncorrected):
+  any increase over the value seen at start.
+A device with none of them (Inferentia, whose driver writes no ECC counters; a
+driver that moved them) is unwatched: logged once, counted in `unwatched`. Besides:
 - the device's sysfs directory or /dev node vanishing;
 - kernel log lines carrying NEURON_HW_ERR=<kind> (read from /dev/kmsg or any
   file with the same lines); a line naming neuronN affects that device, a line
-  naming none affects every device.
+  naming none affects every device;
+- optionally, `healthcheck_heartbeat` standing still for `heartbeat_timeout_s`.
 A device returns to service when its cause goes away (the directory or node
-comes back, the counters reset with a driver reload) or, for errors that leave
-no trace to re-check, after the configured recovery period.
+comes back, the subsystem list empties, the counters reset with a driver reload)
+or, for errors that leave no trace to re-check, after the configured recovery
+period.
 
 The devices watched follow the inventory: `follow` hands over what rediscovery
 found, so a device that appears after start (the kernel driver loaded late) is
@@ -26,30 +37,62 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from neuron_dra.hardware.discovery import DEV_DIR, DEVICES_DIR
+from neuron_dra.hardware.driverformats import HEALTH_STATUS_DIR, UNREACHABLE
+from neuron_dra.hardware.stats import HEARTBEAT_FILE
 from neuron_dra.hardware.sysfsfile import ascii_int, read_text
 
 log = logging.getLogger(__name__)
 
-UNCORRECTABLE_COUNTERS = ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
 _HW_ERR_RE = re.compile(r"NEURON_HW_ERR=([A-Za-z0-9_.-]{1,63})")
 _DEVICE_RE = re.compile(r"\bneuron(\d{1,4})\b")
+_COMPONENT_RE = re.compile(r"[a-z0-9_]{1,40}")
+MAX_KIND = 63  # a taint value is a label value
 
 
 class Kind(StrEnum):
     MEM_ECC_UNCORRECTED = "MemEccUncorrected"
+    MEM_ECC_REPAIRABLE = "MemEccRepairableUncorrected"
     SRAM_ECC_UNCORRECTED = "SramEccUncorrected"
+    HARDWARE_ERROR_EVENT = "HardwareErrorEvent"
+    DEVICE_UNREACHABLE = "DeviceUnreachable"
     DEVICE_MISSING = "DeviceMissing"
+    HEARTBEAT_STALLED = "HeartbeatStalled"
+
+
+class Source(StrEnum):
+    """Where a device's health is read from."""
+
+    HEALTH_STATUS = "health_status"  # unhealthy_components (2.30+)
+    HEALTH_COUNTS = "health_status_counts"  # health_status/ counts (2.28, 2.29)
+    ECC = "ecc"  # stats/hardware/ ECC counters
+
+
+# Counter files of each counting source, relative to the device, and what a rise means.
+COUNTERS: Mapping[Source, Mapping[str, Kind]] = {
+    Source.HEALTH_COUNTS: {
+        f"{HEALTH_STATUS_DIR}/hbm_ecc_err_count": Kind.MEM_ECC_UNCORRECTED,
+        f"{HEALTH_STATUS_DIR}/repairable_hbm_ecc_err_count": Kind.MEM_ECC_REPAIRABLE,
+        f"{HEALTH_STATUS_DIR}/sram_ecc_err_count": Kind.SRAM_ECC_UNCORRECTED,
+        f"{HEALTH_STATUS_DIR}/hw_error_event": Kind.HARDWARE_ERROR_EVENT,
+    },
+    Source.ECC: {
+        "stats/hardware/mem_ecc_uncorrected": Kind.MEM_ECC_UNCORRECTED,
+        "stats/hardware/mem_ecc_repairable_uncorrected": Kind.MEM_ECC_REPAIRABLE,
+        "stats/hardware/sram_ecc_uncorrected": Kind.SRAM_ECC_UNCORRECTED,
+    },
+}
+COMPONENTS_FILE = f"{HEALTH_STATUS_DIR}/unhealthy_components"
 
 
 @dataclass(frozen=True)
 class Problem:
-    kind: str  # a Kind, or the NEURON_HW_ERR kind as the kernel spelled it
+    kind: str  # a Kind, the failing subsystems, or the NEURON_HW_ERR kind as the kernel spelled it
     detail: str
     since: float
     recoverable_by_time: bool = True  # no state to re-check: only time clears it
@@ -61,6 +104,19 @@ class Change:
     problem: Problem | None  # None: back in service
 
 
+def components_kind(components: Iterable[str]) -> str:
+    """The taint value naming failing subsystems: `hbm,link_efa` -> `Hbm.LinkEfa`, cut
+    at a subsystem to fit a label value."""
+    kind = ""
+    for component in components:
+        name = "".join(part.capitalize() for part in component.split("_") if part)
+        joined = f"{kind}.{name}" if kind else name
+        if len(joined) > MAX_KIND:
+            break
+        kind = joined
+    return kind or "UnhealthyComponents"
+
+
 class HealthMonitor:
     def __init__(
         self,
@@ -69,20 +125,32 @@ class HealthMonitor:
         *,
         kmsg: Path | None = None,
         recovery_s: float = 0.0,  # 0: time never clears a problem
+        heartbeat_timeout_s: float = 0.0,  # 0: a still heartbeat is not a problem
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._root = root
         self._kmsg = kmsg
         self._recovery_s = recovery_s
+        self._heartbeat_timeout_s = heartbeat_timeout_s
         self._clock = clock
         self._devices = sorted(set(devices))
         self.problems: dict[int, Problem] = {}
+        # As the last poll found them; swapped in whole, as `problems` is.
+        self.sources: dict[int, Source | None] = {}
+        self._next_sources: dict[int, Source | None] = {}
         self._failing_sources: set[str] = set()
         self._baseline = {d: self._counters(d) for d in self._devices}
+        self._heartbeats: dict[int, tuple[int, float]] = {}  # value, when it last changed
+        self._unwatched_said: frozenset[int] = frozenset()
         self._kmsg_fd: int | None = None
         # `poll` runs in a worker thread while `follow` may come from another one.
         self._lock = threading.Lock()
         self._open_kmsg()
+
+    @property
+    def unwatched(self) -> frozenset[int]:
+        """Devices of which no health file could be read at the last poll."""
+        return frozenset(d for d, source in self.sources.items() if source is None)
 
     def follow(self, devices: Iterable[int]) -> None:
         """Watch these devices too, from now on; devices already watched stay watched.
@@ -98,7 +166,9 @@ class HealthMonitor:
     def poll(self) -> list[Change]:
         """Read every source once; return what changed."""
         with self._lock:
-            return self._poll()
+            changes = self._poll()
+        self._say_unwatched()
+        return changes
 
     def _poll(self) -> list[Change]:
         now = self._clock()
@@ -113,6 +183,7 @@ class HealthMonitor:
             # Forgiven: only errors after this moment count against the device.
             self._baseline[device] = self._counters(device)
         found: dict[int, Problem] = {}
+        self._next_sources = dict(self.sources)
         for device in self._devices:
             problem = self._check_device(device, now)
             if problem is not None:
@@ -133,6 +204,7 @@ class HealthMonitor:
             elif old is None or old.kind != new.kind:
                 problems[device] = new
         self.problems = problems
+        self.sources = self._next_sources
         return changes
 
     def _check_device(self, device: int, now: float) -> Problem | None:
@@ -141,32 +213,98 @@ class HealthMonitor:
             return Problem(
                 Kind.DEVICE_MISSING, f"neuron{device} vanished", now, recoverable_by_time=False
             )
+        components = self._read(base / COMPONENTS_FILE)
+        if components is not None:
+            self._next_sources[device] = Source.HEALTH_STATUS
+            return self._components(components, now) or self._heartbeat(device, base, now)
         counters = self._counters(device)
-        baseline = self._baseline[device]
-        for name, kind in zip(
-            UNCORRECTABLE_COUNTERS,
-            (Kind.MEM_ECC_UNCORRECTED, Kind.SRAM_ECC_UNCORRECTED),
-            strict=True,
-        ):
-            value, start = counters.get(name), baseline.get(name)
-            if value is not None and start is not None and value < start:
-                baseline[name] = value  # the driver reset its counters: a fresh start
-            elif value is not None and start is not None and value > start:
-                return Problem(kind, f"{name} {start} -> {value}", now)
+        self._next_sources[device] = _source_of(counters)
+        baseline = self._baseline.setdefault(device, {})
+        for name, value in counters.items():
+            start = baseline.get(name)
+            if start is None or value < start:
+                baseline[name] = value  # newly readable, or reset by a driver reload
+            elif value > start:
+                kind = COUNTERS[_source_of({name: value}) or Source.ECC][name]
+                return Problem(kind, f"{name.rsplit('/', 1)[-1]} {start} -> {value}", now)
         return None
 
+    @staticmethod
+    def _components(text: str, now: float) -> Problem | None:
+        if not text:
+            return None
+        if text == UNREACHABLE:
+            detail = "unhealthy_components: the driver cannot reach the device"
+            return Problem(Kind.DEVICE_UNREACHABLE, detail, now, recoverable_by_time=False)
+        # Names the driver may add later are kept, as far as they are plain words.
+        names = [n for n in (part.strip() for part in text.split(",")) if n]
+        named = [n for n in names if _COMPONENT_RE.fullmatch(n)]
+        detail = f"unhealthy components: {', '.join(named) or text[:100]!s}"
+        return Problem(components_kind(named), detail, now, recoverable_by_time=False)
+
+    def _heartbeat(self, device: int, base: Path, now: float) -> Problem | None:
+        if self._heartbeat_timeout_s <= 0:
+            return None
+        text = self._read(base / HEARTBEAT_FILE)
+        if text is None or text == UNREACHABLE:
+            return None  # unhealthy_components says unreachable; absent: nothing to watch
+        try:
+            value = ascii_int(text)
+        except ValueError as err:
+            self._report_once(str(base / HEARTBEAT_FILE), f"heartbeat unreadable: {err}")
+            return None
+        last = self._heartbeats.get(device)
+        if last is None or last[0] != value:
+            self._heartbeats[device] = (value, now)
+            return None
+        still = now - last[1]
+        if still < self._heartbeat_timeout_s:
+            return None
+        detail = f"healthcheck_heartbeat stuck at {value} for {still:.0f} s"
+        return Problem(Kind.HEARTBEAT_STALLED, detail, last[1], recoverable_by_time=False)
+
     def _counters(self, device: int) -> dict[str, int]:
-        values = {}
-        for name in UNCORRECTABLE_COUNTERS:
-            path = self._root / DEVICES_DIR / f"neuron{device}" / "stats/hardware" / name
-            try:
-                values[name] = ascii_int(read_text(path).strip())
-                self._failing_sources.discard(str(path))
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError) as err:
-                self._report_once(str(path), f"health counter unreadable: {err}")
-        return values
+        """The counters of the first counting source the device has, by relative path."""
+        base = self._root / DEVICES_DIR / f"neuron{device}"
+        for names in COUNTERS.values():
+            values = {}
+            for name in names:
+                text = self._read(base / name)
+                if text is None:
+                    continue
+                try:
+                    values[name] = ascii_int(text)
+                except ValueError as err:
+                    self._report_once(str(base / name), f"health counter unreadable: {err}")
+            if values:
+                return values
+        return {}
+
+    def _read(self, path: Path) -> str | None:
+        """The file's stripped text; None when absent or unreadable (reported once)."""
+        try:
+            text = read_text(path).strip()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as err:
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            self._report_once(str(path), f"health counter unreadable: {why}")
+            return None
+        self._failing_sources.discard(str(path))
+        return text
+
+    def _say_unwatched(self) -> None:
+        unwatched = self.unwatched
+        if unwatched and unwatched != self._unwatched_said:
+            log.warning(
+                "no health source for %s: neither stats/hardware/health_status nor the ECC "
+                "counters can be read (the Neuron driver writes none for Inferentia; a "
+                "newer driver may have moved them); only vanished devices and kernel "
+                "NEURON_HW_ERR lines take them out of service",
+                ", ".join(f"neuron{d}" for d in sorted(unwatched)),
+                extra={"devices": len(unwatched)},
+            )
+        self._unwatched_said = unwatched
 
     def _open_kmsg(self) -> None:
         if self._kmsg is None:
@@ -217,3 +355,10 @@ class HealthMonitor:
         if self._kmsg_fd is not None:
             os.close(self._kmsg_fd)
             self._kmsg_fd = None
+
+
+def _source_of(counters: Mapping[str, int]) -> Source | None:
+    for source, names in COUNTERS.items():
+        if any(name in names for name in counters):
+            return source
+    return None

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from prometheus_client import Counter, Histogram
@@ -36,6 +36,7 @@ Gauges = Callable[[], Iterable["Sample"]]
 MAX_HEAD_BYTES = 8192
 TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 16
+BEFORE_SCRAPE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class Spec:
     kind: str  # counter, histogram or gauge
     help: str
     labels: tuple[str, ...] = ()  # of counters and histograms; gauges label each sample
+    # A counter read at scrape (from sysfs), not kept here: its samples label themselves.
+    at_scrape: bool = False
 
 
 # Every metric the driver exposes, documented in one place, in exposition order.
@@ -84,7 +87,49 @@ METRICS: dict[str, Spec] = {
     "neuron_dra_health_events_total": Spec(
         "counter", "Devices marked unhealthy, by error kind.", ("kind",)
     ),
-    "neuron_dra_device_utilization_ratio": Spec("gauge", "Device utilization from sysfs, 0 to 1."),
+    "neuron_dra_registered": Spec(
+        "gauge", "1 once the kubelet has registered the plugin, 0 before and after."
+    ),
+    "neuron_dra_device_healthy": Spec(
+        "gauge", "1 while the device is in service, 0 while a health source keeps it out."
+    ),
+    "neuron_dra_unwatched_devices": Spec(
+        "gauge",
+        "Devices with no sysfs health source the driver can read (neither "
+        "stats/hardware/health_status nor ECC counters).",
+    ),
+    "neuron_dra_pod_resources_up": Spec(
+        "gauge", "1 when the kubelet's PodResources API answered at this scrape."
+    ),
+    "neuron_dra_device_allocation_info": Spec(
+        "gauge",
+        "1 for each container holding a Neuron device through this driver: its namespace, "
+        "pod, container and claim, the DRA device and the physical device it covers.",
+    ),
+    "neuron_dra_device_power_draw_ratio": Spec(
+        "gauge",
+        "Power drawn as a fraction of the device's maximum, averaged over the Neuron "
+        "driver's last one-minute period (stats/power/utilization).",
+    ),
+    "neuron_dra_device_memory_used_bytes": Spec(
+        "gauge", "Device memory allocated on the device, all its NeuronCores together."
+    ),
+    "neuron_dra_device_healthcheck_heartbeat": Spec(
+        "gauge",
+        "The device firmware's health-check heartbeat, an 8-bit value that advances while "
+        "the firmware runs (driver 2.30+, Trainium2 and 3).",
+    ),
+    "neuron_dra_device_executions_total": Spec(
+        "counter",
+        "NeuronCore executions on the device since the Neuron driver loaded, by outcome.",
+        at_scrape=True,
+    ),
+    "neuron_dra_device_ecc_errors_total": Spec(
+        "counter",
+        "ECC errors the device reports, by memory (hbm, sram) and kind (uncorrected, "
+        "repairable_uncorrected, corrected).",
+        at_scrape=True,
+    ),
 }
 
 
@@ -104,7 +149,7 @@ class Metrics:
         self._counters = {
             name: Counter(name, spec.help, spec.labels, registry=None)
             for name, spec in METRICS.items()
-            if spec.kind == "counter"
+            if spec.kind == "counter" and not spec.at_scrape
         }
         self._histograms = {
             name: Histogram(name, spec.help, spec.labels, registry=None, buckets=LATENCY_BUCKETS_S)
@@ -113,6 +158,9 @@ class Metrics:
         }
         self.gauges: Gauges = lambda: ()  # called on the event loop: no I/O
         self.file_gauges: Gauges = lambda: ()  # called in a worker thread: may read sysfs
+        # Awaited on the event loop before the gauges are read, for at most
+        # BEFORE_SCRAPE_S: state the gauges show that another process holds.
+        self.before_scrape: Callable[[], Awaitable[None]] | None = None
         self._scrape: asyncio.Future[bytes] | None = None
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
@@ -140,8 +188,17 @@ class Metrics:
             or running.done()
             or running.get_loop() is not asyncio.get_running_loop()
         ):
-            self._scrape = running = self._in_thread(list(self.gauges()))
+            self._scrape = running = asyncio.ensure_future(self._collect())
         return await asyncio.wait_for(asyncio.shield(running), timeout_s)
+
+    async def _collect(self) -> bytes:
+        if self.before_scrape is not None:
+            try:
+                await asyncio.wait_for(self.before_scrape(), BEFORE_SCRAPE_S)
+            except Exception:
+                # The gauges say what is known; the hook reports its own failures.
+                log.debug("before-scrape hook failed", exc_info=True)
+        return await self._in_thread(list(self.gauges()))
 
     def _in_thread(self, gauges: list[Sample]) -> asyncio.Future[bytes]:
         loop = asyncio.get_running_loop()
@@ -180,7 +237,9 @@ class Metrics:
             if series is not None:
                 families += _without_created(series)
             elif name in by_name:
-                family = Metric(name, spec.help, "gauge")
+                # A counter family is named without `_total`; its samples with it.
+                family_name = name.removesuffix("_total") if spec.kind == "counter" else name
+                family = Metric(family_name, spec.help, spec.kind)
                 for sample in by_name[name]:
                     family.add_sample(name, dict(sample.labels), sample.value)
                 families.append(family)

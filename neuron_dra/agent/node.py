@@ -10,11 +10,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent import features, leader
+from neuron_dra.agent.attribution import Holder, PodResources, allocation_samples
 from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord
+from neuron_dra.agent.devicemetrics import StatsReader, health_samples
 from neuron_dra.agent.health import Change, HealthMonitor
 from neuron_dra.agent.kube import ApiError, Json, Kube
 from neuron_dra.agent.kubelet import KubeletPlugin
@@ -27,9 +28,8 @@ from neuron_dra.agent.publisher import SlicePublisher
 from neuron_dra.agent.resourcehealth import health_entries
 from neuron_dra.agent.supervisor import Supervisor
 from neuron_dra.hardware.cores import logical_cores
-from neuron_dra.hardware.discovery import DEVICES_DIR, boot_id, discover, log_findings
+from neuron_dra.hardware.discovery import boot_id, discover, log_findings
 from neuron_dra.hardware.inventory import NodeInventory
-from neuron_dra.hardware.sysfsfile import read_text
 from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodelabels import ultraserver_labels
@@ -69,12 +69,20 @@ class Agent:
         self._uses: features.Uses | None = None  # what the slices may use: see `_reprobe`
         self.metrics = Metrics()
         self.metrics.gauges = self._gauges
-        self.metrics.file_gauges = self._utilization
+        stats = StatsReader(options.sysfs_root, options.node_name)
+        # The inventory is read in the metrics thread: rediscovery replaces it whole.
+        self.metrics.file_gauges = lambda: stats.samples(self.inventory)
+        self.pod_resources = PodResources(
+            options.pod_resources_socket, DRIVER_NAME, options.node_name
+        )
+        self._holders: tuple[Holder, ...] = ()
+        self.metrics.before_scrape = self._attribute
         self.health = HealthMonitor(
             options.sysfs_root,
             [d.index for d in self.inventory.devices],
             kmsg=options.kmsg or options.sysfs_root / "dev" / "kmsg",
             recovery_s=options.health_recovery_s,
+            heartbeat_timeout_s=options.health_heartbeat_timeout_s,
         )
         plugin_dir = options.plugins_dir / DRIVER_NAME
         self.preparer = Preparer(
@@ -123,6 +131,7 @@ class Agent:
             ready.cancel()
             await loops.stop()
             await asyncio.gather(ready, return_exceptions=True)
+            await self.pod_resources.close()
 
     async def _publish(self) -> None:
         await self.node_watch.tried.wait()  # so that the first write carries the labels
@@ -361,6 +370,13 @@ class Agent:
             for (h, s), n in sorted(counts.items())
         ]
         samples.append(Sample("neuron_dra_prepared_claims", (), len(self.preparer.prepared)))
+        node = self.options.node_name
+        registered = self.plugin.registration.registered.is_set()
+        samples.append(Sample("neuron_dra_registered", (), float(registered)))
+        samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)
+        up = float(self.pod_resources.up)
+        samples.append(Sample("neuron_dra_pod_resources_up", (("node", node),), up))
+        samples += allocation_samples(self._holders, self.inventory, node)
         if self.publisher.last_publish is not None:
             samples.append(
                 Sample(
@@ -371,26 +387,10 @@ class Agent:
             )
         return samples
 
-    def _utilization(self) -> list[Sample]:
-        # Called in a worker thread at scrape: it reads sysfs, and only the inventory,
-        # which rediscovery replaces whole rather than changes.
-        samples = []
-        for device in self.inventory.devices:
-            percent = _read_number(
-                self.options.sysfs_root
-                / DEVICES_DIR
-                / f"neuron{device.index}"
-                / "stats/power/utilization"
-            )
-            if percent is not None:
-                samples.append(
-                    Sample(
-                        "neuron_dra_device_utilization_ratio",
-                        (("device", device.name),),
-                        percent / 100,
-                    )
-                )
-        return samples
+    async def _attribute(self) -> None:
+        """Ask the kubelet which containers hold this node's devices (at scrape)."""
+        found = await self.pod_resources.list(timeout_s=1.0)
+        self._holders = found if found is not None else ()
 
     async def _report_ready(self) -> None:
         await self.plugin.registration.registered.wait()
@@ -417,13 +417,6 @@ def held_whole(
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _read_number(path: Path) -> float | None:
-    try:
-        return float(read_text(path).strip())
-    except (OSError, ValueError):
-        return None
 
 
 async def serve(

@@ -25,3 +25,11 @@ class RunOptions:
     kmsg: Path | None = None  # default: <sysfs root>/dev/kmsg
     unhealthy_effect: str = "NoSchedule"  # or NoExecute: evict pods using an unhealthy device
     metrics_port: int | None = None
+    # A still firmware heartbeat marks the device unhealthy after this long; 0: never.
+    health_heartbeat_timeout_s: float = 0.0
+    # The kubelet's PodResources API, which says which containers hold which devices.
+    pod_resources_path: Path | None = None  # default: beside the plugins directory
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.pod_resources_path or self.plugins_dir.parent / "pod-resources/kubelet.sock"

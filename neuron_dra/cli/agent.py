@@ -93,7 +93,17 @@ def add_command(subparsers: SubParsers) -> None:
         help="return a device to service this long after an error that leaves no state to "
         "re-check (ECC increase, kernel error line); 0 keeps it out until restart",
     )
+    cmd.add_argument(
+        "--health-heartbeat-timeout", type=float, default=0.0, metavar="SECONDS",
+        help="mark a device unhealthy when its firmware heartbeat (driver 2.30+ "
+        "health_status/healthcheck_heartbeat) stands still this long; 0 never",
+    )  # fmt: skip
     cmd.add_argument("--kmsg-path", type=Path, help="kernel log to scan (default: <root>/dev/kmsg)")
+    cmd.add_argument(
+        "--pod-resources-socket", type=Path, metavar="PATH",
+        help="the kubelet's PodResources API, which says which containers hold which "
+        "devices (default: <kubelet plugins directory>/../pod-resources/kubelet.sock)",
+    )  # fmt: skip
     cmd.add_argument(
         "--unhealthy-effect",
         default="NoSchedule",
@@ -130,6 +140,8 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         kmsg=args.kmsg_path,
         unhealthy_effect=args.unhealthy_effect,
         metrics_port=args.metrics_port if args.metrics_port >= 0 else None,
+        health_heartbeat_timeout_s=args.health_heartbeat_timeout,
+        pod_resources_path=args.pod_resources_socket,
     )
 
 

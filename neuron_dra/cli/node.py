@@ -12,6 +12,7 @@ from typing import Any
 from consts import ENV_SYSFS_ROOT
 from neuron_dra.hardware.devicegroups import group_ids
 from neuron_dra.hardware.discovery import Discovery, discover, log_findings
+from neuron_dra.hardware.driverformats import FAKE_VERSIONS
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
@@ -78,7 +79,12 @@ def add_commands(subparsers: SubParsers) -> None:
         help=f"one of {', '.join(sorted(INSTANCE_TYPES))}",
     )  # fmt: skip
     cmd.add_argument("--out", required=True, type=Path, help="directory to write the tree in")
-    cmd.add_argument("--driver-version", help="Neuron driver version (default: a current one)")
+    cmd.add_argument(
+        "--driver-version", metavar="VERSION",
+        help="the Neuron driver release whose sysfs files and formats to write: "
+        f"{', '.join(FAKE_VERSIONS)} (a later version writes the layout of the last "
+        f"release before it; default {FAKE_VERSIONS[0]}, as the examples select)",
+    )  # fmt: skip
     cmd.add_argument(
         "--lnc", type=int, choices=[1, 2],
         help="logical NeuronCore size in the node's Neuron config (trn2 and trn3)",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from consts import ENV_NEURON_LOGICAL_NC_CONFIG
-from neuron_dra.hardware import topology
+from neuron_dra.hardware import driverformats, topology
 from neuron_dra.hardware.instance_types import (
     DEFAULT_LNC,
     LNC_FAMILIES,
@@ -156,6 +156,16 @@ class _Reader:
             devices=devices,
             ultraserver=self.ultraserver(spec) if spec is not None and spec.ultraserver else None,
         )
+        if driverformats.beyond_known(inventory.driver_version) and any(
+            f.message == "missing" for f in self.findings
+        ):
+            self.note(
+                DRIVER_VERSION_FILE,
+                f"Neuron driver {inventory.driver_version} is newer than "
+                f"{driverformats.NEWEST_KNOWN}, the newest whose sysfs layout this driver "
+                "knows; driver 2.31 moved several nodes, so the missing files above may "
+                "have moved",
+            )
         return Discovery(inventory, tuple(self.findings))
 
     def device_indices(self) -> list[int]:
@@ -182,12 +192,20 @@ class _Reader:
         found = self.parse(PRODUCT_NAME_FILE, _instance_type)
         if found is not None or not indices:
             return found
-        # The DMI table can be hidden from containers; the Neuron driver repeats it.
-        fallback = f"{DEVICES_DIR}/neuron{indices[0]}/info/architecture/instance_type"
-        found = self.parse(fallback, _instance_type)
-        if found is not None:
-            self.note(PRODUCT_NAME_FILE, f"instance type taken from /{fallback} instead")
-        return found
+        # The Neuron driver's own `instance_type` names the family (Trn2), not the EC2
+        # instance type: it can say what is there, not stand in for the DMI table.
+        family = self.parse(
+            f"{DEVICES_DIR}/neuron{indices[0]}/info/architecture/instance_type",
+            _printable,
+            optional=True,
+        )
+        if family is not None:
+            self.note(
+                PRODUCT_NAME_FILE,
+                f"the Neuron driver names the family only ({family}): mount the host's "
+                "/sys/devices/virtual/dmi for the instance type",
+            )
+        return None
 
     def check_device_count(self, spec: InstanceType, indices: list[int]) -> None:
         missing = sorted(set(range(spec.devices)) - set(indices))
@@ -336,7 +354,9 @@ class _Reader:
             index=index,
             cores=cores,
             neighbours=self.neighbours(base, index, spec if in_topology else None),
-            serial_number=self.parse(f"{base}/info/serial_number", _printable),
+            # Inferentia (v1) devices have none; the driver writes an empty line when the
+            # firmware does not answer.
+            serial_number=self.parse(f"{base}/info/serial_number", _serial, optional=True),
             device_name=self.parse(f"{base}/info/architecture/device_name", _printable),
             major_minor=self.parse(f"{base}/dev", _major_minor),
         )
@@ -443,6 +463,12 @@ def _instance_type(text: str) -> str:
     if len(text) > MAX_VALUE_LENGTH or _INSTANCE_TYPE_RE.fullmatch(text) is None:
         raise ValueError("not an instance type such as trn2.48xlarge")
     return text
+
+
+def _serial(text: str) -> str:
+    if not text:
+        raise ValueError("the Neuron driver could not read it from the device's firmware")
+    return _printable(text)
 
 
 def _label_value(text: str) -> str:

@@ -2,8 +2,10 @@
 
 The same builder serves `neuron-dra fake-node`, the local demo and the tests,
 so what the driver is tested on is what operators can inspect. Files carry the
-modes and formatting of the real Neuron driver (core_count is 0400 with no
-trailing newline) so discovery meets the same quirks it meets on hardware.
+names, modes and formats the Neuron driver's source gives them, release by
+release (`driverformats`): core_count without a trailing newline, 0400 before
+2.28 and 0444 after; serial numbers as 16 lowercase hex digits; power as the
+driver's five-field line; every counter directory of every NeuronCore.
 """
 
 from __future__ import annotations
@@ -16,26 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from consts import ENV_NEURON_LOGICAL_NC_CONFIG
-from neuron_dra.hardware import discovery, topology
-from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-
-DEFAULT_DRIVER_VERSION = "2.24.7.0"
-FAKE_MAJOR = 238  # the real major number is assigned dynamically when the driver loads
-
-# PCI device id -> (arch_type, device_name) as the Neuron driver reports them.
-_SILICON = {
-    0x7064: ("NCv1", "Inferentia"),
-    0x7264: ("NCv2", "Inferentia2"),
-    0x7164: ("NCv2", "Trainium"),
-    0x7364: ("NCv3", "Trainium2"),
-    0x7564: ("NCv4", "Trainium3"),
-}
-_HARDWARE_COUNTERS = (
-    "mem_ecc_corrected",
-    "mem_ecc_uncorrected",
-    "sram_ecc_corrected",
-    "sram_ecc_uncorrected",
+from neuron_dra.hardware import counterfiles, discovery, topology
+from neuron_dra.hardware.driverformats import (
+    FAKE_VERSIONS,
+    HEALTH_STATUS_DIR,
+    DriverFormat,
+    format_for,
 )
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.hardware.stats import EXECUTION_OUTCOMES
+
+# Neuron SDK 2.26's driver, which the examples select by version; every release of
+# FAKE_VERSIONS is one flag away (`neuron-dra fake-node --driver-version`).
+DEFAULT_DRIVER_VERSION = FAKE_VERSIONS[0]
+FAKE_MAJOR = 238  # the real major number is assigned dynamically when the driver loads
+# A minute boundary the power line says it was sampled at (the driver aggregates a
+# minute of samples and stamps the minute's wall-clock second).
+POWER_SAMPLED_AT = 1764115200
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,7 @@ def build_fake_node(
     ultraserver: FakeUltraServer | None = None,
     pci_parents: bool = False,
     char_device: tuple[int, int] | None = None,
+    all_counters: bool = True,
 ) -> Path:
     """Create the tree under `root` and return `root`.
 
@@ -73,6 +73,10 @@ def build_fake_node(
     `char_device`: make every `dev/neuronN` a character device of this (major, minor)
     and say so in sysfs, so that a container given the device by its CDI spec can open
     it; (1, 3), /dev/null's, makes them readable and writable. Needs root (mknod).
+
+    `all_counters=False`: of each NeuronCore's counters, only those the agent reads
+    (`stats.EXECUTION_OUTCOMES`, `device_mem`): a tenth of a trn2's 20,000 files, for
+    the tests that build hundreds of trees.
     """
     spec = INSTANCE_TYPES.get(instance_type)
     if spec is None:
@@ -89,6 +93,7 @@ def build_fake_node(
             f"{instance_type} cannot be in an UltraServer of {ultraserver.nodes} nodes"
         )
 
+    driver = format_for(driver_version)  # refuses what is not a version
     _write(root / discovery.PRODUCT_NAME_FILE, instance_type + "\n")
     _write(root / discovery.DRIVER_VERSION_FILE, driver_version + "\n")
     if not (root / "dev/kmsg").exists():
@@ -97,27 +102,30 @@ def build_fake_node(
         _write(root / discovery.BOOT_ID_FILE, f"{uuid.uuid4()}\n")
     if lnc is not None:
         _write(root / discovery.LNC_CONFIG_FILE, f"{ENV_NEURON_LOGICAL_NC_CONFIG}={lnc}\n")
-    arch, silicon = _SILICON[spec.pci_device_id]
+    silicon = _SILICON[spec.pci_device_id]
     # Serial numbers differ between nodes (directory names) yet are stable across runs.
-    serial_seed = hashlib.sha256(f"{root.name}/{instance_type}".encode()).hexdigest()[:8].upper()
+    serial_seed = int(hashlib.sha256(f"{root.name}/{instance_type}".encode()).hexdigest()[:8], 16)
     class_dir = root / discovery.CLASS_DIR
     class_dir.mkdir(parents=True, exist_ok=True)
     for index in range(spec.devices):
         device = root / discovery.DEVICES_DIR / f"neuron{index}"
-        _write(device / "core_count", str(spec.cores_per_device), mode=0o400)
+        _write(device / "reset", "1\n", mode=0o600)  # 1: READY
+        # No newline: the driver keeps it so, for the device plugin that breaks on one.
+        _write(device / "core_count", str(spec.cores_per_device), mode=driver.topology_mode)
         major, minor = char_device or (FAKE_MAJOR, index)
-        _write(device / "dev", f"{major}:{minor}\n")
+        _write(device / "dev", f"{major}:{minor}\n", mode=0o444)
         neighbours = topology.neighbours(spec.shape, spec.devices, index)
-        _write(device / "connected_devices", ", ".join(str(n) for n in neighbours) + "\n")
-        _write(device / "info/serial_number", f"{serial_seed}{index:08d}\n")
-        _write(device / "info/architecture/arch_type", arch + "\n")
-        _write(device / "info/architecture/instance_type", instance_type + "\n")
-        _write(device / "info/architecture/device_name", silicon + "\n")
-        for counter in _HARDWARE_COUNTERS:
-            _write(device / "stats/hardware" / counter, "0\n")
-        _write(device / "stats/power/utilization", "0\n")
-        for core in range(spec.cores_per_device):
-            _write(device / f"neuron_core{core}/stats/status/exec_success", "0\n")
+        _write(
+            device / "connected_devices",
+            ", ".join(str(n) for n in neighbours) + "\n",
+            mode=driver.topology_mode,
+        )
+        if driver.firmware_files:
+            _write(device / "fw_api_version", "6\n", mode=0o444)
+            _write(device / "fw_build", "20260101\n", mode=0o444)
+        _write_device_stats(device, silicon, driver, spec.cores_per_device, all_counters)
+        if silicon.generation > 1:  # the v1 layer reads no serial number
+            _write(device / "info/serial_number", f"{serial_seed << 32 | index:016x}\n")
         link = class_dir / f"neuron{index}"
         if not link.is_symlink():
             link.symlink_to(Path("../../devices/virtual/neuron_device") / f"neuron{index}")
@@ -128,7 +136,101 @@ def build_fake_node(
         _write_ultraserver(
             class_dir, ultraserver or FakeUltraServer(), reservation=spec.reservation
         )
+    else:
+        _write_standalone(class_dir, driver)
     return root
+
+
+def _write_standalone(class_dir: Path, driver: DriverFormat) -> None:
+    """The class files of a node in no UltraServer."""
+    if driver.firmware_files:  # 2.29+: per platform; a standalone one has these only
+        _write(class_dir / "hbm_7200_capable", "0\n", mode=0o444)
+        _write(class_dir / "current_perf_profile", "0\n", mode=0o444)
+        return
+    # Up to 2.28 every platform has the elected UltraServer files, saying "none".
+    for size in (2, 4):
+        _write(class_dir / f"node_id_{size}", "-1\n", mode=0o444)
+        _write(class_dir / f"server_id_{size}", f"{0:016x}\n", mode=0o444)
+    _write(class_dir / "ultraserver_mode", "\n", mode=0o444)
+
+
+@dataclass(frozen=True)
+class _Silicon:
+    generation: int  # the driver's hardware layer: v1 Inferentia ... v4 Trainium3
+    device_arch: str  # info/architecture/arch_type of the device
+    core_arch: str  # ... of each NeuronCore
+    family: str  # info/architecture/instance_type: the family, not the EC2 type
+    name: str  # info/architecture/device_name
+    dies: int  # power is sampled per die
+
+
+# PCI device id -> what the driver's hardware layer calls it (v1..v4 dhal tables).
+_SILICON = {
+    0x7064: _Silicon(1, "NDv1", "NCv1", "Inf1", "Inferentia", 1),
+    0x7264: _Silicon(2, "NDv3", "NCv2", "Inf2", "Inferentia2", 1),
+    0x7164: _Silicon(2, "NDv2", "NCv2", "Trn1", "Trainium1", 1),
+    0x7364: _Silicon(3, "NDv3", "NCv3", "Trn2", "Trainium2", 2),
+    0x7564: _Silicon(4, "NDv4", "NCv4", "Trn3", "Trainium3", 2),
+}
+
+
+def _write_device_stats(
+    device: Path, silicon: _Silicon, driver: DriverFormat, cores: int, every: bool
+) -> None:
+    """info/ and stats/ of one device and of each of its NeuronCores, idle; `every`:
+    all the counters, else those the agent reads."""
+    _write(device / "info/notify_delay", "-1\n")
+    arch = device / "info/architecture"
+    _write(arch / "arch_type", silicon.device_arch + "\n")
+    _write(arch / "instance_type", silicon.family + "\n")
+    _write(arch / "device_name", silicon.name + "\n")
+    for category in counterfiles.HOST_MEMORY:
+        _counter(device / "stats/memory_usage/host_mem" / category, counterfiles.MEMORY_COUNTER)
+    if silicon.generation > 1:  # v1 creates no stats/hardware
+        for name in driver.ecc:
+            _write(device / "stats/hardware" / name, "0\n")
+        if silicon.generation > 2:
+            for name in driver.health_status:
+                _write(device / HEALTH_STATUS_DIR / name, _HEALTH_IDLE[name], mode=0o444)
+    _write(device / "stats/power/utilization", f"{POWER_NO_LOAD}\n")
+    if driver.power_raw:
+        dies = "".join(f"{die},0,1\n" for die in range(silicon.dies))
+        _write(device / "stats/power/utilization_raw", "die,util_bips,counter\n" + dies)
+    for core in range(cores):
+        base = device / f"neuron_core{core}"
+        _write(base / "info/architecture/arch_type", silicon.core_arch + "\n")
+        stats = base / "stats"
+        for name in counterfiles.STATUS if every else EXECUTION_OUTCOMES:
+            _counter(stats / "status" / name, counterfiles.COUNTER)
+        memory = stats / "memory_usage"
+        _counter(memory / "device_mem", counterfiles.MEMORY_COUNTER)
+        if not every:
+            continue
+        _counter(memory / "host_mem", counterfiles.MEMORY_COUNTER)
+        for category in counterfiles.DEVICE_MEMORY:
+            _counter(memory / "device_mem" / category, counterfiles.MEMORY_COUNTER)
+        for name in counterfiles.OTHER_INFO:
+            _counter(stats / "other_info" / name, counterfiles.COUNTER)
+        if silicon.generation > 1:
+            _write(stats / "tensor_engine/pe_cntrs", "xrow_grp,mm_active,wl_active,idle\n")
+
+
+# What an idle device's health_status files hold.
+_HEALTH_IDLE = {
+    "hbm_ecc_err_count": "0\n",
+    "repairable_hbm_ecc_err_count": "0\n",
+    "sram_ecc_err_count": "0\n",
+    "hw_error_event": "0\n",
+    "unhealthy_components": "\n",  # an empty line: nothing failing
+    "healthcheck_heartbeat": "1\n",
+}
+POWER_NO_LOAD = f"POWER_STATUS_VALID,{POWER_SAMPLED_AT},0.00,0.00,0.00"
+
+
+def _counter(directory: Path, files: tuple[str, ...]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        _write(directory / name, "0\n", parents=False)
 
 
 def _write_ultraserver(class_dir: Path, unit: FakeUltraServer, *, reservation: bool) -> None:
@@ -178,9 +280,14 @@ def _device_node(path: Path, char_device: tuple[int, int] | None) -> None:
     path.chmod(0o666)  # past the umask: the Neuron driver's udev rule makes them 0666
 
 
-def _write(path: Path, text: str, *, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        path.chmod(0o600)  # rebuilding over a tree whose core_count is 0400
-    path.write_text(text)
-    path.chmod(mode)
+def _write(path: Path, text: str, *, mode: int = 0o644, parents: bool = True) -> None:
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    except FileExistsError:
+        path.chmod(0o600)  # rebuilding over a tree: core_count may be 0400, others 0444
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    with os.fdopen(fd, "wb") as file:
+        os.fchmod(fd, mode)  # past the umask, and over a rebuilt file's 0600
+        file.write(text.encode())

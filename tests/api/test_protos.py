@@ -22,6 +22,7 @@ from api.kubelet.drahealth.v1alpha1 import api_pb2 as health
 from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from api.kubelet.podresources.v1 import api_pb2 as podresources
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "generate_protos.py"
@@ -48,6 +49,7 @@ def test_all_protos_share_one_descriptor_pool() -> None:
         "api/kubelet/dra/v1beta1/api.proto": dra_v1beta1.DESCRIPTOR,
         "api/kubelet/drahealth/v1alpha1/api.proto": health.DESCRIPTOR,
         "api/kubelet/drahealth/v1/api.proto": health_v1.DESCRIPTOR,
+        "api/kubelet/podresources/v1/api.proto": podresources.DESCRIPTOR,
     }
     pool = descriptor_pool.Default()
     for name, descriptor in files.items():
@@ -59,6 +61,8 @@ def test_all_protos_share_one_descriptor_pool() -> None:
         assert pool.FindMessageTypeByName(f"v1alpha1.{message}").file is health.DESCRIPTOR
     assert pool.FindEnumTypeByName("v1.HealthStatus").file is health_v1.DESCRIPTOR
     assert pool.FindEnumTypeByName("v1alpha1.HealthStatus").file is health.DESCRIPTOR
+    # The kubelet's PodResources API shares the proto package v1 with DRA health.
+    assert pool.FindMessageTypeByName("v1.PodResources").file is podresources.DESCRIPTOR
 
 
 def test_both_health_protos_load_into_a_fresh_process_in_either_order() -> None:
@@ -88,6 +92,7 @@ def test_service_and_package_names_match_kubelet() -> None:
         ]: "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
         health.DESCRIPTOR.services_by_name["DRAResourceHealth"]: "v1alpha1.DRAResourceHealth",
         health_v1.DESCRIPTOR.services_by_name["DRAResourceHealth"]: "v1.DRAResourceHealth",
+        podresources.DESCRIPTOR.services_by_name["PodResourcesLister"]: "v1.PodResourcesLister",
     }
     for service, full_name in services.items():
         assert service.full_name == full_name
@@ -138,6 +143,34 @@ def test_field_numbers_match_kubelet() -> None:
         }
         assert _field_numbers(drahealth.NodeWatchResourcesResponse) == {"devices": 1}
         assert (drahealth.UNKNOWN, drahealth.HEALTHY, drahealth.UNHEALTHY) == (0, 1, 2)
+    assert _field_numbers(podresources.ListPodResourcesResponse) == {"pod_resources": 1}
+    assert _field_numbers(podresources.PodResources) == {
+        "name": 1,
+        "namespace": 2,
+        "containers": 3,
+        "cpu_ids": 4,
+        "memory": 5,
+    }
+    assert _field_numbers(podresources.ContainerResources) == {
+        "name": 1,
+        "devices": 2,
+        "cpu_ids": 3,
+        "memory": 4,
+        "dynamic_resources": 5,
+    }
+    assert _field_numbers(podresources.DynamicResource) == {
+        "claim_name": 2,
+        "claim_namespace": 3,
+        "claim_resources": 4,
+    }
+    assert _field_numbers(podresources.ClaimResource) == {
+        "cdi_devices": 1,
+        "driver_name": 2,
+        "pool_name": 3,
+        "device_name": 4,
+        "share_id": 5,
+    }
+    assert _field_numbers(podresources.CDIDevice) == {"name": 1}
 
 
 def test_health_v1_and_v1alpha1_share_one_wire_format() -> None:

@@ -6,7 +6,9 @@ binaries go to a cache outside the checkout, keyed by Kubernetes and Go
 version, so that only the first run pays for compilation.
 ``python -m tests.e2e.build`` builds (or reuses) them and prints the bin dir as
 the last line of stdout. ``go/helm/go.mod`` pins the helm client the chart
-tests and the manifest check run (``python -m tests.e2e.build --helm``).
+tests and the manifest check run (``python -m tests.e2e.build --helm``);
+``go/prometheus/go.mod`` the promtool that checks the chart's alert rules and
+dashboard (``python -m tests.e2e.build --promtool``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ K8S_MODULE_DIR = GO_DIR / "k8s"
 ETCD_MODULE_DIR = GO_DIR / "etcd"
 RELEASES_DIR = GO_DIR / "releases"
 HELM_MODULE_DIR = GO_DIR / "helm"
+PROMETHEUS_MODULE_DIR = GO_DIR / "prometheus"
 NODE_MODULE_DIR = GO_DIR / "node"
 
 # Bump when the way binaries are built changes, so stale caches are rebuilt.
@@ -457,6 +460,76 @@ def build_helm(force: bool = False) -> Path:
         return target / "helm"
 
 
+PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
+
+
+def promtool_module_version() -> str:
+    """The Prometheus module ``go/prometheus/go.mod`` pins, e.g. v0.316.0."""
+    return _required_version(PROMETHEUS_MODULE_DIR, PROMETHEUS_MODULE)
+
+
+def prometheus_release(module_version: str) -> str:
+    """The Prometheus release a module version is: v0.316.0 is 3.16.0 (Prometheus 3
+    publishes its Go module as v0.3XX.Y, having no /v3 module path)."""
+    found = re.fullmatch(r"v0\.(\d)(\d{2})\.(\d+)", module_version)
+    if found is None:
+        raise ValueError(f"not a Prometheus 3 module version: {module_version!r}")
+    major, minor, patch = found.groups()
+    return f"{major}.{int(minor)}.{patch}"
+
+
+def promtool_ldflags(module_version: str) -> str:
+    """As Prometheus's promu build: the release in `promtool --version`."""
+    pkg = "github.com/prometheus/common/version"
+    flags = ["-s", "-w", f"-X {pkg}.Version={prometheus_release(module_version)}"]
+    flags += [f"-X {pkg}.Branch=HEAD", f"-X {pkg}.BuildDate=19700101-00:00:00"]
+    return " ".join(flags)
+
+
+# promtool's service discovery (AWS, Azure, GCE, ... SDKs) is for `check
+# service-discovery`, which nothing here runs: leaving it out halves the build.
+PROMTOOL_TAGS = "remove_all_sd"
+# Beside promtool: the metric and label names PromQL expressions use, by Prometheus's
+# own parser (`go/prometheus/cmd/promqlnames`).
+PROMQLNAMES_SOURCE = "cmd/promqlnames/main.go"
+
+
+def promtool_stamp(module_version: str, go: str) -> str:
+    digest = hashlib.sha256()
+    parts = (_BUILD_FORMAT, module_version, go, promtool_ldflags(module_version), PROMTOOL_TAGS)
+    for part in parts:
+        digest.update(part.encode() + b"\0")
+    for name in ("go.mod", "go.sum", "tools.go", PROMQLNAMES_SOURCE):
+        content = (PROMETHEUS_MODULE_DIR / name).read_bytes()
+        digest.update(name.encode() + b"\0" + content + b"\0")
+    return digest.hexdigest()
+
+
+def promtool_bin_dir(module_version: str | None = None, go: str | None = None) -> Path:
+    version = module_version or promtool_module_version()
+    return cache_root() / f"promtool-{version}-{go or go_version()}" / "bin"
+
+
+def build_promtool(force: bool = False) -> Path:
+    """The promtool of ``go/prometheus/go.mod`` and ``promqlnames`` beside it, built
+    unless cached (beside helm, keyed by module and Go version); promtool's path."""
+    version, go = promtool_module_version(), go_version()
+    target = promtool_bin_dir(version, go)
+    expected = promtool_stamp(version, go)
+    with _locked(target.parent):
+        if not force and is_fresh(target, expected, ("promtool", "promqlnames")):
+            return target / "promtool"
+        target.mkdir(parents=True, exist_ok=True)
+        (target.parent / "stamp").unlink(missing_ok=True)
+        _log(f"promtool {prometheus_release(version)} ({version}, {go})")
+        flags = [f"-tags={PROMTOOL_TAGS}", f"-ldflags={promtool_ldflags(version)}"]
+        package = f"{PROMETHEUS_MODULE}/cmd/promtool"
+        _go_build(target, "promtool", PROMETHEUS_MODULE_DIR, package, flags)
+        _go_build(target, "promqlnames", PROMETHEUS_MODULE_DIR, "./cmd/promqlnames", [])
+        (target.parent / "stamp").write_text(expected + "\n")
+        return target / "promtool"
+
+
 @dataclass(frozen=True)
 class NodeBinaries:
     """A real node's programs: the kubelet and kube-proxy of the control plane's
@@ -546,6 +619,11 @@ def main(argv: list[str] | None = None) -> int:
         "--helm", action="store_true", help="build (or reuse) helm and print its path instead"
     )
     parser.add_argument(
+        "--promtool",
+        action="store_true",
+        help="build (or reuse) promtool and print its path instead",
+    )
+    parser.add_argument(
         "--node",
         action="store_true",
         help="build (or reuse) the real node's kubelet, kube-proxy and containerd instead",
@@ -553,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.helm:
         print(build_helm(force=args.force))
+        return 0
+    if args.promtool:
+        print(build_promtool(force=args.force))
         return 0
     if args.node:
         print(build_node(force=args.force).bin_dir)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.build import Binaries, build, build_helm
+from tests.e2e.build import Binaries, build, build_helm, build_promtool
 from tests.e2e.cluster import Cluster
 from tests.e2e.realnode import RealNode
 
@@ -34,6 +34,14 @@ def helm_bin() -> Path:
     if shutil.which("go") is None:
         pytest.skip("helm is built from source and needs a Go toolchain")
     return build_helm()
+
+
+@pytest.fixture(scope="session")
+def promtool_bin() -> Path:
+    """promtool, built on first use and cached beside helm."""
+    if shutil.which("go") is None:
+        pytest.skip("promtool is built from source and needs a Go toolchain")
+    return build_promtool()
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,11 @@ class KubeletSide:
         """Parent dir of the plugins' DRA sockets (``plugins/<driver>/dra.sock``)."""
         return self.root_dir / "plugins"
 
+    @property
+    def pod_resources_socket(self) -> Path:
+        """The kubelet's PodResources API (v1 and v1alpha1), where the kubelet serves it."""
+        return self.root_dir / "pod-resources" / "kubelet.sock"
+
     def report(self) -> list[Obj]:
         """All JSON-lines report entries so far."""
         if not self.report_file.exists():

@@ -40,6 +40,45 @@ def device_class(name: str) -> Obj:
     }
 
 
+MONITORING_GROUP = "monitoring.coreos.com"
+
+
+def install_monitoring_crds(cluster: Cluster) -> None:
+    """ServiceMonitor and PrometheusRule (monitoring.coreos.com/v1) with schemas that take
+    anything, so that the chart's monitoring objects apply: the API server's own checks
+    (namespaced, names, labels) run, the Prometheus Operator's schemas and controller do not."""
+    for kind, plural in (
+        ("ServiceMonitor", "servicemonitors"),
+        ("PrometheusRule", "prometheusrules"),
+    ):
+        name = f"{plural}.{MONITORING_GROUP}"
+        if cluster.get_or_none("apiextensions.k8s.io/v1", "CustomResourceDefinition", name):
+            continue
+        cluster.create({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {
+                "group": MONITORING_GROUP, "scope": "Namespaced",
+                "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural,
+                          "singular": kind.lower()},
+                "versions": [{
+                    "name": "v1", "served": True, "storage": True,
+                    "schema": {"openAPIV3Schema": {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                    }},
+                }],
+            },
+        })  # fmt: skip
+
+        def established(name: str = name) -> bool:
+            crd = cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+            # A new CRD's status.conditions is null until the controller first looks at it.
+            conditions = (crd.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        cluster.wait_for(f"the {kind} CRD established", established)
+
+
 def claim_spec(device_class_name: str, count: int = 2) -> Obj:
     return {
         "devices": {

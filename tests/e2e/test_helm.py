@@ -30,6 +30,7 @@ from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests import doc_commands
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
+from tests.e2e.manifests import install_monitoring_crds
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -336,9 +337,12 @@ def test_the_committed_manifests_are_the_charts_output(
 
 @pytest.fixture(scope="module")
 def cluster(e2e_binaries: Binaries) -> Iterator[Cluster]:
-    """Its own control plane with the DaemonSet controller; uninstall empties it."""
+    """Its own control plane with the DaemonSet controller; uninstall empties it. The
+    Prometheus Operator's kinds are served, for the documented upgrade that turns on the
+    chart's monitoring objects."""
     controllers = (*DEFAULT_CONTROLLERS, "daemonset-controller")
     with Cluster(e2e_binaries, controllers=controllers) as running:
+        install_monitoring_crds(running)
         yield running
 
 

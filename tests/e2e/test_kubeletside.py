@@ -1,17 +1,22 @@
 """kubeletside against a DRA plugin built on the upstream kubeletplugin helper.
 
 This checks the kubelet stand-in itself (registration, prepare, CDI
-resolution, pod status, unprepare on deletion); the project's own plugin is
-tested against it elsewhere.
+resolution, pod status, the PodResources API, unprepare on deletion); the
+project's own plugin is tested against it elsewhere.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
+import grpc
 import pytest
 
+from api.kubelet.podresources.v1 import api_pb2 as podresources
+from api.kubelet.podresources.v1 import api_pb2_grpc as podresources_grpc
 from tests.e2e.cluster import Cluster
 from tests.e2e.kubeletside import (
     KUBELETSIDE_CDI_ANNOTATION,
@@ -137,6 +142,68 @@ def test_plugin_error_is_visible(
     cluster.wait_for("a retried prepare", lambda: len(side.report_events("prepare-error")) >= 2)
     cluster.delete("v1", "Pod", "refused-pod", NS)
     cluster.wait_for_pod_gone("refused-pod", NS)
+
+
+def list_pod_resources(socket: Path) -> list[podresources.PodResources]:
+    """One List call on the PodResources socket, as a node agent makes it."""
+
+    async def ask() -> list[podresources.PodResources]:
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            reply = await podresources_grpc.PodResourcesListerStub(channel).List(
+                podresources.ListPodResourcesRequest(), timeout=5
+            )
+            return list(reply.pod_resources)
+
+    return asyncio.run(ask())
+
+
+def listed_pod(socket: Path, namespace: str, name: str) -> podresources.PodResources | None:
+    for entry in list_pod_resources(socket):
+        if (entry.namespace, entry.name) == (namespace, name):
+            return entry
+    return None
+
+
+def test_pod_resources_lists_claim_devices(
+    cluster: Cluster, stub_node: tuple[KubeletSide, Component]
+) -> None:
+    side, _ = stub_node
+    side.wait_for_plugin(DRIVER)
+    socket = side.pod_resources_socket
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "listed", "namespace": NS},
+            "spec": claim_spec("neuron-stub", count=2),
+        }
+    )
+    cluster.create(pod("lister", NS, NODE, {"resourceClaimName": "listed"}))
+    cluster.wait_for_pod_running("lister", NS)
+    claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", "listed", NS)
+    results = claim["status"]["allocation"]["devices"]["results"]
+
+    entry = cluster.wait_for("lister in List", lambda: listed_pod(socket, NS, "lister"))
+    (container,) = entry.containers
+    assert container.name == "app"
+    assert not container.devices and not container.cpu_ids and not container.memory
+    if cluster.binaries.kubelet_minor < 34:
+        # Feature gate KubeletPodResourcesDynamicResources: alpha, off by default.
+        assert not container.dynamic_resources
+    else:
+        (dynamic,) = container.dynamic_resources
+        assert (dynamic.claim_namespace, dynamic.claim_name) == (NS, "listed")
+        listed = [(r.driver_name, r.pool_name, r.device_name) for r in dynamic.claim_resources]
+        assert listed == [(r["driver"], r["pool"], r["device"]) for r in results]
+        # As on a real kubelet, each device also lists the CDI devices of the
+        # devices before it (the kubelet does not reset its list per device).
+        own = [f"neuron.test/device={claim['metadata']['uid']}-{r['device']}" for r in results]
+        for i, resource in enumerate(dynamic.claim_resources):
+            assert [c.name for c in resource.cdi_devices] == own[: i + 1]
+
+    cluster.delete("v1", "Pod", "lister", NS)
+    cluster.wait_for_pod_gone("lister", NS)
+    cluster.wait_for("lister gone from List", lambda: listed_pod(socket, NS, "lister") is None)
 
 
 def test_plugin_stop_deregisters(

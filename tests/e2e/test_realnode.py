@@ -15,6 +15,7 @@ import copy
 import json
 import re
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.e2e import realcluster
@@ -249,6 +251,35 @@ def driver_mounts() -> dict[str, set[str]]:
         if "/host/sys" in mounts:
             return mounts
     raise AssertionError("no process with /host/sys mounted: the driver is not running")
+
+
+def test_a_pods_devices_are_attributed_through_the_real_kubelet(real: RealCluster) -> None:
+    """The plugin pod asks the real kubelet's PodResources API (its socket mounted
+    read-only) who holds its devices: the user pod's namespace, name and container
+    appear on the metrics endpoint while it runs, and leave with it."""
+    ns = namespace(real.cluster)
+    pod, uid = user_pod(real, ns, "watched")
+    plugin = real.ready_plugin()
+    assert plugin is not None
+    url = f"http://{plugin['status']['podIP']}:9400/metrics"
+    [container] = pod["spec"]["containers"]
+
+    def held() -> list[tuple[str, str, str]]:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        return [
+            (s.labels["namespace"], s.labels["container"], s.labels["device"])
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "neuron_dra_device_allocation_info" and s.labels["pod"] == "watched"
+        ]
+
+    [(namespace_, name, device)] = real.cluster.wait_for("the pod on the endpoint", held, 60)
+    assert (namespace_, name) == (ns, container["name"])
+    assert device.startswith("neurondevice")
+    real.cluster.delete("v1", "Pod", "watched", ns)
+    wait_released(real, ns, "watched", uid)
+    real.cluster.wait_for("the pod gone from the endpoint", lambda: not held(), 60)
 
 
 def test_kubelet_restart_keeps_running_pods_and_their_claims(real: RealCluster) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra.agent.health import Change, HealthMonitor, Kind
+from neuron_dra.agent.health import Change, HealthMonitor, Kind, Source, components_kind
+from neuron_dra.hardware.driverformats import COMPONENTS
 from tests.sysfs_tree import FakeNode, write
 
 
@@ -168,3 +169,113 @@ def test_a_device_left_out_of_a_hand_over_is_still_watched(fake_node: FakeNode) 
     write(root, "dev/neuron7", "")
     health.follow(range(12))
     assert health.poll() == [Change(7, None)]
+
+
+HEALTH_STATUS = "sys/devices/virtual/neuron_device/neuron{}/stats/hardware/health_status/{}"
+
+
+def status(root: Path, device: int, name: str, text: str) -> None:
+    write(root, HEALTH_STATUS.format(device, name), text)
+
+
+def test_ecc_counters_are_the_source_before_driver_2_28(fake_node: FakeNode) -> None:
+    root = fake_node("trn2.48xlarge", driver_version="2.26.5.0")
+    health = monitor(root, Clock())
+    assert health.poll() == []
+    assert set(health.sources.values()) == {Source.ECC}
+    ecc(root, 4, 1, "mem_ecc_repairable_uncorrected")
+    [change] = health.poll()
+    assert change.device == 4 and change.problem is not None
+    assert change.problem.kind == Kind.MEM_ECC_REPAIRABLE
+    assert change.problem.detail == "mem_ecc_repairable_uncorrected 0 -> 1"
+
+
+def test_health_status_counts_of_driver_2_28(fake_node: FakeNode) -> None:
+    root = fake_node("trn2.48xlarge", driver_version="2.28.0.0")
+    health = monitor(root, Clock())
+    assert health.poll() == [] and set(health.sources.values()) == {Source.HEALTH_COUNTS}
+    status(root, 2, "hbm_ecc_err_count", "1\n")
+    status(root, 9, "hw_error_event", "3\n")
+    ecc(root, 11, 5)  # the counts are read instead: the ECC files are not the source
+    found = {c.device: c.problem and (c.problem.kind, c.problem.detail) for c in health.poll()}
+    assert found == {
+        2: (Kind.MEM_ECC_UNCORRECTED, "hbm_ecc_err_count 0 -> 1"),
+        9: (Kind.HARDWARE_ERROR_EVENT, "hw_error_event 0 -> 3"),
+    }
+
+
+def test_unhealthy_components_name_the_subsystem_and_clear_with_it(fake_node: FakeNode) -> None:
+    root = fake_node("trn2.48xlarge", driver_version="2.30.2.0")
+    health = monitor(root, Clock())  # no recovery period: the state itself clears
+    assert health.poll() == [] and set(health.sources.values()) == {Source.HEALTH_STATUS}
+    status(root, 6, "unhealthy_components", "hbm,link_efa\n")
+    [change] = health.poll()
+    assert change.device == 6 and change.problem is not None
+    assert change.problem.kind == "Hbm.LinkEfa"  # the taint's value
+    assert change.problem.detail == "unhealthy components: hbm, link_efa"
+    assert health.poll() == []
+    status(root, 6, "unhealthy_components", "\n")
+    assert health.poll() == [Change(6, None)]
+
+
+def test_an_unreachable_device_is_out_until_it_answers(fake_node: FakeNode) -> None:
+    root = fake_node("trn3.48xlarge", driver_version="2.30.2.0")
+    health = monitor(root, Clock())
+    status(root, 0, "unhealthy_components", "device_unreachable\n")
+    [change] = health.poll()
+    assert change.problem is not None and change.problem.kind == Kind.DEVICE_UNREACHABLE
+    status(root, 0, "unhealthy_components", "\n")
+    assert health.poll() == [Change(0, None)]
+
+
+def test_a_still_heartbeat_is_a_problem_only_when_asked(fake_node: FakeNode) -> None:
+    root = fake_node("trn2.48xlarge", driver_version="2.30.2.0")
+    clock = Clock()
+    quiet = HealthMonitor(root, range(16), clock=clock)
+    watching = HealthMonitor(root, range(16), heartbeat_timeout_s=60, clock=clock)
+    assert quiet.poll() == [] and watching.poll() == []
+    for device in range(1, 16):
+        status(root, device, "healthcheck_heartbeat", "2\n")
+    clock.now += 60
+    assert quiet.poll() == []
+    [change] = watching.poll()
+    assert change.device == 0 and change.problem is not None
+    assert change.problem.kind == Kind.HEARTBEAT_STALLED
+    assert change.problem.since == 1000.0  # when it last moved
+    status(root, 0, "healthcheck_heartbeat", "2\n")
+    assert watching.poll() == [Change(0, None)]
+
+
+def test_inferentia_has_no_health_source_and_says_so_once(
+    fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = fake_node("inf1.6xlarge")
+    health = HealthMonitor(root, range(4), clock=Clock())
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert health.poll() == []
+    assert health.unwatched == frozenset(range(4))
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith("no health source for neuron0, neuron1, neuron2, neuron3:")
+
+
+def test_a_moved_ecc_counter_leaves_its_device_unwatched(fake_node: FakeNode) -> None:
+    root = fake_node("trn1.32xlarge")
+    shutil.rmtree(root / "sys/devices/virtual/neuron_device/neuron3/stats/hardware")
+    health = monitor(root, Clock())
+    assert health.poll() == []
+    assert health.unwatched == {3}
+
+
+@pytest.mark.parametrize(
+    ("components", "kind"),
+    [
+        (["sram"], "Sram"),
+        (["firmware_service_api", "link_intraserver"], "FirmwareServiceApi.LinkIntraserver"),
+        (list(COMPONENTS), "Hbm.FirmwareServiceApi.FirmwareServiceProcessor.Sram"),
+        ([], "UnhealthyComponents"),
+    ],
+)
+def test_the_subsystems_fit_a_taint_value(components: list[str], kind: str) -> None:
+    assert components_kind(components) == kind
+    assert len(kind) <= 63

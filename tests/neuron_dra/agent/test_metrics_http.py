@@ -54,7 +54,7 @@ class BlockingGauge:
         self.entered.set()
         self.released_in_time.append(self.release.wait(PATIENCE_S))
         self.finished.set()
-        return [Sample("neuron_dra_device_utilization_ratio", (("device", "neuron0"),), 0.5)]
+        return [Sample("neuron_dra_device_power_draw_ratio", (("neuron_device", "0"),), 0.5)]
 
 
 def test_a_blocked_file_gauge_leaves_the_event_loop_running() -> None:
@@ -77,7 +77,7 @@ def test_a_blocked_file_gauge_leaves_the_event_loop_running() -> None:
         gauge.release.set()
         answer = await scrape
         assert answer.startswith(b"HTTP/1.1 200 OK")
-        assert b'neuron_dra_device_utilization_ratio{device="neuron0"} 0.5' in answer
+        assert b'neuron_dra_device_power_draw_ratio{neuron_device="0"} 0.5' in answer
 
     serving(metrics, test)
     assert gauge.released_in_time == [True], "the gauge blocked the event loop until it gave up"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -9,30 +10,55 @@ import pytest
 
 from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.discovery import Discovery, Finding, discover
+from neuron_dra.hardware.driverformats import FAKE_VERSIONS
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.hardware.inventory import UltraServer
 from tests.sysfs_tree import FakeNode, run_unprivileged, write
 
 DEV0 = "sys/devices/virtual/neuron_device/neuron0"
+INFERENTIA = 0x7064  # PCI device id of the first generation
 
 
 def messages(result: Discovery) -> dict[str, str]:
     return {f.path: f.message for f in result.findings}
 
 
-@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
-def test_a_healthy_node_reads_back_exactly(fake_node: FakeNode, name: str) -> None:
+# Each silicon generation under every driver release; every instance type under one.
+EVERY_RELEASE = [
+    (name, version)
+    for name in (
+        "inf1.xlarge",
+        "inf2.xlarge",
+        "trn1.2xlarge",
+        "trn2.3xlarge",
+        "trn2u.48xlarge",
+        "trn3.48xlarge",
+    )
+    for version in FAKE_VERSIONS
+]
+EVERY_TYPE = [(name, "2.26.1.0") for name in sorted(INSTANCE_TYPES)]
+
+
+@pytest.mark.parametrize(("name", "version"), EVERY_TYPE + EVERY_RELEASE)
+def test_a_healthy_node_reads_back_exactly(fake_node: FakeNode, name: str, version: str) -> None:
     spec = INSTANCE_TYPES[name]
-    result = discover(fake_node(name, driver_version="2.26.1.0"))
+    result = discover(fake_node(name, driver_version=version))
     inventory = result.inventory
     assert result.findings == ()
     assert inventory.instance_type == name
-    assert inventory.driver_version == "2.26.1.0"
+    assert inventory.driver_version == version
     assert [d.index for d in inventory.devices] == list(range(spec.devices))
     assert {d.cores for d in inventory.devices} == {spec.cores_per_device}
     assert inventory.lnc == (2 if spec.has_lnc else None)
-    assert all(d.serial_number and d.device_name for d in inventory.devices)
+    assert all(d.device_name for d in inventory.devices)
+    # 16 lowercase hex digits, as the driver prints them; Inferentia (v1) has none.
+    serials = {d.serial_number for d in inventory.devices}
+    if spec.pci_device_id == INFERENTIA:
+        assert serials == {None}
+    else:
+        assert all(re.fullmatch("[0-9a-f]{16}", s or "") for s in serials)
+        assert len(serials) == spec.devices
     assert (inventory.ultraserver is not None) == spec.ultraserver
 
 
@@ -233,14 +259,17 @@ def test_unknown_type_of_an_lnc_family_keeps_the_lnc_default(fake_node: FakeNode
     assert discover(root).inventory.lnc == 2
 
 
-def test_missing_dmi_falls_back_to_the_neuron_driver(fake_node: FakeNode) -> None:
+def test_missing_dmi_is_not_filled_in_with_the_neuron_drivers_family(fake_node: FakeNode) -> None:
+    # The driver's info/architecture/instance_type holds the family ("Inf2"), as its
+    # source writes it: it names no instance type.
     root = fake_node("inf2.xlarge")
     (root / "sys/devices/virtual/dmi/id/product_name").unlink()
     result = discover(root)
-    assert result.inventory.instance_type == "inf2.xlarge"
+    assert result.inventory.instance_type is None
     assert [f.message for f in result.findings] == [
         "missing",
-        f"instance type taken from /{DEV0}/info/architecture/instance_type instead",
+        "the Neuron driver names the family only (Inf2): mount the host's "
+        "/sys/devices/virtual/dmi for the instance type",
     ]
 
 
@@ -325,3 +354,18 @@ def test_a_file_where_a_device_directory_belongs(fake_node: FakeNode) -> None:
         "not a directory; device ignored"
     )
     assert [d.index for d in result.inventory.devices] == [0, 1, 2]
+
+
+def test_a_file_missing_under_a_newer_driver_says_the_layout_may_have_moved(
+    fake_node: FakeNode,
+) -> None:
+    root = fake_node("trn2u.48xlarge", driver_version="2.31.7.0")
+    (root / "sys/class/neuron_device/server_id_4").unlink()
+    assert messages(discover(root))["/sys/module/neuron/version"] == (
+        "Neuron driver 2.31.7.0 is newer than 2.30.2.0, the newest whose sysfs layout this "
+        "driver knows; driver 2.31 moved several nodes, so the missing files above may have moved"
+    )
+    # The same file missing under a known release is only missing.
+    known = fake_node("trn2u.48xlarge", name="known", driver_version="2.30.2.0")
+    (known / "sys/class/neuron_device/server_id_4").unlink()
+    assert "/sys/module/neuron/version" not in messages(discover(known))

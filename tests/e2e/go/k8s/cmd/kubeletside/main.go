@@ -8,7 +8,8 @@
 // device ids handed to each container are resolved and injected into an empty
 // OCI spec with the CDI package container runtimes use, the outcome is
 // published on the pod (annotation, events) and in a JSON-lines report, and the
-// pod is marked Running.
+// pod is marked Running. The kubelet's PodResources API is served too, by the
+// kubelet's own server over these pods and the DRA manager.
 package main
 
 import (
@@ -223,7 +224,7 @@ func main() {
 	klog.InitFlags(nil)
 	flag.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig of the API server")
 	flag.StringVar(&opts.nodeName, "node-name", "", "name of the Node object this program serves")
-	flag.StringVar(&opts.rootDir, "root-dir", "", "kubelet root dir; plugins_registry/, plugins/ and the DRA state file live here")
+	flag.StringVar(&opts.rootDir, "root-dir", "", "kubelet root dir; plugins_registry/, plugins/, pod-resources/ and the DRA state file live here")
 	flag.Var(&opts.cdiDirs, "cdi-dir", "directory with CDI spec files (repeatable)")
 	flag.StringVar(&opts.reportFile, "report-file", "", "append JSON lines describing registrations and pod outcomes here")
 	flag.StringVar(&opts.statusAddr, "status-addr", "", "serve /healthz, /readyz, /plugins and /pods on this address (host:port)")
@@ -352,6 +353,10 @@ func run(opts options) error {
 		return fmt.Errorf("start DRA manager: %w", err)
 	}
 	k.tracker = &registrationTracker{inner: adaptHandler(k.draManager.GetWatcherHandler()), report: rep, endpoint: map[string]string{}}
+	podResourcesSocket, err := servePodResources(ctx, opts.rootDir, k)
+	if err != nil {
+		return fmt.Errorf("serve the podresources API: %w", err)
+	}
 
 	pm := pluginmanager.NewPluginManager(regDir, recorder)
 	pm.AddHandler(pluginwatcherapi.DRAPlugin, pluginHandlerOf(ctx, k.tracker))
@@ -378,7 +383,8 @@ func run(opts options) error {
 		return nil
 	}
 	// Report first: whoever sees /readyz succeed also finds the entry.
-	klog.InfoS("kubeletside ready", "node", opts.nodeName, "registrationDir", regDir, "cdiDirs", []string(opts.cdiDirs))
+	klog.InfoS("kubeletside ready", "node", opts.nodeName, "registrationDir", regDir, "cdiDirs", []string(opts.cdiDirs),
+		"podResourcesSocket", podResourcesSocket)
 	rep.write(ReportEntry{Event: "ready"})
 	ready.Done()
 
@@ -458,11 +464,15 @@ func (k *kubeletSide) activePods() []*v1.Pod {
 	}
 	out := make([]*v1.Pod, 0, len(pods))
 	for _, p := range pods {
-		if p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
+		if !isTerminal(p) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+func isTerminal(pod *v1.Pod) bool {
+	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
 }
 
 // podsWithNewHealth re-syncs pods whose devices changed health, which is

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from api.kubelet.podresources.v1 import api_pb2
+from neuron_dra.agent import attribution
+from neuron_dra.agent.attribution import Holder, PodResources, allocation_samples, holders
+from neuron_dra.hardware.discovery import discover
+from tests.sysfs_tree import FakeNode
+
+DRIVER = "neuron.aws.com"
+
+
+def answer(
+    *pods: tuple[str, str, str, str, list[tuple[str, str, str]]],
+) -> api_pb2.ListPodResourcesResponse:
+    """(namespace, pod, container, claim, [(driver, pool, device)]) per container."""
+    response = api_pb2.ListPodResourcesResponse()
+    for namespace, pod, container, claim, devices in pods:
+        entry = response.pod_resources.add(name=pod, namespace=namespace)
+        held = entry.containers.add(name=container).dynamic_resources.add(
+            claim_name=claim, claim_namespace=namespace
+        )
+        for driver, pool, device in devices:
+            held.claim_resources.add(driver_name=driver, pool_name=pool, device_name=device)
+    return response
+
+
+def test_only_this_drivers_devices_of_this_pool_are_held() -> None:
+    response = answer(
+        ("ml", "train-0", "main", "gpus", [(DRIVER, "node-a", "neurondevice3")]),
+        ("ml", "train-0", "sidecar", "efa", [("efa.networking.k8s.aws", "node-a", "efa0")]),
+        ("ml", "other", "main", "c", [(DRIVER, "node-b", "neurondevice1")]),  # another pool
+    )
+    assert holders(response, DRIVER, "node-a") == (
+        Holder("ml", "train-0", "main", "gpus", "neurondevice3"),
+    )
+
+
+def test_each_container_gets_one_series_per_physical_device(fake_node: FakeNode) -> None:
+    inventory = discover(fake_node("trn2u.48xlarge")).inventory
+    held = [
+        Holder("ml", "a", "main", "one", "neurondevice3"),
+        Holder("ml", "a", "side", "one", "neurondevice3"),  # a claim shared by containers
+        Holder("ml", "b", "main", "core", "neuroncore25"),  # at LNC 2, 4 a device: device 6
+        Holder("ml", "c", "main", "all", "neuronnode"),
+        Holder("ml", "d", "main", "gone", "neurondevice99"),  # not on this node
+    ]
+    samples = allocation_samples(held, inventory, "node-a")
+    rows = {
+        (dict(s.labels)["pod"], dict(s.labels)["container"], dict(s.labels)["neuron_device"])
+        for s in samples
+    }
+    assert {r for r in rows if r[0] != "c"} == {
+        ("a", "main", "3"),
+        ("a", "side", "3"),
+        ("b", "main", "6"),
+    }
+    assert {r[2] for r in rows if r[0] == "c"} == {str(i) for i in range(16)}
+    first = dict(samples[0].labels)
+    assert first == {
+        "node": "node-a",
+        "neuron_device": "3",
+        "device": "neurondevice3",
+        "serial_number": inventory.devices[3].serial_number,
+        "namespace": "ml",
+        "pod": "a",
+        "container": "main",
+        "claim": "one",
+    }
+    assert all(s.value == 1.0 and s.name == "neuron_dra_device_allocation_info" for s in samples)
+
+
+def test_series_are_capped(
+    fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(attribution, "MAX_ALLOCATION_SERIES", 20)
+    inventory = discover(fake_node("trn2.48xlarge")).inventory
+    held = [Holder("ml", f"p{i}", "main", "c", "neuronnode") for i in range(2)]
+    with caplog.at_level(logging.WARNING):
+        assert len(allocation_samples(held, inventory, "n")) == 20
+    assert "allocation info capped at 20 series; 12 left out" in caplog.text
+
+
+def test_a_kubelet_that_does_not_answer_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = PodResources(tmp_path / "pod-resources/kubelet.sock", DRIVER, "node-a")
+
+    async def twice() -> list[object]:
+        try:
+            return [await client.list(timeout_s=0.5) for _ in range(2)]
+        finally:
+            await client.close()
+
+    with caplog.at_level(logging.WARNING):
+        assert asyncio.run(twice()) == [None, None]
+    assert not client.up
+    said = [r.getMessage() for r in caplog.records if "PodResources" in r.getMessage()]
+    assert len(said) == 1 and "devices are not attributed to pods" in said[0]
