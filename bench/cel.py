@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from neuron_dra.hardware.discovery import discover  # noqa: E402
-from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node  # noqa: E402
+from neuron_dra.hardware.fakenode import Counters, FakeUltraServer, build_fake_node  # noqa: E402
 from neuron_dra.resources.slices import SliceOptions, build_slices  # noqa: E402
 from neuron_dra.tools.cel import DeviceView, Selector, compile_selector  # noqa: E402
 
@@ -48,7 +48,9 @@ def devices() -> list[DeviceView]:
     views: list[DeviceView] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, (instance_type, ultraserver) in enumerate(NODES):
-            root = build_fake_node(Path(tmp) / str(i), instance_type, ultraserver=ultraserver)
+            root = build_fake_node(
+                Path(tmp) / str(i), instance_type, ultraserver=ultraserver, counters=Counters.NONE
+            )
             for slice_ in build_slices(discover(root).inventory, SliceOptions(f"node-{i}")):
                 spec = slice_["spec"]
                 views += [DeviceView.from_slice_device(spec["driver"], d) for d in spec["devices"]]

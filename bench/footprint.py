@@ -40,7 +40,7 @@ RSS_STEPS = (
     ("interpreter", ""),
     ("asyncio (and ssl)", "import asyncio"),
     ("grpc", "import grpc.aio"),
-    ("kubelet protocols (generated code)", "import neuron_dra.agent.kubelet"),
+    ("kubelet protocols (generated code)", "import neuron_dra.agent.kubelet.plugin"),
     ("command line and run entry: sockets served", RUN_PATH),
     ("prometheus_client", "import prometheus_client"),
     ("the rest of the agent", AGENT_PATH),

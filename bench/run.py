@@ -53,8 +53,8 @@ from common import (  # noqa: E402
 )
 from gobaseline import SETS, GoBaseline, add_go_baseline  # noqa: E402
 
-from neuron_dra.agent.cdi import atomic_write  # noqa: E402
-from neuron_dra.agent.kube import Kube  # noqa: E402
+from neuron_dra.agent.apiclient.kube import Kube  # noqa: E402
+from neuron_dra.agent.claims.cdi import atomic_write  # noqa: E402
 from tests.e2e.build import build  # noqa: E402
 from tests.e2e.cluster import Cluster  # noqa: E402
 from tests.e2e.nodes import SimulatedNode, add_simulated_node  # noqa: E402

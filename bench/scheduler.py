@@ -85,7 +85,7 @@ from common import RESULTS, percentile  # noqa: E402
 from scalemodel import fit, nodes_to_find  # noqa: E402
 
 from neuron_dra.hardware.discovery import discover  # noqa: E402
-from neuron_dra.hardware.fakenode import build_fake_node  # noqa: E402
+from neuron_dra.hardware.fakenode import Counters, build_fake_node  # noqa: E402
 from neuron_dra.hardware.inventory import NodeInventory  # noqa: E402
 from neuron_dra.resources.limits import CounterLayout  # noqa: E402
 from neuron_dra.resources.slices import SliceOptions, build_slices  # noqa: E402
@@ -351,7 +351,9 @@ def timed(action: Callable[[], object]) -> float:
 
 def run_variant(variant: Variant, steps: list[int], pods: int, sysfs: Path) -> Obj:
     """Every case at every step of one variant; its figures."""
-    root = build_fake_node(sysfs / variant.name, INSTANCE_TYPE, lnc=variant.lnc)
+    root = build_fake_node(
+        sysfs / variant.name, INSTANCE_TYPE, lnc=variant.lnc, counters=Counters.NONE
+    )
     inventory = discover(root).inventory
     figures: Obj = {"cores": variant.cores, "lnc": variant.lnc, "steps": {}}
     started = time.monotonic()

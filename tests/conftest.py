@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
+from neuron_dra.hardware.fakenode import (
+    DEFAULT_DRIVER_VERSION,
+    Counters,
+    FakeUltraServer,
+    build_fake_node,
+)
 from tests.sysfs_tree import FakeNode
 
 
@@ -22,7 +27,7 @@ def fake_node(tmp_path: Path) -> FakeNode:
         lnc: int | None = None,
         ultraserver: FakeUltraServer | None = None,
         pci_parents: bool = False,
-        all_counters: bool = False,  # see build_fake_node; the tests that read all ask
+        counters: Counters = Counters.NONE,  # the tests of the counters ask for them
     ) -> Path:
         return build_fake_node(
             tmp_path / name,
@@ -31,7 +36,7 @@ def fake_node(tmp_path: Path) -> FakeNode:
             lnc=lnc,
             ultraserver=ultraserver,
             pci_parents=pci_parents,
-            all_counters=all_counters,
+            counters=counters,
         )
 
     return build

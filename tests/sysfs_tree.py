@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer
+from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, Counters, FakeUltraServer
 
 T = TypeVar("T")
 NOBODY = 65534
@@ -24,7 +24,7 @@ class FakeNode(Protocol):
         lnc: int | None = None,
         ultraserver: FakeUltraServer | None = None,
         pci_parents: bool = False,
-        all_counters: bool = False,
+        counters: Counters = Counters.NONE,
     ) -> Path: ...
 
 

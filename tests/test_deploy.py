@@ -20,7 +20,8 @@ from consts import (
     RESOURCE_TYPE_DEVICE,
     RESOURCE_TYPE_NODE,
 )
-from neuron_dra.agent.kubelet import READINESS_SERVICE, socket_paths
+from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE
+from neuron_dra.agent.kubelet.sockets import socket_paths
 from neuron_dra.cli import parser
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.tools.cel import compile_selector

@@ -19,7 +19,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 # Contracts by the words before the colon in their names.
 LAYERS, TOOLS, CEL, SIMULATOR = "Driver layers", "Tools", "CEL", "Simulator"
-PACKAGES, HARDWARE, AGENT = "Packages", "Hardware", "Agent"
+PACKAGES, HARDWARE, AGENT, ROOMS = "Packages", "Hardware", "Agent", "Agent rooms"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -51,9 +51,14 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             [LAYERS, HARDWARE],
         ),
         ("neuron_dra/hardware/efa.py", "import api.config", [HARDWARE]),
-        ("neuron_dra/resources/limits.py", "import neuron_dra.agent.kube", [LAYERS]),
-        ("neuron_dra/agent/dirs.py", "from neuron_dra.tools import lint", [LAYERS, AGENT]),
-        ("neuron_dra/agent/cdi.py", "import celpy", [AGENT]),
+        ("neuron_dra/resources/limits.py", "import neuron_dra.agent.apiclient.kube", [LAYERS]),
+        # lint reaches the agent's claim plan through the simulator: up the rooms too.
+        (
+            "neuron_dra/agent/files/dirs.py",
+            "from neuron_dra.tools import lint",
+            [LAYERS, ROOMS, AGENT],
+        ),
+        ("neuron_dra/agent/claims/cdi.py", "import celpy", [AGENT]),
         ("neuron_dra/tools/lint.py", "import neuron_dra.cli", [LAYERS, TOOLS]),  # via cli.tools
         ("neuron_dra/tools/picture.py", "from neuron_dra.tools import lint", [TOOLS]),
         ("neuron_dra/tools/cel/device.py", "from neuron_dra.tools.cel import fast", [CEL]),
@@ -62,7 +67,16 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             "import neuron_dra.tools.simulate.search",
             [SIMULATOR],
         ),
-        ("api/config.py", "import neuron_dra.agent.claims", [PACKAGES]),
+        ("api/config.py", "import neuron_dra.agent.claims.plan", [PACKAGES]),
+        # The agent's rooms: siblings apart, nothing up.
+        ("neuron_dra/agent/claims/cdi.py", "import neuron_dra.agent.slices.leader", [ROOMS]),
+        ("neuron_dra/agent/telemetry/health.py", "import neuron_dra.agent.apiclient.kube", [ROOMS]),
+        (
+            "neuron_dra/agent/apiclient/kube.py",
+            "import neuron_dra.agent.telemetry.metrics",
+            [ROOMS],
+        ),
+        ("neuron_dra/agent/files/dirs.py", "import neuron_dra.agent.node", [ROOMS]),
     ],
 )
 def test_an_upward_import_breaks_its_contract(

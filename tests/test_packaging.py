@@ -155,7 +155,8 @@ def test_installed_wheel_runs_outside_the_source_tree(venv: Path, tmp_path: Path
     assert "--sysfs-root" in run("neuron-dra", "discover", "--help")
     # Everything `run` imports, including the generated gRPC modules, from the wheel.
     probe = (
-        "import json, neuron_dra, api, consts, neuron_dra.agent.run, neuron_dra.agent.kubelet\n"
+        "import json, neuron_dra, api, consts\n"
+        "import neuron_dra.agent.run, neuron_dra.agent.kubelet.plugin\n"
         "from api.kubelet.dra.v1 import api_pb2\n"
         "print(json.dumps([m.__file__ for m in (neuron_dra, api, consts, api_pb2)]))"
     )

@@ -12,30 +12,28 @@ import time
 from collections.abc import Mapping
 
 from consts import DRIVER_NAME, NODE_DEVICE_NAME
-from neuron_dra.agent import features, leader
-from neuron_dra.agent.attribution import Holder, PodResources, allocation_samples
-from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord
-from neuron_dra.agent.devicemetrics import StatsReader, health_samples
-from neuron_dra.agent.health import Change, HealthMonitor
-from neuron_dra.agent.kube import ApiError, Json, Kube
-from neuron_dra.agent.kubelet import KubeletPlugin
-from neuron_dra.agent.labels import LabelKeeper
-from neuron_dra.agent.metrics import Metrics, Sample
-from neuron_dra.agent.nodewatch import NodeWatch
+from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
+from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
+from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
+from neuron_dra.agent.kubelet.plugin import KubeletPlugin
+from neuron_dra.agent.kubelet.resourcehealth import health_entries
 from neuron_dra.agent.options import RunOptions
-from neuron_dra.agent.preparer import Preparer, StepHook, no_step_hook
-from neuron_dra.agent.publisher import SlicePublisher
-from neuron_dra.agent.resourcehealth import health_entries
+from neuron_dra.agent.slices import leader
+from neuron_dra.agent.slices.labels import LabelKeeper
+from neuron_dra.agent.slices.nodewatch import NodeWatch
+from neuron_dra.agent.slices.publisher import SlicePublisher
+from neuron_dra.agent.slices.source import NodeState, SliceSource
 from neuron_dra.agent.supervisor import Supervisor
-from neuron_dra.hardware.cores import logical_cores
+from neuron_dra.agent.telemetry.attribution import Holder, PodResources, allocation_samples
+from neuron_dra.agent.telemetry.devicemetrics import StatsReader, device_states, health_samples
+from neuron_dra.agent.telemetry.events import EVENT_NAMESPACE, health_event
+from neuron_dra.agent.telemetry.health import Change, HealthMonitor
+from neuron_dra.agent.telemetry.metrics import Metrics, Sample
 from neuron_dra.hardware.discovery import boot_id, discover, log_findings
 from neuron_dra.hardware.inventory import NodeInventory
-from neuron_dra.resources import limits
-from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodelabels import ultraserver_labels
 from neuron_dra.resources.nodetopology import NodeTopology, from_labels
-from neuron_dra.resources.pool import publishable_pool
-from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
+from neuron_dra.resources.slices import Unhealthy
 
 log = logging.getLogger("neuron_dra")
 
@@ -66,7 +64,6 @@ class Agent:
         )
         self.node_watch = NodeWatch(kube, options.node_name, self._node_seen)
         self.loops = Supervisor(plugin.health)
-        self._uses: features.Uses | None = None  # what the slices may use: see `_reprobe`
         self.metrics = Metrics()
         self.metrics.gauges = self._gauges
         stats = StatsReader(options.sysfs_root, options.node_name)
@@ -96,11 +93,11 @@ class Agent:
             metrics=self.metrics,
             on_change=self._claims_changed,
         )
-        self.publisher = SlicePublisher(
-            kube, options.node_name, self._build, self._reprobe, self.metrics
-        )
         self._held: frozenset[str] = frozenset()
-        self._pool_problems: tuple[str, ...] = ()
+        self.source = SliceSource(kube, options, self._state)
+        self.publisher = SlicePublisher(
+            kube, options.node_name, self.source.build, self.source.reprobe, self.metrics
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`; the kubelet's sockets are served already (see `run.run`)."""
@@ -135,89 +132,18 @@ class Agent:
 
     async def _publish(self) -> None:
         await self.node_watch.tried.wait()  # so that the first write carries the labels
-        await self._probe_features()
+        await self.source.probe()
         lock = self.options.plugins_dir / DRIVER_NAME / "publisher.lock"
         async with leader.held(lock):
             log.info("publishing ResourceSlices for this node")
             await self.publisher.run()
 
-    async def _probe_features(self) -> None:
-        """Decide what the slices may use; retried, so an outage at start decides nothing."""
-        delay = 0.2
-        while True:
-            try:
-                await self._reprobe()
-                return
-            except ApiError as err:
-                log.warning("API server not answering feature probes, retrying: %s", err)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-
-    async def _reprobe(self) -> bool:
-        """Learn what the API server serves; True when the slices change with it.
-
-        Raises ApiError when the server gives no answer. The publisher calls it again
-        whenever the server may have changed (a refused write, a new version), so a
-        control-plane upgrade or downgrade re-lays the pool.
-        """
-        version = await features.server_version(self._kube)
-        taints = await features.probe_taints(self._kube, self.options.node_name)
-        uses = await self._counters(taints)
-        auto = self.options.ultraserver_devices == "auto"
-        for level, line in features.log_lines(
-            version, self.options.node_name, self._uses, uses, auto=auto,
-            cores=self.options.neuron_cores,
-        ):  # fmt: skip
-            log.log(level, line)
-        changed, self._uses = uses != (self._uses or features.Uses()), uses
-        return changed
-
-    async def _counters(self, taints: bool) -> features.Uses:
-        """Which kinds the node publishes, and where their shared counters go.
-
-        Counters keep an UltraServer's node device apart from its devices, and each
-        NeuronCore apart from its device; either is reason to ask the server for them.
-        """
-        wanted = self.options.ultraserver_devices
-        ultraserver = self.inventory.ultraserver is not None and wanted not in (
-            UltraServerDevices.NODE,
-            UltraServerDevices.DEVICES,
+    def _state(self) -> NodeState:
+        unhealthy = tuple(
+            Unhealthy(device, p.kind, self.options.unhealthy_effect, p.since)
+            for device, p in sorted(self.health.problems.items())
         )
-        single = UltraServerDevices(wanted) if wanted != "auto" else UltraServerDevices.BOTH
-        cores = (
-            self.options.neuron_cores
-            and single is not UltraServerDevices.NODE
-            and bool(logical_cores(self.inventory))  # none where core counts are unknown
-        )
-        if not self.inventory.devices or not (ultraserver or cores):
-            return features.Uses(single, None, taints)  # nothing shared
-
-        def build(layout: CounterLayout) -> list[Json]:
-            return self._slices(1, None, self._uses_in(layout, taints, single, cores=cores))
-
-        answers = await features.probe_counter_layout(self._kube, build)
-        layout = features.choose_layout(answers)
-        if layout is not None:
-            return self._uses_in(layout, taints, single, cores=cores)
-        if not ultraserver:
-            return features.Uses(single, None, taints)
-        if wanted == UltraServerDevices.BOTH:
-            log.warning(
-                "the API server drops shared counters, yet --ultraserver-devices=both: the "
-                "whole-node device and its devices may be allocated together"
-            )
-            return features.Uses(UltraServerDevices.BOTH, features.accepted_layout(answers), taints)
-        return features.Uses(UltraServerDevices.NODE, None, taints)
-
-    def _uses_in(
-        self, layout: CounterLayout, taints: bool, mode: UltraServerDevices, *, cores: bool
-    ) -> features.Uses:
-        """What the slices use with counters in `layout`: the cores wanted where they fit."""
-        with_cores = features.Uses(mode, layout, taints, cores=True)
-        fits = cores and not limits.validate_pool(
-            build_slices(self.inventory, self._slice_options(1, None, with_cores)), layout
-        )
-        return features.Uses(mode, layout, taints, fits)
+        return NodeState(self.inventory, unhealthy, self._held, self.topology)
 
     def _discover(self) -> NodeInventory:
         result = discover(self.options.sysfs_root)
@@ -234,37 +160,7 @@ class Agent:
         held = held_whole(self.inventory, self.options.node_name, self.preparer.prepared)
         if held != self._held:
             self._held = held
-            self.publisher.refresh(self._build)
-
-    def _build(self, generation: int, node_uid: str | None) -> list[Json]:
-        return self._slices(generation, node_uid, self._uses or features.Uses())
-
-    def _slices(self, generation: int, node_uid: str | None, uses: features.Uses) -> list[Json]:
-        """Raises InvalidPoolError rather than send a pool the API server refuses whole:
-        the publisher logs it and keeps the stored pool."""
-        pool = publishable_pool(self.inventory, self._slice_options(generation, node_uid, uses))
-        if pool.problems and pool.problems != self._pool_problems:
-            log.error(
-                "the node's pool breaks resource.k8s.io/v1 limits (%s): publishing its "
-                "devices without their NeuronCores", "; ".join(pool.problems),
-                extra={"node": self.options.node_name},
-            )  # fmt: skip
-        self._pool_problems = pool.problems
-        return pool.slices
-
-    def _slice_options(
-        self, generation: int, node_uid: str | None, uses: features.Uses
-    ) -> SliceOptions:
-        unhealthy = tuple(
-            Unhealthy(device, p.kind, self.options.unhealthy_effect, p.since)
-            for device, p in sorted(self.health.problems.items())
-        )
-        # Without counters every layout gives the same slices: any will do.
-        layout = uses.layout or CounterLayout.BESIDE_DEVICES
-        return SliceOptions(
-            self.options.node_name, node_uid, generation, uses.mode, unhealthy, uses.taints,
-            layout, cores=uses.cores, held=self._held, topology=self.topology,
-        )  # fmt: skip
+            self.publisher.refresh(self.source.build)
 
     async def _node_seen(self, node: Json | None) -> None:
         """The Node as it is now (None: gone): its owned labels kept, its network
@@ -283,7 +179,7 @@ class Agent:
                 extra={"node": self.options.node_name, "layers": topology.attributes()},
             )
             self.topology = topology
-            self.publisher.refresh(self._build)
+            self.publisher.refresh(self.source.build)
         await self.labels.keep(node)
 
     async def _rediscover(self) -> None:
@@ -297,7 +193,7 @@ class Agent:
                 # Before the slices: a device that appeared is published once it is watched.
                 await asyncio.to_thread(self.health.follow, [d.index for d in inventory.devices])
                 self.inventory = inventory
-                self.publisher.refresh(self._build, reprobe=reprobe)
+                self.publisher.refresh(self.source.build, reprobe=reprobe)
                 try:
                     await self.labels.keep(self.node_watch.node)
                 except ApiError as err:
@@ -311,7 +207,7 @@ class Agent:
                 changes = await asyncio.to_thread(self.health.poll)
                 if not changes:
                     continue
-                self.publisher.refresh(self._build)
+                self.publisher.refresh(self.source.build)
                 await self._publish_health()
                 for change in changes:
                     await self._report_health(change)
@@ -321,35 +217,16 @@ class Agent:
 
     async def _report_health(self, change: Change) -> None:
         device = f"neuron{change.device}"
-        problem = change.problem
-        if problem is None:
+        if change.problem is None:
             log.info("device healthy again", extra={"device": device})
-            reason, message, kind = "NeuronDeviceHealthy", f"{device} is healthy again", "Normal"
         else:
-            log.error(
-                "device unhealthy: %s",
-                problem.detail,
-                extra={"device": device, "kind": problem.kind},
-            )
-            self.metrics.inc("neuron_dra_health_events_total", kind=problem.kind)
-            reason, kind = "NeuronDeviceUnhealthy", "Warning"
-            message = f"{device}: {problem.kind} ({problem.detail}); taken out of service"
-        event: Json = {
-            "metadata": {
-                "generateName": f"{self.options.node_name}.neuron-",
-                "namespace": "default",
-            },
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": self.options.node_name},
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": DRIVER_NAME, "host": self.options.node_name},
-            "firstTimestamp": _now(),
-            "lastTimestamp": _now(),
-            "count": 1,
-        }
+            kind = change.problem.kind
+            log.error("device unhealthy: %s", change.problem.detail,
+                      extra={"device": device, "kind": kind})  # fmt: skip
+            self.metrics.inc("neuron_dra_health_events_total", kind=kind)
+        event = health_event(self.options.node_name, change, time.time())
         try:
-            await self._kube.create_event("default", event)
+            await self._kube.create_event(EVENT_NAMESPACE, event)
         except ApiError as err:
             log.warning("event not recorded: %s", err)
 
@@ -359,18 +236,10 @@ class Agent:
         )
 
     def _gauges(self) -> list[Sample]:
-        allocated = {d.device for c in self.preparer.prepared.values() for d in c.devices}
-        counts: dict[tuple[str, str], int] = {}
-        for device in self.inventory.devices:
-            health = "unhealthy" if device.index in self.health.problems else "healthy"
-            state = "allocated" if device.name in allocated else "free"
-            counts[(health, state)] = counts.get((health, state), 0) + 1
-        samples = [
-            Sample("neuron_dra_devices", (("health", h), ("state", s)), n)
-            for (h, s), n in sorted(counts.items())
-        ]
-        samples.append(Sample("neuron_dra_prepared_claims", (), len(self.preparer.prepared)))
-        node = self.options.node_name
+        node, prepared = self.options.node_name, self.preparer.prepared
+        allocated = {d.device for c in prepared.values() for d in c.devices}
+        samples = device_states(self.inventory, self.health.problems, allocated)
+        samples.append(Sample("neuron_dra_prepared_claims", (), len(prepared)))
         registered = self.plugin.registration.registered.is_set()
         samples.append(Sample("neuron_dra_registered", (), float(registered)))
         samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)
@@ -378,13 +247,8 @@ class Agent:
         samples.append(Sample("neuron_dra_pod_resources_up", (("node", node),), up))
         samples += allocation_samples(self._holders, self.inventory, node)
         if self.publisher.last_publish is not None:
-            samples.append(
-                Sample(
-                    "neuron_dra_slice_last_publish_timestamp_seconds",
-                    (),
-                    self.publisher.last_publish,
-                )
-            )
+            last = self.publisher.last_publish
+            samples.append(Sample("neuron_dra_slice_last_publish_timestamp_seconds", (), last))
         return samples
 
     async def _attribute(self) -> None:
@@ -413,10 +277,6 @@ def held_whole(
         for device in record.devices
         if device.pool == pool and not device.admin_access and device.device in whole
     )
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 async def serve(

@@ -14,11 +14,11 @@ import importlib
 import signal
 from typing import TYPE_CHECKING
 
-from neuron_dra.agent.kubelet import KubeletPlugin
+from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
 
 if TYPE_CHECKING:
-    from neuron_dra.agent.preparer import StepHook
+    from neuron_dra.agent.claims.preparer import StepHook
 
 __all__ = ["RunOptions", "run"]
 

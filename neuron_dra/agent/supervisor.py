@@ -17,8 +17,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from neuron_dra.agent.backoff import Backoff
-from neuron_dra.agent.kubelet import Health
+from neuron_dra.agent.apiclient.backoff import Backoff
+from neuron_dra.agent.kubelet.readiness import Health
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ import os
 import stat
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from consts import ENV_NEURON_LOGICAL_NC_CONFIG
@@ -35,6 +36,19 @@ FAKE_MAJOR = 238  # the real major number is assigned dynamically when the drive
 # A minute boundary the power line says it was sampled at (the driver aggregates a
 # minute of samples and stamps the minute's wall-clock second).
 POWER_SAMPLED_AT = 1764115200
+
+
+class Counters(StrEnum):
+    """The NeuronCore counter files a fake tree carries.
+
+    A trn2.48xlarge has 128 NeuronCores and the driver gives each some 40 counter
+    directories: 20,501 files and directories in all, 0.6 s to write on tmpfs.
+    Tests and tools that build hundreds of trees write fewer.
+    """
+
+    ALL = "all"  # every file the driver writes: `fake-node`, the format tests
+    READ = "read"  # the counters the agent's metrics read: 3,829 files, 0.1 s
+    NONE = "none"  # none of the NeuronCores': discovery, health, simulation; 501 files
 
 
 @dataclass(frozen=True)
@@ -62,7 +76,7 @@ def build_fake_node(
     ultraserver: FakeUltraServer | None = None,
     pci_parents: bool = False,
     char_device: tuple[int, int] | None = None,
-    all_counters: bool = True,
+    counters: Counters = Counters.ALL,
 ) -> Path:
     """Create the tree under `root` and return `root`.
 
@@ -74,9 +88,8 @@ def build_fake_node(
     and say so in sysfs, so that a container given the device by its CDI spec can open
     it; (1, 3), /dev/null's, makes them readable and writable. Needs root (mknod).
 
-    `all_counters=False`: of each NeuronCore's counters, only those the agent reads
-    (`stats.EXECUTION_OUTCOMES`, `device_mem`): a tenth of a trn2's 20,000 files, for
-    the tests that build hundreds of trees.
+    `counters`: which counter files of each NeuronCore are written (`Counters`); the
+    device's own files (information, power, ECC, health) are always there.
     """
     spec = INSTANCE_TYPES.get(instance_type)
     if spec is None:
@@ -123,7 +136,7 @@ def build_fake_node(
         if driver.firmware_files:
             _write(device / "fw_api_version", "6\n", mode=0o444)
             _write(device / "fw_build", "20260101\n", mode=0o444)
-        _write_device_stats(device, silicon, driver, spec.cores_per_device, all_counters)
+        _write_device_stats(device, silicon, driver, spec.cores_per_device, counters)
         if silicon.generation > 1:  # the v1 layer reads no serial number
             _write(device / "info/serial_number", f"{serial_seed << 32 | index:016x}\n")
         link = class_dir / f"neuron{index}"
@@ -175,17 +188,19 @@ _SILICON = {
 
 
 def _write_device_stats(
-    device: Path, silicon: _Silicon, driver: DriverFormat, cores: int, every: bool
+    device: Path, silicon: _Silicon, driver: DriverFormat, cores: int, counters: Counters
 ) -> None:
-    """info/ and stats/ of one device and of each of its NeuronCores, idle; `every`:
-    all the counters, else those the agent reads."""
+    """info/ and stats/ of one device and, as `counters` says, of its NeuronCores; idle."""
     _write(device / "info/notify_delay", "-1\n")
     arch = device / "info/architecture"
     _write(arch / "arch_type", silicon.device_arch + "\n")
     _write(arch / "instance_type", silicon.family + "\n")
     _write(arch / "device_name", silicon.name + "\n")
-    for category in counterfiles.HOST_MEMORY:
-        _counter(device / "stats/memory_usage/host_mem" / category, counterfiles.MEMORY_COUNTER)
+    every = counters is Counters.ALL
+    if every:
+        for category in counterfiles.HOST_MEMORY:
+            memory = device / "stats/memory_usage/host_mem" / category
+            _counter(memory, counterfiles.MEMORY_COUNTER)
     if silicon.generation > 1:  # v1 creates no stats/hardware
         for name in driver.ecc:
             _write(device / "stats/hardware" / name, "0\n")
@@ -196,7 +211,7 @@ def _write_device_stats(
     if driver.power_raw:
         dies = "".join(f"{die},0,1\n" for die in range(silicon.dies))
         _write(device / "stats/power/utilization_raw", "die,util_bips,counter\n" + dies)
-    for core in range(cores):
+    for core in range(cores if counters is not Counters.NONE else 0):
         base = device / f"neuron_core{core}"
         _write(base / "info/architecture/arch_type", silicon.core_arch + "\n")
         stats = base / "stats"

@@ -38,7 +38,7 @@ from consts import (
     RESOURCE_TYPE_CORE,
 )
 from neuron_dra.hardware.discovery import discover
-from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
+from neuron_dra.hardware.fakenode import Counters, FakeUltraServer, build_fake_node
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES, family_of
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodetopology import from_labels
@@ -99,6 +99,7 @@ def published() -> Published:
                     ultraserver=unit,
                     lnc=lnc,
                     pci_parents=True,
+                    counters=Counters.NONE,  # discovery reads none of them
                 )
                 inventory = discover(root).inventory
                 options = SliceOptions(

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from neuron_dra.agent.preparer import STEPS, Step
+from neuron_dra.agent.claims.preparer import STEPS, Step
 from neuron_dra.agent.run import run
 from neuron_dra.cli import STARTED, logs, parser
 from neuron_dra.cli.agent import run_options

@@ -12,8 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from consts import DRIVER_NAME, LABEL_INSTANCE_TYPE
-from neuron_dra.agent.preparer import Step
-from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
+from neuron_dra.agent.claims.preparer import Step
+from neuron_dra.hardware.fakenode import (
+    DEFAULT_DRIVER_VERSION,
+    Counters,
+    FakeUltraServer,
+    build_fake_node,
+)
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.kubeletside import KUBELETSIDE_CDI_ANNOTATION, KubeletSide
@@ -134,6 +139,7 @@ def add_simulated_node(
     lnc: int | None = None,
     extra_args: list[str] | None = None,
     start: bool = True,
+    counters: Counters = Counters.NONE,  # the NeuronCore counters; the metrics tests ask
 ) -> SimulatedNode:
     cluster.add_node(name, {LABEL_INSTANCE_TYPE: instance_type})
     side = cluster.start_kubelet_side(name)
@@ -143,7 +149,7 @@ def add_simulated_node(
         driver_version=driver_version,
         ultraserver=ultraserver,
         lnc=lnc,
-        all_counters=False,  # the agent reads the rest only; a tenth of the files
+        counters=counters,
     )
     node = SimulatedNode(cluster, name, instance_type, sysfs, side, extra_args=extra_args or [])
     if start:

@@ -20,9 +20,9 @@ from typing import Any, cast
 
 import pytest
 
-from neuron_dra.agent import features
-from neuron_dra.agent.kube import ApiConfig, Kube
-from neuron_dra.agent.publisher import SlicePublisher
+from neuron_dra.agent.apiclient.kube import ApiConfig, Kube
+from neuron_dra.agent.slices import features
+from neuron_dra.agent.slices.publisher import SlicePublisher
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
@@ -287,7 +287,7 @@ def check_probes_and_writes(
         return taints, await features.probe_counter_layout(kube, slices)
 
     plugin, admin = plugin_kube(cluster, own), Kube.connect(cluster.kubeconfig)
-    caplog.set_level(logging.INFO, logger="neuron_dra.agent.features")
+    caplog.set_level(logging.INFO, logger="neuron_dra.agent.slices.features")
     try:
         assert asyncio.run(probe(plugin)) == asyncio.run(probe(admin))
         forbidden = [r.getMessage() for r in caplog.records if "403: " in r.getMessage()]

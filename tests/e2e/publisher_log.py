@@ -14,8 +14,8 @@ from tests.e2e.processes import Component
 
 # The publisher's line for each pass over the slices: one that wrote, one that had nothing to.
 PASS_LINES = (
-    "I neuron_dra.agent.publisher: ResourceSlices published",
-    "D neuron_dra.agent.publisher: ResourceSlices up to date",
+    "I neuron_dra.agent.slices.publisher: ResourceSlices published",
+    "D neuron_dra.agent.slices.publisher: ResourceSlices up to date",
 )
 
 

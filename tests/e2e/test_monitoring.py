@@ -8,7 +8,7 @@ files of the chart, so that promtool, built from its Go module like helm
 rules and on every dashboard query, ``test rules`` with ``neuron-dra.rules.test.yaml``
 (each alert fires on the series that should fire it and stays quiet otherwise) and with
 the dashboard's join of allocations to power and memory. Every metric they use is one
-the agent exposes (``neuron_dra.agent.metrics.METRICS``), every label one its series
+the agent exposes (``neuron_dra.agent.telemetry.metrics.METRICS``), every label one its series
 carry, as Prometheus's own PromQL parser reads them (``promqlnames``, built beside
 promtool). The rendered objects go to an API server (minimal CRDs for the Prometheus
 Operator's kinds) in a server-side dry run.
@@ -26,7 +26,7 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from neuron_dra.agent.metrics import METRICS
+from neuron_dra.agent.telemetry.metrics import METRICS
 from tests import doc_commands
 from tests.e2e.build import Binaries, prometheus_release, promtool_module_version
 from tests.e2e.cluster import Cluster
@@ -313,7 +313,7 @@ def test_every_metric_and_label_used_is_exposed(promtool_bin: Path) -> None:
         used_labels |= set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target["legendFormat"]))
     assert used_labels <= KNOWN_LABELS, sorted(used_labels - KNOWN_LABELS)
     missing = sorted(used_metrics - exposed_names())
-    assert not missing, f"not in neuron_dra.agent.metrics.METRICS: {missing}"
+    assert not missing, f"not in neuron_dra.agent.telemetry.metrics.METRICS: {missing}"
 
 
 def test_each_alert_says_where_and_what_to_do() -> None:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from consts import LABEL_ULTRASERVER_NODE_ID_4, LABEL_ULTRASERVER_SERVER_ID_4
-from neuron_dra.agent.preparer import Step
+from neuron_dra.agent.claims.preparer import Step
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from tests.distribution import TOOL_MODULES
@@ -329,7 +329,11 @@ def test_the_agent_loads_no_tool_in_its_whole_life(nodes: dict[str, SimulatedNod
     # `-X importtime` lines: "import time: self [us] | cumulative | module", nested by indent.
     loaded = {line.rsplit("|", 1)[1].strip() for line in plugin.log_path.read_text().splitlines()
               if line.startswith("import time:") and "[us]" not in line}  # fmt: skip
-    assert {"neuron_dra.agent.preparer", "neuron_dra.agent.publisher", "grpc"} <= loaded
+    assert {
+        "neuron_dra.agent.claims.preparer",
+        "neuron_dra.agent.slices.publisher",
+        "grpc",
+    } <= loaded
     assert sorted(m for m in loaded if m.startswith(TOOL_MODULES)) == []
 
 

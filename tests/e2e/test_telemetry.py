@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from neuron_dra.hardware.fakenode import Counters
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node
@@ -34,7 +35,7 @@ def telemetry(e2e_binaries: Binaries) -> Iterator[tuple[Cluster, SimulatedNode, 
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
         port = free_port()
         node = add_simulated_node(
-            cluster, "tel", "trn2.48xlarge", driver_version="2.30.2.0",
+            cluster, "tel", "trn2.48xlarge", driver_version="2.30.2.0", counters=Counters.READ,
             extra_args=[f"--health-interval={POLL_S}", f"--metrics-port={port}"],
         )  # fmt: skip
         yield cluster, node, port

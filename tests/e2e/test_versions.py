@@ -11,11 +11,13 @@ writes the compatibility table in docs/operators/kubernetes-releases.md; each te
 from __future__ import annotations
 
 import re
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from consts import DRIVER_NAME, NODE_DEVICE_NAME, RESOURCE_TYPE_NODE
 from neuron_dra.hardware.fakenode import FakeUltraServer
@@ -24,6 +26,7 @@ from neuron_dra.resources.limits import CounterLayout
 from tests.e2e.build import Binaries
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode, add_simulated_node
+from tests.e2e.processes import free_port
 from tests.e2e.test_plugin import cluster_of
 from tests.e2e.workloads import claim_spec, submit, unschedulable_reason
 from tests.sysfs_tree import write
@@ -46,6 +49,8 @@ NODES = (
 
 
 pytestmark = pytest.mark.e2e
+# The node whose metrics endpoint the attribution check reads.
+METRICS_PORTS = {"trn1": free_port()}
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +61,10 @@ def release(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
         found = {}
         for name, instance_type, us_node in NODES:
             ultraserver = FakeUltraServer("us-v", us_node) if us_node is not None else None
+            metrics = [f"--metrics-port={METRICS_PORTS[name]}"] if name in METRICS_PORTS else []
             found[name] = add_simulated_node(
                 cluster, name, instance_type, ultraserver=ultraserver,
-                extra_args=[f"--health-interval={POLL_S}"],
+                extra_args=[f"--health-interval={POLL_S}", *metrics],
             )  # fmt: skip
         yield found
 
@@ -207,3 +213,46 @@ def health_service(node: SimulatedNode) -> str:
     found = re.findall(r"kubelet watches device health api=(\S+)", node.plugin.log_path.read_text())
     assert found, "the kubelet never opened a health stream"
     return str(found[-1])
+
+
+@pytest.mark.versions(check="attribution")
+def test_a_pods_devices_are_attributed_through_the_kubelet(
+    release: dict[str, SimulatedNode], record_property: Any
+) -> None:
+    """The kubelet's PodResources API names the pod and container holding each device;
+    its dynamic-resources part is on by default from 1.34 (alpha, off, in 1.33)."""
+    cluster, node = cluster_of(release), release["trn1"]
+    url = f"http://127.0.0.1:{METRICS_PORTS['trn1']}/metrics"
+    pod = submit(cluster, claim_spec(4, group=4), node.name)  # trn1 groups: 4, 8, 16
+    cluster.wait_for_pod_running(pod, timeout=60)
+
+    def scrape() -> dict[str, list[dict[str, str]]]:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        found: dict[str, list[dict[str, str]]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = {**sample.labels, "value": repr(sample.value)}
+                found.setdefault(sample.name, []).append(labels)
+        return found
+
+    def held() -> list[tuple[str, str, str]]:
+        return sorted((s["namespace"], s["container"], s["device"])
+                      for s in scrape().get("neuron_dra_device_allocation_info", [])
+                      if s["pod"] == pod)  # fmt: skip
+
+    answering = [{"node": node.name, "value": "1.0"}]
+    cluster.wait_for(
+        "the PodResources API", lambda: scrape().get("neuron_dra_pod_resources_up") == answering
+    )
+    if cluster.binaries.kubelet_minor < 34:
+        assert not held()  # the 1.33 kubelet lists no dynamic resources by default
+        record_property("detail", "PodResources lists no DRA devices (1.33: gate off)")
+        return
+    results = cluster.wait_for_claim_allocated(pod)["status"]["allocation"]["devices"]["results"]
+    expected = sorted(("default", "c", r["device"]) for r in results)
+    cluster.wait_for("the pod's devices attributed", lambda: held() == expected, 30)
+    cluster.delete("v1", "Pod", pod, "default")
+    cluster.wait_for_pod_gone(pod, timeout=60)
+    cluster.wait_for("the pod's devices released", lambda: not held(), 30)
+    record_property("detail", "namespace, pod, container and claim per device")

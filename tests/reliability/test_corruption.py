@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.agent import cdi
-from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, decode
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.claims import plan
-from neuron_dra.agent.preparer import Outcome, Preparer
+from neuron_dra.agent.claims import cdi
+from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord, decode
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.plan import plan
+from neuron_dra.agent.claims.preparer import Outcome, Preparer
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import build_fake_node
 from neuron_dra.hardware.inventory import NodeInventory

@@ -19,8 +19,8 @@ import pytest
 from api.kubelet.dra.v1 import api_pb2 as dra
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc
 from consts import DRIVER_NAME
-from neuron_dra.agent.checkpoint import decode
-from neuron_dra.agent.preparer import STEPS, Step
+from neuron_dra.agent.claims.checkpoint import decode
+from neuron_dra.agent.claims.preparer import STEPS, Step
 from tests.e2e.cluster import Cluster
 from tests.e2e.nodes import SimulatedNode
 

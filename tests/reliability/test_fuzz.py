@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 
 from api.config import API_VERSIONS, ConfigError, NeuronConfig, UltraServerConfig, decode
 from consts import DRIVER_NAME, NODE_DEVICE_NAME
-from neuron_dra.agent import cdi
-from neuron_dra.agent.apierror import ApiError
-from neuron_dra.agent.checkpoint import CheckpointStore
-from neuron_dra.agent.checkpoint import decode as decode_checkpoint
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.claims import ClaimError, PreparedClaim, plan
-from neuron_dra.agent.preparer import Outcome, Preparer
+from neuron_dra.agent.apiclient.errors import ApiError
+from neuron_dra.agent.claims import cdi
+from neuron_dra.agent.claims.checkpoint import CheckpointStore
+from neuron_dra.agent.claims.checkpoint import decode as decode_checkpoint
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim, plan
+from neuron_dra.agent.claims.preparer import Outcome, Preparer
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.hardware.inventory import NodeInventory

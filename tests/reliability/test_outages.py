@@ -18,7 +18,7 @@ import pytest
 from api.kubelet.dra.v1 import api_pb2 as dra
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc
 from consts import DRIVER_NAME
-from neuron_dra.agent.publisher import BACKOFF_MAX_S
+from neuron_dra.agent.slices.publisher import BACKOFF_MAX_S
 from tests.e2e.nodes import SimulatedNode
 from tests.reliability.test_crash_storm import allocated_claim
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.agent import cdi
-from neuron_dra.agent.apierror import ApiError
-from neuron_dra.agent.checkpoint import CheckpointStore, decode
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.kubelet import KubeletPlugin
-from neuron_dra.agent.preparer import Preparer
+from neuron_dra.agent.apiclient.errors import ApiError
+from neuron_dra.agent.claims import cdi
+from neuron_dra.agent.claims.checkpoint import CheckpointStore, decode
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.preparer import Preparer
+from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import build_fake_node
 from neuron_dra.hardware.inventory import NodeInventory

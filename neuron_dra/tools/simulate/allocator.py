@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.claims import ClaimError, plan
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.plan import ClaimError, plan
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, Selector, compile_selector
 from neuron_dra.tools.simulate.inputs import (
     MAX_CLAIM_DEVICES,

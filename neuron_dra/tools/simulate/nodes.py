@@ -31,7 +31,12 @@ from consts import (
     RESOURCE_TYPE_DEVICE,
 )
 from neuron_dra.hardware.discovery import discover
-from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
+from neuron_dra.hardware.fakenode import (
+    DEFAULT_DRIVER_VERSION,
+    Counters,
+    FakeUltraServer,
+    build_fake_node,
+)
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
 from neuron_dra.resources.limits import CounterLayout
@@ -196,6 +201,7 @@ def simulated_nodes(
                     instance_type,
                     ultraserver=unit,
                     driver_version=driver_version or DEFAULT_DRIVER_VERSION,
+                    counters=Counters.NONE,  # discovery reads none of them
                 )
                 inventory = discover(root).inventory
                 options = SliceOptions(
@@ -240,8 +246,8 @@ def parse_taken(values: Sequence[str]) -> list[tuple[str, str]]:
 def live_cluster(kubeconfig: Path) -> tuple[list[SimNode], dict[str, DeviceClass], list[Json]]:
     """Nodes, DeviceClasses and allocated ResourceClaims of a running cluster."""
     # Deferred: the Kubernetes client takes ~0.3 s to import, which only this path needs.
-    from neuron_dra.agent.apierror import ApiError  # noqa: PLC0415
-    from neuron_dra.agent.kube import Kube  # noqa: PLC0415
+    from neuron_dra.agent.apiclient.errors import ApiError  # noqa: PLC0415
+    from neuron_dra.agent.apiclient.kube import Kube  # noqa: PLC0415
 
     kube = Kube.connect(kubeconfig)
     try:

@@ -8,7 +8,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from neuron_dra.agent.kube import ApiConfig, Kube
+from neuron_dra.agent.apiclient.kube import ApiConfig, Kube
 from tests.neuron_dra.agent.stressed_api import Server, handler
 
 

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from neuron_dra.agent.kube import Json
+from neuron_dra.agent.apiclient.kube import Json
 
 NAME = "n1"
 

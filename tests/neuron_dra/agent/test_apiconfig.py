@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from neuron_dra.agent import apiconfig
-from neuron_dra.agent.apiconfig import ApiConfig, ConfigError, TokenFile
+from neuron_dra.agent.apiclient import config as apiconfig
+from neuron_dra.agent.apiclient.config import ApiConfig, ConfigError, TokenFile
 
 SERVER = "https://10.0.0.1:6443"
 

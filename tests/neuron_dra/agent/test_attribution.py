@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from api.kubelet.podresources.v1 import api_pb2
-from neuron_dra.agent import attribution
-from neuron_dra.agent.attribution import Holder, PodResources, allocation_samples, holders
+from neuron_dra.agent.telemetry import attribution
+from neuron_dra.agent.telemetry.attribution import Holder, PodResources, allocation_samples, holders
 from neuron_dra.hardware.discovery import discover
 from tests.sysfs_tree import FakeNode
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.agent.kube import ApiConfig, ApiError, Kube
+from neuron_dra.agent.apiclient.kube import ApiConfig, ApiError, Kube
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 

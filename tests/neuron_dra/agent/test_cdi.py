@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra.agent import cdi
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.claims import PreparedClaim, plan
+from neuron_dra.agent.claims import cdi
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.plan import PreparedClaim, plan
 from neuron_dra.hardware.discovery import discover
 from tests.claim_objects import allocated_claim
 from tests.sysfs_tree import FakeNode

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.agent.checkpoint import (
+from neuron_dra.agent.claims.checkpoint import (
     CheckpointError,
     CheckpointStore,
     ClaimRecord,

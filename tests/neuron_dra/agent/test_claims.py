@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.claims import (
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.exclusive import check_exclusive
+from neuron_dra.agent.claims.plan import (
     ClaimError,
     Holding,
     PreparedClaim,
-    check_exclusive,
     format_cores,
     plan,
 )

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.agent.features import (
+from neuron_dra.agent.slices.features import (
     Answer,
     Uses,
     accepted_layout,

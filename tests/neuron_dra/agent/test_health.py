@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra.agent.health import Change, HealthMonitor, Kind, Source, components_kind
+from neuron_dra.agent.telemetry.health import Change, HealthMonitor, Kind, Source, components_kind
 from neuron_dra.hardware.driverformats import COMPONENTS
 from tests.sysfs_tree import FakeNode, write
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from consts import DRIVER_NAME
-from neuron_dra.agent.kube import ApiConfig, ApiError, Json, Kube
-from neuron_dra.agent.publisher import SlicePublisher
+from neuron_dra.agent.apiclient.kube import ApiConfig, ApiError, Json, Kube
+from neuron_dra.agent.slices.publisher import SlicePublisher
 
 BOUND_S = 10.0  # far above every timeout configured here: reaching it means a hang
 

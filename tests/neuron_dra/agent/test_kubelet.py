@@ -26,18 +26,18 @@ from api.kubelet.grpchealth.v1 import api_pb2 as health
 from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from neuron_dra.agent.backoff import Backoff
-from neuron_dra.agent.checkpoint import CheckpointStore
-from neuron_dra.agent.health import Problem
-from neuron_dra.agent.kubelet import (
+from neuron_dra.agent.apiclient.backoff import Backoff
+from neuron_dra.agent.claims.checkpoint import CheckpointStore
+from neuron_dra.agent.claims.preparer import Preparer
+from neuron_dra.agent.kubelet.plugin import (
     MAX_CLAIMS_PER_CALL,
-    READINESS_SERVICE,
     SOCKET_CHECK_INTERVAL_S,
     KubeletPlugin,
 )
-from neuron_dra.agent.preparer import Preparer
-from neuron_dra.agent.resourcehealth import health_entries
+from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE
+from neuron_dra.agent.kubelet.resourcehealth import health_entries
 from neuron_dra.agent.supervisor import FAILURES_NOT_LIVE, Supervisor
+from neuron_dra.agent.telemetry.health import Problem
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from tests.claim_objects import allocated_claim, neuron_config, opaque
@@ -632,7 +632,7 @@ def test_stale_sockets_of_killed_plugins_are_removed_at_start(
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
                 client.connect(str(path))
 
-    caplog.set_level(logging.INFO, logger="neuron_dra.agent.kubelet")
+    caplog.set_level(logging.INFO, logger="neuron_dra.agent.kubelet.sockets")
     try:
         with_plugin(short_dir, fake_node("inf2.xlarge"), body)
     finally:

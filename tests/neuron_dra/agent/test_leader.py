@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra.agent import leader
-from neuron_dra.agent.checkpoint import CheckpointStore
+from neuron_dra.agent.claims.checkpoint import CheckpointStore
+from neuron_dra.agent.slices import leader
 
 
 def is_locked(path: Path) -> bool:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from neuron_dra.agent.metrics import METRICS, Metrics, Sample
+from neuron_dra.agent.telemetry.metrics import METRICS, Metrics, Sample
 
 
 def families(text: str) -> dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:

@@ -6,7 +6,7 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable
 
-from neuron_dra.agent.metrics import Metrics, Sample
+from neuron_dra.agent.telemetry.metrics import Metrics, Sample
 
 # Bounds on the test itself, so that a regression fails instead of hanging.
 PATIENCE_S = 5.0

@@ -15,10 +15,10 @@ from collections.abc import Awaitable
 
 import pytest
 
-from neuron_dra.agent.backoff import Backoff
-from neuron_dra.agent.kube import ApiConfig, ApiError, Json, Kube
-from neuron_dra.agent.labels import LabelKeeper
-from neuron_dra.agent.nodewatch import NodeWatch
+from neuron_dra.agent.apiclient.backoff import Backoff
+from neuron_dra.agent.apiclient.kube import ApiConfig, ApiError, Json, Kube
+from neuron_dra.agent.slices.labels import LabelKeeper
+from neuron_dra.agent.slices.nodewatch import NodeWatch
 from neuron_dra.resources.nodelabels import label_patch
 from tests.neuron_dra.agent.stressed_api import (
     BOUND_S,

@@ -11,12 +11,19 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.agent import cdi
-from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice, decode
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.claims import plan
+from neuron_dra.agent.claims import cdi
+from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice, decode
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.plan import plan
+from neuron_dra.agent.claims.preparer import (
+    GetClaim,
+    Outcome,
+    Preparer,
+    Step,
+    StepHook,
+    no_step_hook,
+)
 from neuron_dra.agent.node import held_whole
-from neuron_dra.agent.preparer import GetClaim, Outcome, Preparer, Step, StepHook, no_step_hook
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from tests.claim_objects import allocated_claim, neuron_config, opaque

@@ -12,9 +12,9 @@ from collections.abc import Awaitable
 
 import pytest
 
-from neuron_dra.agent.backoff import Backoff
-from neuron_dra.agent.kube import Kube
-from neuron_dra.agent.publisher import BACKOFF_INITIAL_S, BACKOFF_MAX_S, SlicePublisher
+from neuron_dra.agent.apiclient.backoff import Backoff
+from neuron_dra.agent.apiclient.kube import Kube
+from neuron_dra.agent.slices.publisher import BACKOFF_INITIAL_S, BACKOFF_MAX_S, SlicePublisher
 from tests.neuron_dra.agent.stressed_api import NAME, Server, Sleep, first_minute, waits_of
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra.agent import cdi
-from neuron_dra.agent.apierror import ApiError
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.preparer import Outcome, Preparer
+from neuron_dra.agent.apiclient.errors import ApiError
+from neuron_dra.agent.claims import cdi
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.preparer import Outcome, Preparer
 from neuron_dra.hardware.discovery import discover
 from tests.neuron_dra.agent.test_preparer import (
     UID,

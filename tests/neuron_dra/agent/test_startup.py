@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 # Imported in a worker thread once the kubelet's sockets are served.
-DEFERRED = ("neuron_dra.agent.node", "neuron_dra.agent.preparer", "prometheus_client")
+DEFERRED = ("neuron_dra.agent.node", "neuron_dra.agent.claims.preparer", "prometheus_client")
 # Never by the agent on its own: a kubeconfig needing exec plugins loads `kubernetes`.
 NEVER = ("kubernetes", "urllib3", "aiohttp", "celpy")
 
@@ -39,8 +39,8 @@ def test_the_agent_loads_no_client_library_and_no_config_schema() -> None:
 
 def test_the_config_schema_loads_with_the_first_claim_that_has_a_config() -> None:
     code = """
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.claims import plan
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.plan import plan
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import build_fake_node
 from tests.claim_objects import allocated_claim, neuron_config, opaque

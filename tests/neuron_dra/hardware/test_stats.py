@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra.agent.devicemetrics import device_samples
+from neuron_dra.agent.telemetry.devicemetrics import device_samples
 from neuron_dra.hardware.driverformats import FAKE_VERSIONS, beyond_known, format_for
+from neuron_dra.hardware.fakenode import Counters
 from neuron_dra.hardware.stats import DeviceStats, Power, parse_power, read_device_stats
 from tests.sysfs_tree import FakeNode, write
 
@@ -41,7 +42,7 @@ def test_anything_else_is_refused_with_its_reason(text: str, why: str) -> None:
 
 @pytest.mark.parametrize("version", FAKE_VERSIONS)
 def test_every_release_reads_back_idle(fake_node: FakeNode, version: str) -> None:
-    root = fake_node("trn2.48xlarge", driver_version=version, all_counters=True)
+    root = fake_node("trn2.48xlarge", driver_version=version, counters=Counters.ALL)
     stats = stats_of(root)
     assert stats.problems == ()
     assert stats.power is not None and stats.power.valid and stats.power.avg_ratio == 0
@@ -85,7 +86,7 @@ def test_no_valid_power_minute_is_no_reading(fake_node: FakeNode) -> None:
 
 
 def test_a_garbled_file_is_named_and_the_rest_read(fake_node: FakeNode) -> None:
-    root = fake_node("trn2.48xlarge")
+    root = fake_node("trn2.48xlarge", counters=Counters.READ)
     write(root, f"{DEV3}/stats/power/utilization", "0\n")  # what the old fake wrote
     write(root, f"{DEV3}/neuron_core2/stats/status/failure/total", "-1\n")
     stats = stats_of(root)
@@ -115,7 +116,7 @@ def test_core_count_is_world_readable_from_2_28(
 
 
 def test_the_full_tree_has_every_counter_of_the_drivers_tables(fake_node: FakeNode) -> None:
-    root = fake_node("trn2.48xlarge", driver_version="2.30.2.0", all_counters=True)
+    root = fake_node("trn2.48xlarge", driver_version="2.30.2.0", counters=Counters.ALL)
     core = root / DEV3 / "neuron_core7/stats"
     assert len(list((core / "status").iterdir())) == 24
     assert len([p for p in (core / "memory_usage/device_mem").iterdir() if p.is_dir()]) == 11

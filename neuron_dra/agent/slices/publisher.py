@@ -38,10 +38,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from consts import DRIVER_NAME
-from neuron_dra.agent.backoff import WATCH_PROVEN_S, Backoff
-from neuron_dra.agent.kube import ApiError, Json, Kube
-from neuron_dra.agent.metrics import Metrics
-from neuron_dra.agent.slicediff import (
+from neuron_dra.agent.apiclient.backoff import WATCH_PROVEN_S, Backoff
+from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
+from neuron_dra.agent.slices.slicediff import (
     Field,
     adopt,
     dropped_fields,
@@ -51,6 +50,7 @@ from neuron_dra.agent.slicediff import (
     spelled,
     split_pool,
 )
+from neuron_dra.agent.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

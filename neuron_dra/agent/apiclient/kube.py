@@ -6,7 +6,8 @@ loop. The `kubernetes` package is not imported: it costs the agent ~24 MiB of
 memory and ~0.2 s of start-up, and aiohttp ~12 MiB, while `http.client` adds
 ~1 MiB and its GET in a worker thread measured within noise of a bare
 blocking GET. Objects stay plain JSON dicts: the driver reads a handful of
-fields. Where the server is and how to authenticate comes from `apiconfig`.
+fields. Where the server is and how to authenticate comes from `config`, the
+connections from `connections`.
 """
 
 from __future__ import annotations
@@ -16,21 +17,19 @@ import contextlib
 import http.client
 import json
 import logging
-import select
 import socket
-import ssl
 import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
-from neuron_dra.agent import apiconfig
-from neuron_dra.agent.apiconfig import ApiConfig
-from neuron_dra.agent.apierror import ApiError
-from neuron_dra.agent.deadline import Watchdog
-from neuron_dra.agent.filestamp import stamp
+from neuron_dra.agent.apiclient import config as apiconfig
+from neuron_dra.agent.apiclient.config import ApiConfig
+from neuron_dra.agent.apiclient.connections import REQUEST_TIMEOUT_S, Pool
+from neuron_dra.agent.apiclient.deadline import Watchdog
+from neuron_dra.agent.apiclient.errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,6 @@ __all__ = ["ApiConfig", "ApiError", "Json", "Kube", "Listed"]
 Json = dict[str, Any]
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
-REQUEST_TIMEOUT_S = 30.0  # a whole call, answer included (see `deadline`)
 # The largest answer read: a node's slices or one claim are well under 1 MiB; a bigger
 # answer (a proxy's error page, a hostile server) would take the agent past its memory
 # limit before it failed to parse. A watch event is held to the same.
@@ -79,7 +77,7 @@ class Kube:
         max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self._config = config
-        self._pool = _Pool(config, max_connections)
+        self._pool = Pool(config, max_connections)
         self._request_timeout_s = request_timeout_s
         self._max_response_bytes = max_response_bytes
         self._watch_timeout_s = watch_timeout_s
@@ -330,113 +328,6 @@ class Kube:
             conn.close()
             raise ApiError(0, f"API server unreachable: {err}") from None
         return response
-
-
-class _Pool:
-    """Keep-alive connections to one server, at most `size` of them open at once.
-
-    A caller beyond the bound waits (in its worker thread) for a connection to come
-    back, up to the request timeout.
-    """
-
-    def __init__(self, config: ApiConfig, size: int) -> None:
-        url = urlsplit(config.server)
-        self._https = url.scheme == "https"
-        self._host = url.hostname or ""
-        self._port = url.port
-        self._config = config
-        self._context = config.ssl_context()
-        # A CA bundle rotated in place (a projected service-account ca.crt, a
-        # kubeconfig's file) is read again for the next connection: before, every call
-        # failed until the agent restarted, its liveness green meanwhile.
-        self._ca_file = Path(config.ca_file) if config.ca_file else None
-        self._ca_stamp = stamp(self._ca_file) if self._ca_file else None
-        self._server_name = config.tls_server_name
-        self._slots = threading.BoundedSemaphore(size)
-        self._lock = threading.Lock()
-        self._idle: list[http.client.HTTPConnection] = []
-        self._closed = False
-
-    def new_connection(self) -> http.client.HTTPConnection:
-        if self._https and self._ca_file is not None:
-            found = stamp(self._ca_file)
-            if found is not None and found != self._ca_stamp:
-                try:
-                    context = self._config.ssl_context()
-                except apiconfig.ConfigError as err:
-                    log.warning("certificate authority changed but not usable: %s", err)
-                else:
-                    log.info("certificate authority %s changed: using it", self._ca_file)
-                    self._context, self._ca_stamp = context, found
-        if self._https:
-            return _TLSConnection(
-                self._host, self._port, timeout=REQUEST_TIMEOUT_S,
-                context=self._context, server_name=self._server_name,
-            )  # fmt: skip
-        return http.client.HTTPConnection(self._host, self._port, timeout=REQUEST_TIMEOUT_S)
-
-    def take(self) -> tuple[http.client.HTTPConnection, bool]:
-        """A connection, and whether it was used before; give it back with give_back."""
-        if not self._slots.acquire(timeout=REQUEST_TIMEOUT_S):
-            raise ApiError(0, "API client: no free connection")
-        with self._lock:
-            while self._idle:
-                conn = self._idle.pop()
-                if _still_open(conn):
-                    return conn, True
-                conn.close()
-        return self.new_connection(), False
-
-    def give_back(self, conn: http.client.HTTPConnection | None) -> None:
-        """Return a connection for reuse; None when it was closed after a failure."""
-        if conn is not None:
-            with self._lock:
-                if self._closed:
-                    conn.close()
-                else:
-                    self._idle.append(conn)
-        self._slots.release()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-
-class _TLSConnection(http.client.HTTPSConnection):
-    """HTTPS that verifies the server as `server_name` when the kubeconfig sets one."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int | None,
-        *,
-        timeout: float,
-        context: ssl.SSLContext | None,
-        server_name: str | None,
-    ) -> None:
-        super().__init__(host, port, timeout=timeout, context=context)
-        self._tls = context or ssl.create_default_context()
-        self._server_name = server_name
-
-    def connect(self) -> None:
-        if self._server_name is None:
-            super().connect()
-            return
-        http.client.HTTPConnection.connect(self)
-        self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._server_name)
-
-
-def _still_open(conn: http.client.HTTPConnection) -> bool:
-    """Whether an idle connection can carry a request: readable now means the server closed it."""
-    sock = conn.sock
-    if sock is None:
-        return True  # closed by http.client after a `Connection: close`; it reconnects
-    poll = select.poll()
-    poll.register(sock, select.POLLIN)
-    return not poll.poll(0)
 
 
 def _before_answer(err: BaseException) -> bool:

@@ -8,8 +8,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from neuron_dra.agent.backoff import Backoff
-from neuron_dra.agent.kube import Json, Kube
+from neuron_dra.agent.apiclient.backoff import Backoff
+from neuron_dra.agent.apiclient.kube import Json, Kube
 from neuron_dra.resources.nodelabels import label_patch
 
 log = logging.getLogger(__name__)

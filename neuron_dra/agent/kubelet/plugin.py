@@ -7,10 +7,8 @@ watches device health (`resourcehealth`). A kubelet restart re-reads the
 registry directory; if the registration socket vanishes (a cleaned directory)
 it is served again.
 
-A SIGKILLed plugin pod cannot remove its sockets, and with per-pod names its
-successor never reuses them: at start, this driver's sockets that refuse
-connections are removed (a live one belongs to the other pod of a rolling
-update and stays).
+Socket names and stale sockets are `sockets`'; the probes' health service is
+`readiness`'.
 """
 
 from __future__ import annotations
@@ -18,11 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import re
-import socket
-import stat
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,18 +27,19 @@ from api.kubelet.dra.v1beta1 import api_pb2 as dra_v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
 from api.kubelet.drahealth.v1 import api_pb2_grpc as drahealth_v1_grpc
 from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_v1alpha1_grpc
-from api.kubelet.grpchealth.v1 import api_pb2 as health_pb
 from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg_pb
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from consts import DRIVER_NAME
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir
-from neuron_dra.agent.resourcehealth import ResourceHealth, ResourceHealthV1alpha1
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.files.dirs import PLUGIN_DIR_MODE, ensure_dir
+from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE, Health
+from neuron_dra.agent.kubelet.resourcehealth import ResourceHealth, ResourceHealthV1alpha1
+from neuron_dra.agent.kubelet.sockets import remove_stale_sockets, socket_paths
 
 if TYPE_CHECKING:
     # Only for types: the kubelet side is served before the preparer is imported.
-    from neuron_dra.agent.preparer import Outcome, Preparer
+    from neuron_dra.agent.claims.preparer import Outcome, Preparer
 
 log = logging.getLogger(__name__)
 
@@ -62,33 +56,11 @@ SUPPORTED_VERSIONS = (
     "v1.DRAResourceHealth",
     "v1alpha1.DRAResourceHealth",
 )
-READINESS_SERVICE = "readiness"
-"""grpc.health.v1 service name of the readiness probe; "" (the default) is liveness."""
-HEALTH_SERVICES = ("", READINESS_SERVICE)
 SOCKET_CHECK_INTERVAL_S = 1.0
 # Claims one NodePrepareResources call may carry: the kubelet sends the claims of one
 # pod for this driver, a handful in practice; a call with more is refused, claim by
 # claim, before any API read or file write.
 MAX_CLAIMS_PER_CALL = 128
-# Long enough for a live server under load to accept; a dead one refuses at once.
-STALE_PROBE_TIMEOUT_S = 1.0
-# The registry directory is shared with every driver on the node, so only names this
-# driver makes are touched there, with the pod UID in the API server's UUID shape: a
-# driver named `neuron.aws.com-x` would register `neuron.aws.com-x-reg.sock`.
-_POD_UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-_REGISTRATION_NAME = re.compile(rf"{re.escape(DRIVER_NAME)}(-{_POD_UID})?-reg\.sock")
-# The plugin directory is this driver's own: any pod UID --pod-uid was given.
-_DRA_NAME = re.compile(r"dra(-.+)?\.sock")
-
-
-def socket_paths(registrar_dir: Path, plugins_dir: Path, pod_uid: str | None) -> tuple[Path, Path]:
-    """(registration socket, DRA socket); per-pod names let two pods overlap in an update."""
-    if pod_uid:
-        return (
-            registrar_dir / f"{DRIVER_NAME}-{pod_uid}-reg.sock",
-            plugins_dir / DRIVER_NAME / f"dra-{pod_uid}.sock",
-        )
-    return registrar_dir / f"{DRIVER_NAME}-reg.sock", plugins_dir / DRIVER_NAME / "dra.sock"
 
 
 class DraV1(dra_v1_grpc.DRAPluginServicer):
@@ -201,74 +173,6 @@ class Registration(reg_grpc.RegistrationServicer):
         return reg_pb.RegistrationStatusResponse()
 
 
-class Health(health_grpc.HealthServicer):
-    """The kubelet's gRPC probes. Liveness (service ""): serving while the DRA socket is
-    up and no long-lived loop of the agent keeps failing. Readiness (service
-    READINESS_SERVICE): serving once the kubelet has registered the plugin, until it
-    reports a failed registration or the socket is served anew, and while every loop
-    runs (see `supervisor`)."""
-
-    def __init__(self) -> None:
-        self._serving = dict.fromkeys(HEALTH_SERVICES, False)
-        self._down: set[str] = set()  # loops waiting to be started again: not ready
-        self._failing: set[str] = set()  # loops failing again and again: not live
-        self._changed = asyncio.Condition()
-
-    def serving(self, service: str = "") -> bool:
-        if service == READINESS_SERVICE and self._down:
-            return False
-        if service == "" and self._failing:
-            return False
-        return self._serving[service]
-
-    async def set_serving(self, serving: bool, service: str = "") -> None:
-        async with self._changed:
-            self._serving[service] = serving
-            self._changed.notify_all()
-
-    async def set_loop(self, name: str, *, down: bool, failing: bool) -> None:
-        """What the supervisor knows of one loop of the agent."""
-        async with self._changed:
-            for names, member in ((self._down, down), (self._failing, failing)):
-                if member:
-                    names.add(name)
-                else:
-                    names.discard(name)
-            self._changed.notify_all()
-
-    def _status(self, service: str) -> health_pb.HealthCheckResponse:
-        if service not in self._serving:
-            return health_pb.HealthCheckResponse(
-                status=health_pb.HealthCheckResponse.SERVICE_UNKNOWN
-            )
-        serving = health_pb.HealthCheckResponse.SERVING
-        not_serving = health_pb.HealthCheckResponse.NOT_SERVING
-        return health_pb.HealthCheckResponse(
-            status=serving if self.serving(service) else not_serving
-        )
-
-    async def Check(  # noqa: N802
-        self, request: health_pb.HealthCheckRequest, context: Context
-    ) -> health_pb.HealthCheckResponse:
-        if request.service not in self._serving:
-            # As grpc.health.v1 says: an unknown service is NOT_FOUND, which a probe
-            # reports as a failure naming the status.
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-        return self._status(request.service)
-
-    async def Watch(  # noqa: N802
-        self, request: health_pb.HealthCheckRequest, context: Context
-    ) -> AsyncIterator[health_pb.HealthCheckResponse]:
-        service = request.service
-        while True:
-            async with self._changed:
-                status = self._status(service)
-            yield status  # outside the lock, as in ResourceHealth
-            async with self._changed:
-                if self._status(service) == status:
-                    await self._changed.wait()
-
-
 class KubeletPlugin:
     """Owns the sockets: DRA first, then registration, so the kubelet never finds a dead end."""
 
@@ -359,63 +263,6 @@ class KubeletPlugin:
             self._registration_server = None
         self.registration_socket.unlink(missing_ok=True)
         await self.registration.set_registered(False)
-
-
-def remove_stale_sockets(registrar_dir: Path, plugin_dir: Path) -> list[Path]:
-    """Remove this driver's sockets that nothing listens on any more; return them."""
-    candidates = [
-        *_matching(registrar_dir, _REGISTRATION_NAME),
-        *_matching(plugin_dir, _DRA_NAME),
-    ]
-    removed = []
-    for path in candidates:
-        if _remove_if_stale(path):
-            log.info("removed the stale socket of a stopped plugin", extra={"socket": str(path)})
-            removed.append(path)
-    return removed
-
-
-def _matching(directory: Path, name: re.Pattern[str]) -> list[Path]:
-    try:
-        return sorted(p for p in directory.iterdir() if name.fullmatch(p.name))
-    except FileNotFoundError:
-        return []  # the first start on this node
-    except OSError as err:
-        # Best effort: serving the sockets, not this, decides whether the plugin starts.
-        log.warning("stale sockets not looked for: %s", err, extra={"path": str(directory)})
-        return []
-
-
-def _remove_if_stale(path: Path) -> bool:
-    try:
-        before = path.lstat()
-        # connect() is refused on a plain file too: only sockets are judged by it.
-        if not stat.S_ISSOCK(before.st_mode) or not _refuses(path):
-            return False
-        # Same inode: not bound again by a restarting plugin since it refused.
-        if not os.path.samestat(before, path.lstat()):
-            return False
-        path.unlink()
-    except FileNotFoundError:
-        return False  # removed meanwhile
-    except OSError as err:
-        log.warning("stale socket not removed: %s", err, extra={"socket": str(path)})
-        return False
-    return True
-
-
-def _refuses(path: Path) -> bool:
-    """Whether connecting to the socket is refused: nothing listens on it any more."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(STALE_PROBE_TIMEOUT_S)
-        try:
-            probe.connect(str(path))
-        except ConnectionRefusedError:
-            return True
-        except OSError as err:
-            # Slow to accept, a full backlog, no permission: someone may still be there.
-            log.debug("socket kept: %s", err, extra={"socket": str(path)})
-        return False
 
 
 async def _serve_unix(server: grpc.aio.Server, path: Path) -> None:

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from neuron_dra.agent.health import Problem
-from neuron_dra.agent.metrics import Labels, Sample
+from neuron_dra.agent.telemetry.health import Problem
+from neuron_dra.agent.telemetry.metrics import Labels, Sample
 from neuron_dra.hardware.discovery import DEVICES_DIR
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.hardware.stats import ECC_COUNTERS, DeviceStats, read_device_stats
@@ -45,6 +45,22 @@ def device_samples(stats: DeviceStats, node: str) -> list[Sample]:
         by_kind: Labels = (*device, ("memory", memory), ("kind", kind))
         samples.append(Sample("neuron_dra_device_ecc_errors_total", by_kind, value))
     return samples
+
+
+def device_states(
+    inventory: NodeInventory, problems: Mapping[int, Problem], allocated: Iterable[str]
+) -> list[Sample]:
+    """`neuron_dra_devices`: the node's devices counted by health and allocation."""
+    held = set(allocated)
+    counts: dict[tuple[str, str], int] = {}
+    for device in inventory.devices:
+        health = "unhealthy" if device.index in problems else "healthy"
+        state = "allocated" if device.name in held else "free"
+        counts[(health, state)] = counts.get((health, state), 0) + 1
+    return [
+        Sample("neuron_dra_devices", (("health", h), ("state", s)), n)
+        for (h, s), n in sorted(counts.items())
+    ]
 
 
 def health_samples(

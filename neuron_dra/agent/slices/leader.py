@@ -15,7 +15,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from neuron_dra.agent.dirs import PLUGIN_DIR_MODE, ensure_dir, open_lock_file
+from neuron_dra.agent.files.dirs import PLUGIN_DIR_MODE, ensure_dir, open_lock_file
 
 POLL_S = 0.5
 

@@ -23,7 +23,7 @@ import grpc
 
 from api.kubelet.podresources.v1 import api_pb2, api_pb2_grpc
 from consts import NODE_DEVICE_NAME
-from neuron_dra.agent.metrics import Sample
+from neuron_dra.agent.telemetry.metrics import Sample
 from neuron_dra.hardware import cores
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from consts import DRIVER_NAME
-from neuron_dra.agent.claims import PreparedClaim
-from neuron_dra.agent.dirs import CDI_DIR_MODE, ensure_dir
+from neuron_dra.agent.claims.plan import PreparedClaim
+from neuron_dra.agent.files.dirs import CDI_DIR_MODE, ensure_dir
 
 VENDOR = DRIVER_NAME
 CLASS = "neuron"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from consts import DRIVER_NAME, TAINT_UNHEALTHY
-from neuron_dra.agent.kube import ApiError, Json, Kube
+from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import UltraServerDevices
 

@@ -22,7 +22,7 @@ from api.kubelet.drahealth.v1 import api_pb2_grpc as drahealth_v1_grpc
 from api.kubelet.drahealth.v1alpha1 import api_pb2 as drahealth_v1alpha1
 from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_v1alpha1_grpc
 from consts import DEVICE_NAME_PREFIX, NODE_DEVICE_NAME
-from neuron_dra.agent.health import Problem
+from neuron_dra.agent.telemetry.health import Problem
 from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.inventory import NodeInventory
 

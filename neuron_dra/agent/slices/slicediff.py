@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from neuron_dra.agent.kube import Json
+from neuron_dra.agent.apiclient.kube import Json
 
 # A path to a field of a slice: keys, with "[]" standing for every item of a list.
 Field = tuple[str, ...]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_dra.agent.filestamp import Stamp, stamp
+from neuron_dra.agent.files.filestamp import Stamp, stamp
 
 __all__ = [
     "IN_CLUSTER_DIR",

@@ -23,8 +23,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from neuron_dra.agent.backoff import WATCH_PROVEN_S, Backoff
-from neuron_dra.agent.kube import ApiError, Json, Kube
+from neuron_dra.agent.apiclient.backoff import WATCH_PROVEN_S, Backoff
+from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 
 log = logging.getLogger(__name__)
 

@@ -24,18 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from neuron_dra.agent import cdi
-from neuron_dra.agent.apierror import ApiError
-from neuron_dra.agent.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
-from neuron_dra.agent.claimref import ClaimRef
-from neuron_dra.agent.claims import (
-    ClaimError,
-    Holding,
-    PreparedClaim,
-    check_exclusive,
-    plan,
-)
-from neuron_dra.agent.metrics import Metrics
+from neuron_dra.agent.apiclient.errors import ApiError
+from neuron_dra.agent.claims import cdi
+from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.exclusive import check_exclusive
+from neuron_dra.agent.claims.plan import ClaimError, Holding, PreparedClaim, plan
+from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
 
 log = logging.getLogger(__name__)
