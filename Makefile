@@ -6,10 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test test-versions lint demo demo-node bench bench-scale clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt harness/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./harness
 	@touch $@
 
 # deploy/*.yaml must be the Helm chart's output: render_manifests.py --check builds helm
@@ -26,7 +27,7 @@ lint: $(STAMP)
 	$(BIN)/python scripts/generate_protos.py --check
 	$(BIN)/python scripts/render_manifests.py --check
 	@if command -v go >/dev/null; then \
-		promtool=$$($(BIN)/python -m tests.e2e.build --promtool) && "$$promtool" check rules $(RULES); \
+		promtool=$$($(BIN)/python -m neuron_dra_harness.build --promtool) && "$$promtool" check rules $(RULES); \
 	else echo "go not installed: $(RULES) not checked with promtool"; fi
 
 # Fake sysfs trees are thousands of small files; on tmpfs creating and deleting

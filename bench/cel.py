@@ -16,13 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import Counters, FakeUltraServer, build_fake_node
+from neuron_dra.resources.slices import SliceOptions, build_slices
+from neuron_dra.tools.cel import DeviceView, Selector, compile_selector
 
-from neuron_dra.hardware.discovery import discover  # noqa: E402
-from neuron_dra.hardware.fakenode import Counters, FakeUltraServer, build_fake_node  # noqa: E402
-from neuron_dra.resources.slices import SliceOptions, build_slices  # noqa: E402
-from neuron_dra.tools.cel import DeviceView, Selector, compile_selector  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 RESULTS = REPO / "bench" / "results" / "latest.json"
 

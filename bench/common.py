@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import ssl
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,14 +14,12 @@ from urllib.parse import urlsplit
 
 import grpc
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from api.kubelet.dra.v1 import api_pb2 as dra
+from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.kubeletside import KubeletSide
 
-from api.kubelet.dra.v1 import api_pb2 as dra  # noqa: E402
-from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
-from tests.e2e.cluster import Cluster  # noqa: E402
-from tests.e2e.kubeletside import KubeletSide  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 RESULTS = REPO / "bench" / "results"
 DRIVER = "neuron.aws.com"

@@ -20,18 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from run import ADMIN_NAMESPACE_LABEL, RESULTS, allocated_claim, percentile, rss_mib
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from api.kubelet.dra.v1 import api_pb2 as dra
+from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc
 
 # This directory is on sys.path when the file runs as a script, as bench/run.py is.
-from run import ADMIN_NAMESPACE_LABEL, RESULTS, allocated_claim, percentile, rss_mib  # noqa: E402
+from neuron_dra_harness.build import build
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
 
-from api.kubelet.dra.v1 import api_pb2 as dra  # noqa: E402
-from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc  # noqa: E402
-from tests.e2e.build import build  # noqa: E402
-from tests.e2e.cluster import Cluster  # noqa: E402
-from tests.e2e.nodes import SimulatedNode, add_simulated_node  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 Obj = dict[str, Any]
 

@@ -26,7 +26,7 @@ from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_DEVICE
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import CoreLayout, SliceOptions, build_slices
-from tests.e2e.cluster import Cluster
+from neuron_dra_harness.cluster import Cluster
 
 Obj = dict[str, Any]
 NAMESPACE = "default"

@@ -24,10 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from neuron_dra_harness.distribution import TOOL_MODULES, build_wheel
 
-from tests.distribution import TOOL_MODULES, build_wheel  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 RESULTS = REPO / "bench" / "results" / "latest.json"
 # What `neuron-dra run` imports before its sockets are served: the CLI module, then the

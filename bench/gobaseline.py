@@ -1,7 +1,7 @@
 """The Go baseline: a DRA plugin on the upstream kubeletplugin helper doing per claim
 what the Kubernetes project's example DRA driver does, beside neuron-dra.
 
-The plugin is drastub (tests/e2e/go/k8s/cmd/drastub) in its benchmark mode
+The plugin is drastub (harness/go/k8s/cmd/drastub) in its benchmark mode
 (--checkpoint-file): the helper GETs the claim; prepare reads the checkpoint,
 writes the claim's CDI spec with the CDI library (temp file + rename, no fsync)
 and the checkpoint (temp file, fsync, rename); unprepare removes the spec and
@@ -23,11 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 # This directory is on sys.path when the file runs as a script, as bench/run.py is.
-from common import (  # noqa: E402
+from common import (
     DRIVER,
     allocated_claim,
     dra_socket,
@@ -37,11 +34,13 @@ from common import (  # noqa: E402
     time_startup,
 )
 
-from tests.e2e.build import build  # noqa: E402
-from tests.e2e.cluster import Cluster  # noqa: E402
-from tests.e2e.kubeletside import KubeletSide  # noqa: E402
-from tests.e2e.nodes import PluginNode  # noqa: E402
-from tests.e2e.processes import Component  # noqa: E402
+from neuron_dra_harness.build import build
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.kubeletside import KubeletSide
+from neuron_dra_harness.nodes import PluginNode
+from neuron_dra_harness.processes import Component
+
+REPO = Path(__file__).resolve().parents[1]
 
 NODE = "bench-go"
 DEVICES = 16

@@ -32,13 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 # This directory is on sys.path when the file runs as a script.
-from common import (  # noqa: E402
+from common import (
     ADMIN_NAMESPACE_LABEL,
     RESULTS,
     BareGet,
@@ -51,14 +46,17 @@ from common import (  # noqa: E402
     rss_mib,
     time_startup,
 )
-from gobaseline import SETS, GoBaseline, add_go_baseline  # noqa: E402
+from gobaseline import SETS, GoBaseline, add_go_baseline
+from prometheus_client.parser import text_string_to_metric_families
 
-from neuron_dra.agent.apiclient.kube import Kube  # noqa: E402
-from neuron_dra.agent.claims.cdi import atomic_write  # noqa: E402
-from tests.e2e.build import build  # noqa: E402
-from tests.e2e.cluster import Cluster  # noqa: E402
-from tests.e2e.nodes import SimulatedNode, add_simulated_node  # noqa: E402
-from tests.e2e.processes import free_port  # noqa: E402
+from neuron_dra.agent.apiclient.kube import Kube
+from neuron_dra.agent.claims.cdi import atomic_write
+from neuron_dra_harness.build import build
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
+from neuron_dra_harness.processes import free_port
+
+REPO = Path(__file__).resolve().parents[1]
 
 # bench/concurrency.py imports these from here.
 __all__ = ["ADMIN_NAMESPACE_LABEL", "RESULTS", "allocated_claim", "percentile", "rss_mib"]

@@ -53,12 +53,9 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 # This directory is on sys.path when the file runs as a script.
-from common import RESULTS, percentile, rss_mib  # noqa: E402
-from fleet import (  # noqa: E402
+from common import RESULTS, percentile, rss_mib
+from fleet import (
     LAYOUTS,
     NAMESPACE,
     RESOURCE,
@@ -69,17 +66,19 @@ from fleet import (  # noqa: E402
     claim_path,
     core_capacity_class,
 )
-from scalemodel import measured_table, model  # noqa: E402
-from scheduler import PodWatch, SchedulerMetrics, rounded  # noqa: E402
-from upstream import patched_binaries  # noqa: E402
+from scalemodel import measured_table, model
+from scheduler import PodWatch, SchedulerMetrics, rounded
+from upstream import patched_binaries
 
-from consts import DRIVER_NAME  # noqa: E402
-from neuron_dra.hardware.discovery import discover  # noqa: E402
-from neuron_dra.hardware.fakenode import build_fake_node  # noqa: E402
-from neuron_dra.resources.slices import CoreLayout  # noqa: E402
-from tests.e2e.build import Binaries, build  # noqa: E402
-from tests.e2e.cluster import Cluster  # noqa: E402
-from tests.e2e.workloads import claim_spec  # noqa: E402
+from consts import DRIVER_NAME
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import build_fake_node
+from neuron_dra.resources.slices import CoreLayout
+from neuron_dra_harness.build import Binaries, build
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.workloads import claim_spec
+
+REPO = Path(__file__).resolve().parents[1]
 
 Obj = dict[str, Any]
 FULL_SHARE = 0.9

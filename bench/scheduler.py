@@ -77,21 +77,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 # This directory is on sys.path when the file runs as a script.
-from common import RESULTS, percentile  # noqa: E402
-from scalemodel import fit, nodes_to_find  # noqa: E402
+from common import RESULTS, percentile
+from scalemodel import fit, nodes_to_find
 
-from neuron_dra.hardware.discovery import discover  # noqa: E402
-from neuron_dra.hardware.fakenode import Counters, build_fake_node  # noqa: E402
-from neuron_dra.hardware.inventory import NodeInventory  # noqa: E402
-from neuron_dra.resources.limits import CounterLayout  # noqa: E402
-from neuron_dra.resources.slices import SliceOptions, build_slices  # noqa: E402
-from tests.e2e.build import build  # noqa: E402
-from tests.e2e.cluster import Cluster  # noqa: E402
-from tests.e2e.workloads import claim_spec  # noqa: E402
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.fakenode import Counters, build_fake_node
+from neuron_dra.hardware.inventory import NodeInventory
+from neuron_dra.resources.limits import CounterLayout
+from neuron_dra.resources.slices import SliceOptions, build_slices
+from neuron_dra_harness.build import build
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.workloads import claim_spec
+
+REPO = Path(__file__).resolve().parents[1]
 
 Obj = dict[str, Any]
 INSTANCE_TYPE = "trn2.48xlarge"

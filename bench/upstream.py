@@ -17,8 +17,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.e2e import build as e2e_build
-from tests.e2e.build import Binaries
+from neuron_dra_harness import build as e2e_build
+from neuron_dra_harness.build import Binaries
 
 PATCHES = Path(__file__).resolve().parent / "upstream"
 MODULE = "k8s.io/dynamic-resource-allocation"

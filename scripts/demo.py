@@ -25,15 +25,13 @@ from typing import Any
 
 import yaml
 
-# The demo runs on the test harness, which lives with the tests.
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from neuron_dra.hardware.fakenode import FakeUltraServer
+from neuron_dra_harness.build import build
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import add_simulated_node, env_of
+from neuron_dra_harness.realcluster import NODE, real_cluster, unavailable
 
-from neuron_dra.hardware.fakenode import FakeUltraServer  # noqa: E402
-from tests.e2e.build import build  # noqa: E402
-from tests.e2e.cluster import Cluster  # noqa: E402
-from tests.e2e.nodes import add_simulated_node, env_of  # noqa: E402
-from tests.e2e.realcluster import NODE, real_cluster, unavailable  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SPECS = REPO / "examples" / "specs"
 Obj = dict[str, Any]

@@ -7,8 +7,8 @@ placeholder the script replaces and ``app.kubernetes.io/managed-by`` naming the
 script instead of Helm. The chart installs into the release namespace that
 ``helm install -n NAME --create-namespace`` makes, so it has no Namespace
 template: ``namespace.yaml`` is written here, with the Pod Security labels the
-plugin pods need. helm is the one ``tests/e2e/build.py`` builds (``NEURON_DRA_HELM``
-names another).
+plugin pods need. helm is the one ``neuron_dra_harness.build`` builds
+(``NEURON_DRA_HELM`` names another).
 
     python scripts/render_manifests.py           # rewrite deploy/*.yaml
     python scripts/render_manifests.py --check   # fail if they differ from the chart
@@ -72,7 +72,7 @@ def helm() -> Path:
         return Path(os.environ["NEURON_DRA_HELM"])
     # The build's progress (minutes on a cold machine) goes to our stderr.
     out = subprocess.run(
-        [sys.executable, "-m", "tests.e2e.build", "--helm"],
+        [sys.executable, "-m", "neuron_dra_harness.build", "--helm"],
         cwd=REPO_ROOT, check=True, stdout=subprocess.PIPE, text=True,
     ).stdout  # fmt: skip
     return Path(out.strip().splitlines()[-1])

@@ -1,5 +1,5 @@
 """Fast checks of the image builders: scripts/build-image.sh's arguments and lint, and
-the pieces of tests/e2e/images.py that need no umoci, mmdebstrap or root.
+the pieces of harness/neuron_dra_harness/images.py that need no umoci, mmdebstrap or root.
 
 Building the images themselves takes a minute and root; the end-to-end tests do it.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import images
+from neuron_dra_harness import images
 
 SCRIPT = images.BUILD_SCRIPT
 

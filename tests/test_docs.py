@@ -61,9 +61,9 @@ def test_the_offline_commands_run(tmp_path: Path) -> None:
 
 
 def test_the_image_build_command_is_the_one_the_real_node_runs() -> None:
-    """Building the image takes root and a minute: tests/e2e/images.py runs the script with
-    the same two arguments (an archive, a reference) for the real-node tests."""
-    images = (REPO / "tests/e2e/images.py").read_text()
+    """Building the image takes root and a minute: neuron_dra_harness.images runs the script
+    with the same two arguments (an archive, a reference) for the real-node tests."""
+    images = (REPO / "harness/neuron_dra_harness/images.py").read_text()
     assert '["bash", str(BUILD_SCRIPT), str(partial), name]' in images
     for command in run_by(doc_commands.IMAGE):
         _, script, archive, reference = command.argv

@@ -27,7 +27,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.distribution import PACKAGES, REPO, build_wheel
+from neuron_dra_harness.distribution import PACKAGES, REPO, build_wheel
 
 # An example both tool commands run on, from the installed command, outside the checkout.
 SPEC = str(REPO / "examples" / "specs" / "inf2-2-connected.yaml")

@@ -1,6 +1,6 @@
 """Fixtures for tests that need a real control plane.
 
-The binaries are built once per cache key (see ``tests.e2e.build``); a warm
+The binaries are built once per cache key (see ``neuron_dra_harness.build``); a warm
 cache costs a hash of a few files. Every component logs to a file in the
 cluster's temp dir, and a failing test gets the tails of those logs attached
 to its report.
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.build import Binaries, build, build_helm, build_promtool
-from tests.e2e.cluster import Cluster
-from tests.e2e.realnode import RealNode
+from neuron_dra_harness.build import Binaries, build, build_helm, build_promtool
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.realnode import RealNode
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from neuron_dra.agent.slices.publisher import SlicePublisher
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
-from tests.e2e.cluster import Cluster
+from neuron_dra_harness.cluster import Cluster
 
 NAMESPACE = "neuron-dra"
 PLUGIN_USER = "system:serviceaccount:neuron-dra:neuron-dra"

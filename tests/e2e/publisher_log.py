@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from consts import DRIVER_NAME
-from tests.e2e.nodes import PLUGIN, SimulatedNode
-from tests.e2e.processes import Component
+from neuron_dra_harness.nodes import PLUGIN, SimulatedNode
+from neuron_dra_harness.processes import Component
 
 # The publisher's line for each pass over the slices: one that wrote, one that had nothing to.
 PASS_LINES = (

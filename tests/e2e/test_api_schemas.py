@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.build import Binaries
+from neuron_dra_harness.build import Binaries
 
 pytestmark = pytest.mark.e2e
 

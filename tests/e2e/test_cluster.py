@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.build import BINARIES, Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
-from tests.e2e.manifests import (
+from neuron_dra_harness.build import BINARIES, Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
+from neuron_dra_harness.manifests import (
     DRIVER,
     allocated_devices,
     claim_spec,
@@ -15,7 +15,7 @@ from tests.e2e.manifests import (
     pod,
     resource_slice,
 )
-from tests.e2e.processes import processes_running
+from neuron_dra_harness.processes import processes_running
 
 pytestmark = pytest.mark.e2e
 

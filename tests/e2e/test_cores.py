@@ -23,20 +23,20 @@ from typing import Any
 import pytest
 
 from consts import CORE_NAME_PREFIX, DRIVER_NAME, NODE_DEVICE_NAME
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
-from tests.e2e.nodes import (
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
+from neuron_dra_harness.nodes import (
     SimulatedNode,
     add_simulated_node,
     container_view,
     env_of,
     trn2_and_ultraserver,
 )
+from neuron_dra_harness.workloads import unschedulable_reason
 from tests.e2e.test_extended_resources import add_device_plugin_node
 from tests.e2e.test_extended_resources import submit as submit_extended
 from tests.e2e.test_plugin import cluster_of
-from tests.e2e.workloads import unschedulable_reason
 
 pytestmark = [pytest.mark.e2e, pytest.mark.versions(check="NeuronCores")]
 

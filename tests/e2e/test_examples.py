@@ -25,9 +25,9 @@ from consts import (
 )
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view, env_of
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node, container_view, env_of
 from tests.e2e.test_cores import visible
 from tests.e2e.test_extended_resources import check_and_delete, special_claim, too_old
 from tests.e2e.test_plugin import (

@@ -19,11 +19,11 @@ import pytest
 
 from consts import NODE_DEVICE_NAME
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, container_view, trn2_and_ultraserver
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import SimulatedNode, container_view, trn2_and_ultraserver
+from neuron_dra_harness.workloads import unschedulable_reason
 from tests.e2e.test_plugin import assert_container_got, cluster_of, delete_and_assert_released
-from tests.e2e.workloads import unschedulable_reason
 
 pytestmark = [pytest.mark.e2e, pytest.mark.versions(check="extended resources")]
 

@@ -26,9 +26,9 @@ from consts import (
     LABEL_ULTRASERVER_SERVER_ID_4,
 )
 from neuron_dra.hardware.fakenode import FakeUltraServer
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node, env_of
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node, env_of
 from tests.e2e.test_plugin import create_in, namespace
 
 pytestmark = pytest.mark.e2e

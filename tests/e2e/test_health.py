@@ -16,12 +16,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from consts import DRIVER_NAME
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node
-from tests.e2e.processes import free_port
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
+from neuron_dra_harness.processes import free_port
+from neuron_dra_harness.workloads import claim_spec, submit, unschedulable_reason
 from tests.e2e.publisher_log import handled, new_watch, start_logging_passes
-from tests.e2e.workloads import claim_spec, submit, unschedulable_reason
 from tests.sysfs_tree import write
 
 pytestmark = pytest.mark.e2e

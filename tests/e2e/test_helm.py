@@ -1,7 +1,7 @@
 """The Helm chart (``deploy/helm/neuron-dra``) with a real helm against a real API server.
 
 helm is built from the Go module proxy like the Kubernetes binaries
-(``tests/e2e/build.py``). Offline: lint, the schema's messages, what values
+(``harness/neuron_dra_harness/build.py``). Offline: lint, the schema's messages, what values
 change in the rendered objects, and that ``deploy/*.yaml`` are the chart's
 output. Against the cluster, one install shared by the module: the server
 accepts the rendered objects, an upgrade with the same values changes nothing,
@@ -27,10 +27,10 @@ import yaml
 from neuron_dra.cli import parser
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
+from neuron_dra_harness.manifests import install_monitoring_crds
 from tests import doc_commands
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
-from tests.e2e.manifests import install_monitoring_crds
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,

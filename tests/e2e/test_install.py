@@ -24,10 +24,11 @@ import yaml
 
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
+from neuron_dra_harness.manifests import INSTALL_SCRIPT, run_install_script
+from neuron_dra_harness.processes import free_port
 from tests import doc_commands
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
-from tests.e2e.manifests import INSTALL_SCRIPT, run_install_script
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -44,7 +45,6 @@ from tests.e2e.plugin_access import (
     key,
     object_state,
 )
-from tests.e2e.processes import free_port
 from tests.sysfs_tree import FakeNode
 
 pytestmark = pytest.mark.e2e

@@ -17,14 +17,14 @@ import pytest
 
 from api.kubelet.podresources.v1 import api_pb2 as podresources
 from api.kubelet.podresources.v1 import api_pb2_grpc as podresources_grpc
-from tests.e2e.cluster import Cluster
-from tests.e2e.kubeletside import (
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.kubeletside import (
     KUBELETSIDE_CDI_ANNOTATION,
     KUBELETSIDE_ERROR_ANNOTATION,
     KubeletSide,
 )
-from tests.e2e.manifests import DRIVER, claim_spec, device_class, pod
-from tests.e2e.processes import Component
+from neuron_dra_harness.manifests import DRIVER, claim_spec, device_class, pod
+from neuron_dra_harness.processes import Component
 
 pytestmark = pytest.mark.e2e
 

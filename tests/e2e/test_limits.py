@@ -29,8 +29,8 @@ from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.resources.limits import CounterLayout, validate_pool, validate_slice
 from neuron_dra.resources.slices import SliceOptions, Unhealthy, build_slices
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
 
 Obj = dict[str, Any]
 BESIDE, OWN = CounterLayout.BESIDE_DEVICES, CounterLayout.OWN_SLICE

@@ -4,7 +4,7 @@
 render a ServiceMonitor, a PrometheusRule and a dashboard ConfigMap. The alert rules
 (``rules/neuron-dra.rules.yaml``) and the dashboard (``dashboards/neuron-dra.json``) are
 files of the chart, so that promtool, built from its Go module like helm
-(``tests/e2e/build.py``), checks the very files the chart ships: ``check rules`` on the
+(``neuron_dra_harness.build``), checks the very files the chart ships: ``check rules`` on the
 rules and on every dashboard query, ``test rules`` with ``neuron-dra.rules.test.yaml``
 (each alert fires on the series that should fire it and stays quiet otherwise) and with
 the dashboard's join of allocations to power and memory. Every metric they use is one
@@ -27,10 +27,10 @@ import pytest
 import yaml
 
 from neuron_dra.agent.telemetry.metrics import METRICS
+from neuron_dra_harness.build import Binaries, prometheus_release, promtool_module_version
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.manifests import install_monitoring_crds
 from tests import doc_commands
-from tests.e2e.build import Binaries, prometheus_release, promtool_module_version
-from tests.e2e.cluster import Cluster
-from tests.e2e.manifests import install_monitoring_crds
 from tests.e2e.test_helm import CHART, IMAGE_VALUES, RELEASE, by_key, helm_env, ok, run, template
 from tests.test_docs import anchors
 

@@ -17,8 +17,8 @@ from consts import (
 )
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.resources.nodelabels import ULTRASERVER_LABELS
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
 
 Obj = dict[str, Any]
 

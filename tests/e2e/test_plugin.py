@@ -21,11 +21,11 @@ from consts import LABEL_ULTRASERVER_NODE_ID_4, LABEL_ULTRASERVER_SERVER_ID_4
 from neuron_dra.agent.claims.preparer import Step
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from tests.distribution import TOOL_MODULES
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
-from tests.e2e.nodes import (
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.distribution import TOOL_MODULES
+from neuron_dra_harness.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
+from neuron_dra_harness.nodes import (
     SimulatedNode,
     add_simulated_node,
     container_view,

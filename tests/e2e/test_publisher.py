@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from neuron_dra.hardware.fakenode import FakeUltraServer
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import add_simulated_node
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import add_simulated_node
 from tests.e2e.publisher_log import handled, new_watch, start_logging_passes
 
 pytestmark = pytest.mark.e2e

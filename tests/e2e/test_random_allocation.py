@@ -51,10 +51,10 @@ from consts import (
     DRIVER_NAME,
     NODE_DEVICE_NAME,
 )
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.kubeletside import KUBELETSIDE_CDI_ANNOTATION, KUBELETSIDE_ERROR_ANNOTATION
-from tests.e2e.nodes import SimulatedNode, trn2_and_ultraserver
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.kubeletside import KUBELETSIDE_CDI_ANNOTATION, KUBELETSIDE_ERROR_ANNOTATION
+from neuron_dra_harness.nodes import SimulatedNode, trn2_and_ultraserver
 from tests.e2e.test_cores import too_old
 
 pytestmark = pytest.mark.e2e

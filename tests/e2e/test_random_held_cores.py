@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from consts import CORE_NAME_PREFIX, DEVICE_NAME_PREFIX, DRIVER_NAME
-from tests.e2e.build import Binaries
-from tests.e2e.nodes import SimulatedNode, container_view, trn2_and_ultraserver
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.nodes import SimulatedNode, container_view, trn2_and_ultraserver
 from tests.e2e.test_cores import (
     PER_DEVICE,
     WHOLE,

@@ -16,9 +16,9 @@ import pytest
 from api.kubelet.grpchealth.v1 import api_pb2 as health
 from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import add_simulated_node
-from tests.e2e.processes import free_port
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import add_simulated_node
+from neuron_dra_harness.processes import free_port
 
 pytestmark = pytest.mark.e2e
 

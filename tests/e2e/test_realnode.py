@@ -1,6 +1,6 @@
 """The driver's own image as its DaemonSet on a real node, and real pods using it.
 
-A real kubelet, containerd 2.x, runc and CNI (``tests.e2e.realnode``) run on this
+A real kubelet, containerd 2.x, runc and CNI (``neuron_dra_harness.realnode``) run on this
 machine; ``scripts/install-dra-driver.sh`` installs the driver image built by
 ``scripts/build-image.sh``; the seed examples run as written but for their image (a
 busybox one: no registry is reachable), and each container's own output says what it
@@ -26,9 +26,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from tests.e2e import realcluster
-from tests.e2e.build import Binaries
-from tests.e2e.realcluster import INSTANCE_TYPE, NODE, RealCluster
+from neuron_dra_harness import realcluster
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.realcluster import INSTANCE_TYPE, NODE, RealCluster
 from tests.e2e.test_cores import visible
 from tests.e2e.test_examples import load
 from tests.e2e.test_helm import CHART, RELEASE, helm, ok

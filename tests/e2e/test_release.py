@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from neuron_dra_harness import images
 from tests import doc_commands
-from tests.e2e import images
 
 pytestmark = pytest.mark.e2e
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node, container_view, env_of
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node, container_view, env_of
 from tests.e2e.test_plugin import create_in, expected_env, namespace
 from tests.sysfs_tree import write
 

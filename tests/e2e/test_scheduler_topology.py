@@ -17,9 +17,9 @@ import yaml
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.workloads import claim_spec, submit, unschedulable_reason
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.workloads import claim_spec, submit, unschedulable_reason
 
 pytestmark = pytest.mark.e2e
 

@@ -34,8 +34,8 @@ from neuron_dra.tools.simulate import (
 from neuron_dra.tools.simulate import (
     Cluster as SimCluster,
 )
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
 
 pytestmark = pytest.mark.e2e
 

@@ -12,11 +12,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from neuron_dra.hardware.fakenode import Counters
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node
-from tests.e2e.processes import free_port
-from tests.e2e.workloads import claim_spec, submit
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
+from neuron_dra_harness.processes import free_port
+from neuron_dra_harness.workloads import claim_spec, submit
 from tests.sysfs_tree import write
 
 pytestmark = pytest.mark.e2e

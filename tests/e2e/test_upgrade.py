@@ -21,10 +21,10 @@ import pytest
 
 from consts import DRIVER_NAME, NODE_DEVICE_NAME, RESOURCE_TYPE_NODE
 from neuron_dra.hardware.fakenode import FakeUltraServer
-from tests.e2e.build import RELEASES, Binaries, build_release
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node
-from tests.e2e.workloads import claim_spec, submit
+from neuron_dra_harness.build import RELEASES, Binaries, build_release
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
+from neuron_dra_harness.workloads import claim_spec, submit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.versions(check="upgrade and downgrade")]
 

@@ -3,7 +3,7 @@
 The cluster runs with the feature gates the release ships on by default; the one
 exception is ResourceHealthStatus, alpha (off) in 1.34 and 1.35, turned on so that
 device health can reach pod status there too. `make test-versions` runs this module
-(and the other tests marked `versions`) on every release in `tests.e2e.build` and
+(and the other tests marked `versions`) on every release in `neuron_dra_harness.build` and
 writes the compatibility table in docs/operators/kubernetes-releases.md; each test's
 `check` names its row.
 """
@@ -23,12 +23,12 @@ from consts import DRIVER_NAME, NODE_DEVICE_NAME, RESOURCE_TYPE_NODE
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node
-from tests.e2e.processes import free_port
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
+from neuron_dra_harness.processes import free_port
+from neuron_dra_harness.workloads import claim_spec, submit, unschedulable_reason
 from tests.e2e.test_plugin import cluster_of
-from tests.e2e.workloads import claim_spec, submit, unschedulable_reason
 from tests.sysfs_tree import write
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.build import KUBELET_ONLY_RELEASES, RELEASES
+from neuron_dra_harness.build import KUBELET_ONLY_RELEASES, RELEASES
 
 REPO = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- compatibility:begin -->", "<!-- compatibility:end -->"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.build import build
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode, add_simulated_node
+from neuron_dra_harness.build import build
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,8 +21,8 @@ from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc
 from consts import DRIVER_NAME
 from neuron_dra.agent.claims.checkpoint import decode
 from neuron_dra.agent.claims.preparer import STEPS, Step
-from tests.e2e.cluster import Cluster
-from tests.e2e.nodes import SimulatedNode
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.nodes import SimulatedNode
 
 pytestmark = pytest.mark.e2e
 

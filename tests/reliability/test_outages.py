@@ -19,7 +19,7 @@ from api.kubelet.dra.v1 import api_pb2 as dra
 from api.kubelet.dra.v1 import api_pb2_grpc as dra_grpc
 from consts import DRIVER_NAME
 from neuron_dra.agent.slices.publisher import BACKOFF_MAX_S
-from tests.e2e.nodes import SimulatedNode
+from neuron_dra_harness.nodes import SimulatedNode
 from tests.reliability.test_crash_storm import allocated_claim
 
 pytestmark = pytest.mark.e2e

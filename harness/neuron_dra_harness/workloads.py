@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from tests.e2e.cluster import Cluster
+from neuron_dra_harness.cluster import Cluster
 
 Obj = dict[str, Any]
 _names = (f"w{i}" for i in itertools.count())

@@ -19,7 +19,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from neuron_dra.resources.limits import CounterLayout
-from tests.e2e.build import Binaries
+from neuron_dra_harness.build import Binaries
 
 T = TypeVar("T")
 Obj = dict[str, Any]

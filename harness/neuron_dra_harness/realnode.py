@@ -37,12 +37,12 @@ from typing import ClassVar
 
 import yaml
 
-from tests.e2e import images
-from tests.e2e.build import NodeBinaries, cache_root
-from tests.e2e.cluster import Cluster
-from tests.e2e.cluster_api import ClusterError
-from tests.e2e.images import Image
-from tests.e2e.processes import Component, die_with_parent, free_port, http_ok
+from neuron_dra_harness import images
+from neuron_dra_harness.build import NodeBinaries, cache_root
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.cluster_api import ClusterError
+from neuron_dra_harness.images import Image
+from neuron_dra_harness.processes import Component, die_with_parent, free_port, http_ok
 
 BRIDGE = "ndra0"
 NODE_ADDRESS = "10.88.0.1"

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from neuron_dra.hardware.fakenode import build_fake_node
-from tests.e2e import images, realnode
-from tests.e2e.build import Binaries, build, build_node, committed_k8s_version
-from tests.e2e.cluster import DEFAULT_CONTROLLERS, Cluster
-from tests.e2e.cluster_api import ClusterError
-from tests.e2e.manifests import run_install_script
+from neuron_dra_harness import images, realnode
+from neuron_dra_harness.build import Binaries, build, build_node, committed_k8s_version
+from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
+from neuron_dra_harness.cluster_api import ClusterError
+from neuron_dra_harness.manifests import run_install_script
 
 NODE = "neuron-node"
 INSTANCE_TYPE = "trn2.48xlarge"

@@ -19,10 +19,10 @@ from neuron_dra.hardware.fakenode import (
     FakeUltraServer,
     build_fake_node,
 )
-from tests.e2e.build import Binaries
-from tests.e2e.cluster import Cluster
-from tests.e2e.kubeletside import KUBELETSIDE_CDI_ANNOTATION, KubeletSide
-from tests.e2e.processes import Component
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.kubeletside import KUBELETSIDE_CDI_ANNOTATION, KubeletSide
+from neuron_dra_harness.processes import Component
 
 Obj = dict[str, Any]
 DEVICE_CLASSES = Path(__file__).resolve().parents[2] / "deploy" / "deviceclass.yaml"

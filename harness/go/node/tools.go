@@ -1,6 +1,6 @@
 //go:build tools
 
-// Keeps the containerd commands built by tests/e2e/build.py in the module graph.
+// Keeps the containerd commands built by harness/neuron_dra_harness/build.py in the module graph.
 package tools
 
 import (

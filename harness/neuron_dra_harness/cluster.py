@@ -1,11 +1,11 @@
 """A real, local Kubernetes control plane plus simulated kubelets.
 
 ``Cluster`` owns the lifecycle: it runs etcd, kube-apiserver, kube-scheduler
-and kube-controller-manager (built by ``tests.e2e.build``) on free 127.0.0.1
+and kube-controller-manager (built by ``neuron_dra_harness.build``) on free 127.0.0.1
 ports in a temp dir, with their PKI and kubeconfig, creates Node objects,
 starts one ``kubeletside`` process per simulated node, and stops all of it
 again, checking that nothing survives. Its API and wait helpers come from its
-base, ``tests.e2e.cluster_api.ClusterApi``: all API calls go through the
+base, ``neuron_dra_harness.cluster_api.ClusterApi``: all API calls go through the
 ``kubernetes`` package's ``ApiClient`` against that server; nothing is mocked.
 
 Usable from pytest (see ``conftest.py``) and from scripts::
@@ -34,10 +34,17 @@ from typing import ClassVar, cast
 import yaml
 from kubernetes import client as k8s_client
 
-from tests.e2e.build import Binaries
-from tests.e2e.cluster_api import DEFAULT_NAMESPACE, ClusterApi, ClusterError, Obj
-from tests.e2e.kubeletside import KubeletSide
-from tests.e2e.processes import Component, cmdline, die_with_parent, free_port, http_ok, pid_alive
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster_api import DEFAULT_NAMESPACE, ClusterApi, ClusterError, Obj
+from neuron_dra_harness.kubeletside import KubeletSide
+from neuron_dra_harness.processes import (
+    Component,
+    cmdline,
+    die_with_parent,
+    free_port,
+    http_ok,
+    pid_alive,
+)
 
 ADMIN_USER = "e2e-admin"
 

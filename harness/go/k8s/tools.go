@@ -1,6 +1,6 @@
 //go:build tools
 
-// Keeps the command packages built by tests/e2e/build.py in the module graph:
+// Keeps the command packages built by harness/neuron_dra_harness/build.py in the module graph:
 // the control plane, kubectl, and the real node's kubelet and kube-proxy.
 package tools
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("neuron_dra", "api", "consts")
 SOURCES = ("pyproject.toml", "README.md", *PACKAGES)
 # The tools and the modules their extra installs: the node agent loads none of them.

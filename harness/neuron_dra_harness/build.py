@@ -1,14 +1,14 @@
 """Build the real Kubernetes binaries the end-to-end tests run against.
 
-The Go modules under ``tests/e2e/go`` pin the versions: ``go/k8s/go.mod`` the
+The Go modules under ``harness/go`` pin the versions: ``go/k8s/go.mod`` the
 default release, ``go/releases/<version>/`` every other supported one. The
 binaries go to a cache outside the checkout, keyed by Kubernetes and Go
 version, so that only the first run pays for compilation.
-``python -m tests.e2e.build`` builds (or reuses) them and prints the bin dir as
+``python -m neuron_dra_harness.build`` builds (or reuses) them and prints the bin dir as
 the last line of stdout. ``go/helm/go.mod`` pins the helm client the chart
-tests and the manifest check run (``python -m tests.e2e.build --helm``);
+tests and the manifest check run (``python -m neuron_dra_harness.build --helm``);
 ``go/prometheus/go.mod`` the promtool that checks the chart's alert rules and
-dashboard (``python -m tests.e2e.build --promtool``).
+dashboard (``python -m neuron_dra_harness.build --promtool``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ KUBELET_ONLY_RELEASES = ("v1.33.13",)
 """Releases whose kubelet side runs under the oldest control plane, as Kubernetes'
 version skew policy allows (``NEURON_DRA_KUBELET_VERSION``)."""
 
-GO_DIR = Path(__file__).resolve().parent / "go"
+GO_DIR = Path(__file__).resolve().parents[1] / "go"  # harness/go
 K8S_MODULE_DIR = GO_DIR / "k8s"
 ETCD_MODULE_DIR = GO_DIR / "etcd"
 RELEASES_DIR = GO_DIR / "releases"

@@ -7,8 +7,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.e2e.cluster import Cluster
-from tests.e2e.cluster_api import Obj
+from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.cluster_api import Obj
 
 INSTALL_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "install-dra-driver.sh"
 

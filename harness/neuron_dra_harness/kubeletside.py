@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from tests.e2e.cluster_api import ClusterApi, Obj
-from tests.e2e.processes import Component
+from neuron_dra_harness.cluster_api import ClusterApi, Obj
+from neuron_dra_harness.processes import Component
 
 KUBELETSIDE_CDI_ANNOTATION = "kubeletside.neuron.test/cdi-devices"
 KUBELETSIDE_ERROR_ANNOTATION = "kubeletside.neuron.test/prepare-error"
