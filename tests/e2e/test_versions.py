@@ -247,7 +247,7 @@ def test_a_pods_devices_are_attributed_through_the_kubelet(
     )
     if cluster.binaries.kubelet_minor < 34:
         assert not held()  # the 1.33 kubelet lists no dynamic resources by default
-        record_property("detail", "PodResources lists no DRA devices (1.33: gate off)")
+        record_property("detail", "PodResources lists no DRA devices: its gate is off in 1.33")
         return
     results = cluster.wait_for_claim_allocated(pod)["status"]["allocation"]["devices"]["results"]
     expected = sorted(("default", "c", r["device"]) for r in results)
