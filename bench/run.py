@@ -26,7 +26,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,10 +46,10 @@ from common import (
     time_startup,
 )
 from gobaseline import SETS, GoBaseline, add_go_baseline
-from prometheus_client.parser import text_string_to_metric_families
 
 from neuron_dra.agent.apiclient.kube import Kube
 from neuron_dra.agent.claims.cdi import atomic_write
+from neuron_dra_harness import scrape
 from neuron_dra_harness.build import build
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
@@ -67,15 +66,12 @@ BATCH = 10
 
 def phase_totals(port: int) -> dict[str, tuple[float, float]]:
     """phase -> (seconds, count) of the plugin's prepare phases so far, from its metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
     totals: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            phase = sample.labels.get("phase")
-            if phase and sample.name.endswith(("_sum", "_count")):
-                entry = totals.setdefault(phase, [0.0, 0.0])
-                entry[0 if sample.name.endswith("_sum") else 1] = sample.value
+    for sample in scrape.samples(f"http://127.0.0.1:{port}/metrics"):
+        phase = sample.labels.get("phase")
+        if phase and sample.name.endswith(("_sum", "_count")):
+            entry = totals.setdefault(phase, [0.0, 0.0])
+            entry[0 if sample.name.endswith("_sum") else 1] = sample.value
     return {phase: (seconds, count) for phase, (seconds, count) in totals.items()}
 
 

@@ -24,7 +24,7 @@ from neuron_dra.agent.slices.nodewatch import NodeWatch
 from neuron_dra.agent.slices.publisher import SlicePublisher
 from neuron_dra.agent.slices.source import NodeState, SliceSource
 from neuron_dra.agent.supervisor import Supervisor
-from neuron_dra.agent.telemetry.attribution import Holder, PodResources, allocation_samples
+from neuron_dra.agent.telemetry.attribution import PodResources, allocation_samples
 from neuron_dra.agent.telemetry.devicemetrics import StatsReader, device_states, health_samples
 from neuron_dra.agent.telemetry.events import EVENT_NAMESPACE, health_event
 from neuron_dra.agent.telemetry.health import Change, HealthMonitor
@@ -72,8 +72,7 @@ class Agent:
         self.pod_resources = PodResources(
             options.pod_resources_socket, DRIVER_NAME, options.node_name
         )
-        self._holders: tuple[Holder, ...] = ()
-        self.metrics.before_scrape = self._attribute
+        self.metrics.before_scrape = self.pod_resources.refresh
         self.health = HealthMonitor(
             options.sysfs_root,
             [d.index for d in self.inventory.devices],
@@ -245,16 +244,11 @@ class Agent:
         samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)
         up = float(self.pod_resources.up)
         samples.append(Sample("neuron_dra_pod_resources_up", (("node", node),), up))
-        samples += allocation_samples(self._holders, self.inventory, node)
+        samples += allocation_samples(self.pod_resources.holders, self.inventory, node)
         if self.publisher.last_publish is not None:
             last = self.publisher.last_publish
             samples.append(Sample("neuron_dra_slice_last_publish_timestamp_seconds", (), last))
         return samples
-
-    async def _attribute(self) -> None:
-        """Ask the kubelet which containers hold this node's devices (at scrape)."""
-        found = await self.pod_resources.list(timeout_s=1.0)
-        self._holders = found if found is not None else ()
 
     async def _report_ready(self) -> None:
         await self.plugin.registration.registered.wait()

@@ -23,13 +23,15 @@ is simply absent from the result; one that cannot be parsed is reported by path.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from neuron_dra.hardware.counterfiles import DEVICE_MEMORY_DIR, STATUS_DIR
+from neuron_dra.hardware.discovery import DEVICES_DIR
 from neuron_dra.hardware.driverformats import HEALTH_STATUS_DIR
-from neuron_dra.hardware.sysfsfile import ascii_int, read_text
+from neuron_dra.hardware.sysfsfile import ascii_int, read_if_present, reason
 
 POWER_FILE = "stats/power/utilization"
 HEARTBEAT_FILE = f"{HEALTH_STATUS_DIR}/healthcheck_heartbeat"
@@ -48,6 +50,7 @@ ECC_COUNTERS: Mapping[str, tuple[str, str]] = {
     "sram_ecc_corrected": ("sram", "corrected"),
 }
 POWER_VALID = "POWER_STATUS_VALID"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -93,28 +96,21 @@ def _percent(text: str) -> float:
     return ascii_int(whole) + ascii_int(hundredths) / 100
 
 
-def read_device_stats(root: Path, device_dir: Path, index: int, cores: int | None) -> DeviceStats:
-    """What device `index` reports now. `device_dir` is its sysfs directory relative to
-    `root`; `cores` its physical NeuronCores (None: the directories present)."""
-    base = root / device_dir
+def read_device_stats(root: Path, index: int, cores: int | None) -> DeviceStats:
+    """What device `index` reports now, under the sysfs root `root`; `cores` its
+    physical NeuronCores (None: the directories present)."""
+    base = root / DEVICES_DIR / f"neuron{index}"
     problems: list[str] = []
 
-    def number(path: Path) -> int | None:
+    def parsed(path: Path, parse: Callable[[str], T]) -> T | None:
         try:
-            return ascii_int(read_text(path).strip())
-        except FileNotFoundError:
-            return None
+            text = read_if_present(path)
+            return None if text is None else parse(text)
         except (OSError, ValueError) as err:
-            problems.append(f"/{path.relative_to(root)}: {_why(err)}")
+            problems.append(f"/{path.relative_to(root)}: {reason(err)}")
             return None
 
-    power = None
-    try:
-        power = parse_power(read_text(base / POWER_FILE))
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError) as err:
-        problems.append(f"/{(base / POWER_FILE).relative_to(root)}: {_why(err)}")
+    power = parsed(base / POWER_FILE, parse_power)
     core_dirs = (
         [base / f"neuron_core{k}" for k in range(cores)]
         if cores is not None
@@ -123,26 +119,21 @@ def read_device_stats(root: Path, device_dir: Path, index: int, cores: int | Non
     memory: int | None = None
     executions: dict[str, int] = {}
     for core in core_dirs:
-        used = number(core / DEVICE_MEMORY_DIR / "total")
+        used = parsed(core / DEVICE_MEMORY_DIR / "total", ascii_int)
         if used is not None:
             memory = (memory or 0) + used
         for outcome in EXECUTION_OUTCOMES:
-            total = number(core / STATUS_DIR / outcome / "total")
+            total = parsed(core / STATUS_DIR / outcome / "total", ascii_int)
             if total is not None:
                 executions[outcome] = executions.get(outcome, 0) + total
     ecc = {}
     for name in ECC_COUNTERS:
-        value = number(base / HARDWARE_DIR / name)
+        value = parsed(base / HARDWARE_DIR / name, ascii_int)
         if value is not None:
             ecc[name] = value
     heartbeat = None
     # Absent before 2.30; `device_unreachable` there is the health monitor's to report.
     with contextlib.suppress(OSError, ValueError):
-        heartbeat = ascii_int(read_text(base / HEARTBEAT_FILE).strip())
+        text = read_if_present(base / HEARTBEAT_FILE)
+        heartbeat = None if text is None else ascii_int(text)
     return DeviceStats(index, power, memory, executions, ecc, heartbeat, tuple(problems))
-
-
-def _why(err: Exception) -> str:
-    if isinstance(err, OSError) and err.strerror:
-        return err.strerror
-    return str(err)

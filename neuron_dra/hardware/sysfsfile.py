@@ -40,6 +40,22 @@ def read_text(path: Path, limit: int = MAX_BYTES) -> str:
     return b"".join(chunks).decode("utf-8")
 
 
+def read_if_present(path: Path, limit: int = MAX_BYTES) -> str | None:
+    """The file's stripped text, or None when it does not exist: a file an older or
+    newer driver does not write. Anything else wrong raises, as `read_text` does."""
+    try:
+        return read_text(path, limit).strip()
+    except FileNotFoundError:
+        return None
+
+
+def reason(err: Exception) -> str:
+    """What went wrong, for a log line: an OSError's own words, else the message."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return str(err)
+
+
 def ascii_int(text: str, *, signed: bool = False) -> int:
     """A decimal integer of ASCII digits only, with a leading '-' where `signed` (the
     driver writes -1 for "none")."""

@@ -6,16 +6,15 @@ from __future__ import annotations
 import calendar
 import fcntl
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from consts import DRIVER_NAME
+from neuron_dra_harness import scrape
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
 from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
@@ -83,12 +82,9 @@ def seconds(stamp: str) -> int:
 
 
 def metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
+        for s in scrape.samples(f"http://127.0.0.1:{port}/metrics")
     }
 
 

@@ -15,7 +15,6 @@ import copy
 import json
 import re
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from neuron_dra_harness import realcluster
+from neuron_dra_harness import realcluster, scrape
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.realcluster import INSTANCE_TYPE, NODE, RealCluster
 from tests.e2e.test_cores import visible
@@ -265,12 +263,9 @@ def test_a_pods_devices_are_attributed_through_the_real_kubelet(real: RealCluste
     [container] = pod["spec"]["containers"]
 
     def held() -> list[tuple[str, str, str]]:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            text = answer.read().decode()
         return [
             (s.labels["namespace"], s.labels["container"], s.labels["device"])
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
+            for s in scrape.samples(url)
             if s.name == "neuron_dra_device_allocation_info" and s.labels["pod"] == "watched"
         ]
 

@@ -4,18 +4,17 @@ as taints, on a node whose fake tree is written as driver 2.30.2.0 writes it."""
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from neuron_dra.hardware.fakenode import Counters
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
 from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
 from neuron_dra_harness.processes import free_port
+from neuron_dra_harness.scrape import Series, by_name
 from neuron_dra_harness.workloads import claim_spec, submit
 from tests.sysfs_tree import write
 
@@ -24,7 +23,6 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 POLL_S = 0.2
 DEVICE = "sys/devices/virtual/neuron_device/neuron{}"
-Series = dict[str, list[dict[str, str]]]
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +40,8 @@ def telemetry(e2e_binaries: Binaries) -> Iterator[tuple[Cluster, SimulatedNode, 
 
 
 def scrape(port: int) -> Series:
-    """Every sample's labels, by sample name."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    found: Series = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = dict(sample.labels)
-            labels["value"] = repr(sample.value)
-            found.setdefault(sample.name, []).append(labels)
-    return found
+    """Every sample's labels and value, by sample name."""
+    return by_name(f"http://127.0.0.1:{port}/metrics")
 
 
 def held_by(port: int, pod: str) -> list[tuple[str, str, str, str, str]]:

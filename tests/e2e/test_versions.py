@@ -11,13 +11,11 @@ writes the compatibility table in docs/operators/kubernetes-releases.md; each te
 from __future__ import annotations
 
 import re
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from consts import DRIVER_NAME, NODE_DEVICE_NAME, RESOURCE_TYPE_NODE
 from neuron_dra.hardware.fakenode import FakeUltraServer
@@ -27,6 +25,7 @@ from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
 from neuron_dra_harness.processes import free_port
+from neuron_dra_harness.scrape import Series, by_name
 from neuron_dra_harness.workloads import claim_spec, submit, unschedulable_reason
 from tests.e2e.test_plugin import cluster_of
 from tests.sysfs_tree import write
@@ -226,15 +225,8 @@ def test_a_pods_devices_are_attributed_through_the_kubelet(
     pod = submit(cluster, claim_spec(4, group=4), node.name)  # trn1 groups: 4, 8, 16
     cluster.wait_for_pod_running(pod, timeout=60)
 
-    def scrape() -> dict[str, list[dict[str, str]]]:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            text = answer.read().decode()
-        found: dict[str, list[dict[str, str]]] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = {**sample.labels, "value": repr(sample.value)}
-                found.setdefault(sample.name, []).append(labels)
-        return found
+    def scrape() -> Series:
+        return by_name(url)
 
     def held() -> list[tuple[str, str, str]]:
         return sorted((s["namespace"], s["container"], s["device"])

@@ -23,6 +23,7 @@ import grpc
 
 from api.kubelet.podresources.v1 import api_pb2, api_pb2_grpc
 from consts import NODE_DEVICE_NAME
+from neuron_dra.agent.telemetry.devicemetrics import device_labels
 from neuron_dra.agent.telemetry.metrics import Sample
 from neuron_dra.hardware import cores
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory
@@ -35,6 +36,8 @@ ALLOCATION_INFO = "neuron_dra_device_allocation_info"
 # claims shared by hundreds of containers would otherwise make thousands of series
 # at every scrape. Rows past the bound are dropped, counted in the log.
 MAX_ALLOCATION_SERIES = 2048
+# A scrape waits this long for the kubelet at most; it answers from memory in ~1 ms.
+LIST_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True, order=True)
@@ -71,8 +74,7 @@ def allocation_samples(held: Iterable[Holder], inventory: NodeInventory, node: s
     for holder in held:
         for device in _physical(holder.device, inventory):
             labels = (
-                ("node", node),
-                ("neuron_device", str(device.index)),
+                *device_labels(node, device.index),
                 ("device", holder.device),
                 ("serial_number", device.serial_number or ""),
                 ("namespace", holder.namespace),
@@ -104,7 +106,11 @@ def _physical(name: str, inventory: NodeInventory) -> tuple[NeuronDevice, ...]:
 
 
 class PodResources:
-    """A client of the kubelet's PodResources API; one channel, opened on first use."""
+    """A client of the kubelet's PodResources API; one channel, opened on first use.
+
+    `refresh` asks the kubelet and keeps its answer: `holders` (none while it does not
+    answer) and `up`.
+    """
 
     def __init__(self, socket: Path, driver: str, pool: str) -> None:
         self._socket = socket
@@ -113,6 +119,11 @@ class PodResources:
         self._channel: grpc.aio.Channel | None = None
         self._failing: str | None = None
         self.up = False  # whether the last List was answered
+        self.holders: tuple[Holder, ...] = ()
+
+    async def refresh(self, timeout_s: float = LIST_TIMEOUT_S) -> None:
+        found = await self.list(timeout_s)
+        self.holders = found if found is not None else ()
 
     async def list(self, timeout_s: float) -> tuple[Holder, ...] | None:
         """The holders of this pool's devices; None (logged once per cause) when the

@@ -17,17 +17,21 @@ from pathlib import Path
 
 from neuron_dra.agent.telemetry.health import Problem
 from neuron_dra.agent.telemetry.metrics import Labels, Sample
-from neuron_dra.hardware.discovery import DEVICES_DIR
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.hardware.stats import ECC_COUNTERS, DeviceStats, read_device_stats
 
 log = logging.getLogger(__name__)
 
 
+def device_labels(node: str, index: int) -> Labels:
+    """The labels every per-device series and each allocation row carry: the join."""
+    return (("node", node), ("neuron_device", str(index)))
+
+
 def device_samples(stats: DeviceStats, node: str) -> list[Sample]:
     """The series one device's statistics make; a power line without valid data makes
     none (the driver's NO_DATA zeros are not a reading)."""
-    device: Labels = (("node", node), ("neuron_device", str(stats.index)))
+    device = device_labels(node, stats.index)
     samples = []
     if stats.power is not None and stats.power.valid:
         samples.append(Sample("neuron_dra_device_power_draw_ratio", device, stats.power.avg_ratio))
@@ -73,7 +77,7 @@ def health_samples(
     samples = [
         Sample(
             "neuron_dra_device_healthy",
-            (("node", node), ("neuron_device", str(d.index)), ("device", d.name)),
+            (*device_labels(node, d.index), ("device", d.name)),
             0.0 if d.index in problems else 1.0,
         )
         for d in inventory.devices
@@ -95,9 +99,7 @@ class StatsReader:
         samples: list[Sample] = []
         problems: set[str] = set()
         for device in inventory.devices:
-            stats = read_device_stats(
-                self._root, Path(DEVICES_DIR) / f"neuron{device.index}", device.index, device.cores
-            )
+            stats = read_device_stats(self._root, device.index, device.cores)
             problems.update(stats.problems)
             samples += device_samples(stats, self._node)
         for problem in sorted(problems - self._said):

@@ -45,7 +45,7 @@ from pathlib import Path
 from neuron_dra.hardware.discovery import DEV_DIR, DEVICES_DIR
 from neuron_dra.hardware.driverformats import HEALTH_STATUS_DIR, UNREACHABLE
 from neuron_dra.hardware.stats import HEARTBEAT_FILE
-from neuron_dra.hardware.sysfsfile import ascii_int, read_text
+from neuron_dra.hardware.sysfsfile import ascii_int, read_if_present, reason
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class HealthMonitor:
         self.sources: dict[int, Source | None] = {}
         self._next_sources: dict[int, Source | None] = {}
         self._failing_sources: set[str] = set()
-        self._baseline = {d: self._counters(d) for d in self._devices}
+        self._baseline = {d: self._counters(d)[1] for d in self._devices}
         self._heartbeats: dict[int, tuple[int, float]] = {}  # value, when it last changed
         self._unwatched_said: frozenset[int] = frozenset()
         self._kmsg_fd: int | None = None
@@ -160,7 +160,7 @@ class HealthMonitor:
         with self._lock:
             new = set(devices).difference(self._devices)
             for device in new:
-                self._baseline[device] = self._counters(device)
+                self._baseline[device] = self._counters(device)[1]
             self._devices = sorted(new.union(self._devices))
 
     def poll(self) -> list[Change]:
@@ -181,7 +181,7 @@ class HealthMonitor:
         }
         for device in expired:
             # Forgiven: only errors after this moment count against the device.
-            self._baseline[device] = self._counters(device)
+            self._baseline[device] = self._counters(device)[1]
         found: dict[int, Problem] = {}
         self._next_sources = dict(self.sources)
         for device in self._devices:
@@ -217,15 +217,15 @@ class HealthMonitor:
         if components is not None:
             self._next_sources[device] = Source.HEALTH_STATUS
             return self._components(components, now) or self._heartbeat(device, base, now)
-        counters = self._counters(device)
-        self._next_sources[device] = _source_of(counters)
+        source, counters = self._counters(device)
+        self._next_sources[device] = source
         baseline = self._baseline.setdefault(device, {})
         for name, value in counters.items():
             start = baseline.get(name)
             if start is None or value < start:
                 baseline[name] = value  # newly readable, or reset by a driver reload
-            elif value > start:
-                kind = COUNTERS[_source_of({name: value}) or Source.ECC][name]
+            elif value > start and source is not None:  # a counter has a source
+                kind = COUNTERS[source][name]
                 return Problem(kind, f"{name.rsplit('/', 1)[-1]} {start} -> {value}", now)
         return None
 
@@ -263,10 +263,11 @@ class HealthMonitor:
         detail = f"healthcheck_heartbeat stuck at {value} for {still:.0f} s"
         return Problem(Kind.HEARTBEAT_STALLED, detail, last[1], recoverable_by_time=False)
 
-    def _counters(self, device: int) -> dict[str, int]:
-        """The counters of the first counting source the device has, by relative path."""
+    def _counters(self, device: int) -> tuple[Source | None, dict[str, int]]:
+        """The first counting source the device has, and its counters by relative path;
+        (None, {}) when it has none."""
         base = self._root / DEVICES_DIR / f"neuron{device}"
-        for names in COUNTERS.values():
+        for source, names in COUNTERS.items():
             values = {}
             for name in names:
                 text = self._read(base / name)
@@ -277,20 +278,18 @@ class HealthMonitor:
                 except ValueError as err:
                     self._report_once(str(base / name), f"health counter unreadable: {err}")
             if values:
-                return values
-        return {}
+                return source, values
+        return None, {}
 
     def _read(self, path: Path) -> str | None:
         """The file's stripped text; None when absent or unreadable (reported once)."""
         try:
-            text = read_text(path).strip()
-        except FileNotFoundError:
-            return None
+            text = read_if_present(path)
         except (OSError, UnicodeDecodeError) as err:
-            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-            self._report_once(str(path), f"health counter unreadable: {why}")
+            self._report_once(str(path), f"health counter unreadable: {reason(err)}")
             return None
-        self._failing_sources.discard(str(path))
+        if text is not None:
+            self._failing_sources.discard(str(path))
         return text
 
     def _say_unwatched(self) -> None:
@@ -355,10 +354,3 @@ class HealthMonitor:
         if self._kmsg_fd is not None:
             os.close(self._kmsg_fd)
             self._kmsg_fd = None
-
-
-def _source_of(counters: Mapping[str, int]) -> Source | None:
-    for source, names in COUNTERS.items():
-        if any(name in names for name in counters):
-            return source
-    return None

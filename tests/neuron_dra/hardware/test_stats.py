@@ -15,7 +15,7 @@ DEV3 = DEVICES / "neuron3"
 
 
 def stats_of(root: Path, index: int = 3, cores: int | None = 8) -> DeviceStats:
-    return read_device_stats(root, DEVICES / f"neuron{index}", index, cores)
+    return read_device_stats(root, index, cores)
 
 
 def test_power_is_the_drivers_five_fields_in_percent() -> None:
