@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from neuron_dra.agent.apiclient.backoff import Backoff
 from neuron_dra.agent.apiclient.errors import ApiError
 from neuron_dra.agent.apiclient.kube import Json, Kube
 from neuron_dra.agent.options import RunOptions
@@ -49,15 +50,14 @@ class SliceSource:
 
     async def probe(self) -> None:
         """Decide what the slices may use; retried, so an outage at start decides nothing."""
-        delay = 0.2
+        backoff = Backoff()
         while True:
             try:
                 await self.reprobe()
                 return
             except ApiError as err:
                 log.warning("API server not answering feature probes, retrying: %s", err)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                await asyncio.sleep(backoff.delay())
 
     async def reprobe(self) -> bool:
         """Learn what the API server serves; True when the slices change with it.
