@@ -429,35 +429,67 @@ def helm_ldflags(version: str) -> str:
     return " ".join(flags)
 
 
-def helm_stamp(version: str, go: str) -> str:
-    digest = hashlib.sha256()
-    for part in (_BUILD_FORMAT, version, go, helm_ldflags(version)):
-        digest.update(part.encode() + b"\0")
-    for name in ("go.mod", "go.sum", "tools.go"):
-        digest.update(name.encode() + b"\0" + (HELM_MODULE_DIR / name).read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def helm_bin_dir(version: str | None = None, go: str | None = None) -> Path:
-    return cache_root() / f"helm-{version or helm_version()}-{go or go_version()}" / "bin"
-
-
 def build_helm(force: bool = False) -> Path:
     """The helm executable of ``go/helm/go.mod``, built unless cached (beside the
     Kubernetes binaries, keyed by helm and Go version); its path."""
-    version, go = helm_version(), go_version()
-    target = helm_bin_dir(version, go)
-    expected = helm_stamp(version, go)
+    version = helm_version()
+    flags = [f"-ldflags={helm_ldflags(version)}"]
+    program = GoProgram("helm", "helm.sh/helm/v3/cmd/helm", flags)
+    target = _build_tool(
+        "helm",
+        HELM_MODULE_DIR,
+        version,
+        parts=[helm_ldflags(version)],
+        sources=[],
+        programs=[program],
+        force=force,
+        what=f"helm {version}",
+    )
+    return target / "helm"
+
+
+@dataclass(frozen=True)
+class GoProgram:
+    """One program a tool's Go module builds: its file name, package and build flags."""
+
+    name: str
+    package: str
+    flags: list[str]
+
+
+def _build_tool(
+    tool: str,
+    module: Path,
+    version: str,
+    *,
+    parts: list[str],
+    sources: list[str],
+    programs: list[GoProgram],
+    force: bool,
+    what: str,
+) -> Path:
+    """The bin directory of `tool`'s programs, built from `module` unless cached (in the
+    cache root, keyed by the tool's and Go's versions). The stamp covers the build
+    format, the versions, `parts` (flags, tags), and the module's go.mod, go.sum,
+    tools.go and `sources`."""
+    go = go_version()
+    target = cache_root() / f"{tool}-{version}-{go}" / "bin"
+    digest = hashlib.sha256()
+    for part in (_BUILD_FORMAT, version, go, *parts):
+        digest.update(part.encode() + b"\0")
+    for name in ("go.mod", "go.sum", "tools.go", *sources):
+        digest.update(name.encode() + b"\0" + (module / name).read_bytes() + b"\0")
+    expected = digest.hexdigest()
     with _locked(target.parent):
-        if not force and is_fresh(target, expected, ("helm",)):
-            return target / "helm"
+        if not force and is_fresh(target, expected, tuple(p.name for p in programs)):
+            return target
         target.mkdir(parents=True, exist_ok=True)
         (target.parent / "stamp").unlink(missing_ok=True)
-        _log(f"helm {version} ({go})")
-        flags = [f"-ldflags={helm_ldflags(version)}"]
-        _go_build(target, "helm", HELM_MODULE_DIR, "helm.sh/helm/v3/cmd/helm", flags)
+        _log(f"{what} ({go})")
+        for program in programs:
+            _go_build(target, program.name, module, program.package, program.flags)
         (target.parent / "stamp").write_text(expected + "\n")
-        return target / "helm"
+        return target
 
 
 PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
@@ -494,40 +526,28 @@ PROMTOOL_TAGS = "remove_all_sd"
 PROMQLNAMES_SOURCE = "cmd/promqlnames/main.go"
 
 
-def promtool_stamp(module_version: str, go: str) -> str:
-    digest = hashlib.sha256()
-    parts = (_BUILD_FORMAT, module_version, go, promtool_ldflags(module_version), PROMTOOL_TAGS)
-    for part in parts:
-        digest.update(part.encode() + b"\0")
-    for name in ("go.mod", "go.sum", "tools.go", PROMQLNAMES_SOURCE):
-        content = (PROMETHEUS_MODULE_DIR / name).read_bytes()
-        digest.update(name.encode() + b"\0" + content + b"\0")
-    return digest.hexdigest()
-
-
-def promtool_bin_dir(module_version: str | None = None, go: str | None = None) -> Path:
-    version = module_version or promtool_module_version()
-    return cache_root() / f"promtool-{version}-{go or go_version()}" / "bin"
-
-
 def build_promtool(force: bool = False) -> Path:
     """The promtool of ``go/prometheus/go.mod`` and ``promqlnames`` beside it, built
     unless cached (beside helm, keyed by module and Go version); promtool's path."""
-    version, go = promtool_module_version(), go_version()
-    target = promtool_bin_dir(version, go)
-    expected = promtool_stamp(version, go)
-    with _locked(target.parent):
-        if not force and is_fresh(target, expected, ("promtool", "promqlnames")):
-            return target / "promtool"
-        target.mkdir(parents=True, exist_ok=True)
-        (target.parent / "stamp").unlink(missing_ok=True)
-        _log(f"promtool {prometheus_release(version)} ({version}, {go})")
-        flags = [f"-tags={PROMTOOL_TAGS}", f"-ldflags={promtool_ldflags(version)}"]
-        package = f"{PROMETHEUS_MODULE}/cmd/promtool"
-        _go_build(target, "promtool", PROMETHEUS_MODULE_DIR, package, flags)
-        _go_build(target, "promqlnames", PROMETHEUS_MODULE_DIR, "./cmd/promqlnames", [])
-        (target.parent / "stamp").write_text(expected + "\n")
-        return target / "promtool"
+    version = promtool_module_version()
+    flags = [f"-tags={PROMTOOL_TAGS}", f"-ldflags={promtool_ldflags(version)}"]
+    programs = [
+        GoProgram("promtool", f"{PROMETHEUS_MODULE}/cmd/promtool", flags),
+        GoProgram("promqlnames", "./cmd/promqlnames", []),
+    ]
+    parts = [promtool_ldflags(version), PROMTOOL_TAGS]
+    what = f"promtool {prometheus_release(version)} ({version})"
+    target = _build_tool(
+        "promtool",
+        PROMETHEUS_MODULE_DIR,
+        version,
+        parts=parts,
+        sources=[PROMQLNAMES_SOURCE],
+        programs=programs,
+        force=force,
+        what=what,
+    )
+    return target / "promtool"
 
 
 @dataclass(frozen=True)
