@@ -16,11 +16,15 @@ from consts import (
     ENV_NODE_NAME,
     ENV_POD_UID,
 )
-from neuron_dra.cli.node import SubParsers, add_sysfs_root
-from neuron_dra.resources.slices import UltraServerDevices
+from neuron_dra.cli.flags import SubParsers, add_sysfs_root
 
 if TYPE_CHECKING:
     from neuron_dra.agent.run import RunOptions
+
+
+# "auto" and the values of `resources.slices.UltraServerDevices`, spelled out because
+# importing the slice builder would delay the kubelet's sockets (a test keeps them equal).
+ULTRASERVER_DEVICES = ("auto", "both", "node", "devices")
 
 
 def add_command(subparsers: SubParsers) -> None:
@@ -66,7 +70,7 @@ def add_command(subparsers: SubParsers) -> None:
     cmd.add_argument(
         "--ultraserver-devices",
         default="auto",
-        choices=["auto", *UltraServerDevices],
+        choices=ULTRASERVER_DEVICES,
         help="auto: both kinds with shared counters where the API server serves them, "
         "else only the whole-node device",
     )

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
-from consts import ENV_SYSFS_ROOT
+from neuron_dra.cli.flags import SubParsers, add_sysfs_root
 from neuron_dra.hardware.devicegroups import group_ids
 from neuron_dra.hardware.discovery import Discovery, discover, log_findings
 from neuron_dra.hardware.driverformats import FAKE_VERSIONS
@@ -18,18 +17,7 @@ from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 
-SubParsers = Any  # argparse's _SubParsersAction, which typeshed keeps private
-
 log = logging.getLogger("neuron_dra")
-
-
-def add_sysfs_root(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--sysfs-root",
-        type=Path,
-        default=Path(os.environ.get(ENV_SYSFS_ROOT, "/")),
-        help=f"root holding sys/, dev/ and opt/aws/neuron (default ${ENV_SYSFS_ROOT} or /)",
-    )
 
 
 def add_commands(subparsers: SubParsers) -> None:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from neuron_dra.cli.node import SubParsers
+from neuron_dra.cli.flags import SubParsers
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources.slices import UltraServerDevices
 

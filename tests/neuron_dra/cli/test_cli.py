@@ -155,6 +155,46 @@ def test_version_is_the_packages(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"neuron-dra {importlib.metadata.version('neuron-dra')}\n"
 
 
+def test_run_parses_its_flags_before_the_tools_are_imported() -> None:
+    """`run` builds only its own parser: what the other commands' flags import, and the
+    package metadata, would delay the kubelet's sockets."""
+    code = (
+        "import sys; from neuron_dra import cli; "
+        "args = cli.parser(only_run=cli._command(sys.argv[1:]) == 'run').parse_args(sys.argv[1:]); "
+        "print(args.ultraserver_devices, sorted(m for m in sys.modules if m.startswith("
+        "('neuron_dra.hardware', 'neuron_dra.resources', 'neuron_dra.cli.node', "
+        "'neuron_dra.cli.tools', 'importlib.metadata'))))"
+    )
+    argv = ["--log-level", "debug", "run", "--node-name", "n", "--ultraserver-devices", "node"]
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True
+    ).stdout
+    assert out == "node []\n"
+
+
+def test_runs_ultraserver_choices_are_the_slice_builders() -> None:
+    from neuron_dra.cli.agent import ULTRASERVER_DEVICES  # noqa: PLC0415
+    from neuron_dra.resources.slices import UltraServerDevices  # noqa: PLC0415
+
+    assert ("auto", *UltraServerDevices) == ULTRASERVER_DEVICES
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["run"], "run"),
+        (["--log-format", "json", "run", "--node-name", "run"], "run"),
+        (["--log-format=json", "discover"], "discover"),
+        (["lint", "run"], "lint"),
+        (["--version"], None),
+        (["--log-level", "loud", "run"], "run"),
+        ([], None),
+    ],
+)
+def test_the_command_is_read_past_the_global_flags(argv: list[str], command: str | None) -> None:
+    assert cli._command(argv) == command
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
