@@ -150,6 +150,18 @@ def claim_path(claim: Obj) -> str:
     return f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}"
 
 
+def stop_and_forget(stop: Callable[[], object], side: KubeletSide) -> None:
+    """Stop a plugin and wait until the kubelet side has deregistered it, as a fresh node
+    has nothing registered: a plugin that comes back on the same socket path before the
+    kubelet's next reconcile (every second) finds its old registration still there."""
+    deregistered = len(side.report_events("plugin-deregistered"))
+    stop()
+    started = time.monotonic()
+    while len(side.report_events("plugin-deregistered")) == deregistered:
+        assert time.monotonic() - started < 30, "plugin not deregistered"
+        time.sleep(0.01)  # polling the kubelet side's report, not synchronisation
+
+
 def time_startup(
     *,
     start: Callable[[], object],

@@ -40,7 +40,7 @@ def claim_of(obj: Obj) -> dra.Claim:
     return dra.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
 
 
-async def timed_prepare(stub: dra_grpc.DRAPluginStub, claim: dra.Claim) -> float:
+async def timed_prepare(stub: dra_grpc.DRAPluginAsyncStub, claim: dra.Claim) -> float:
     started = time.perf_counter()
     answer = await stub.NodePrepareResources(dra.NodePrepareResourcesRequest(claims=[claim]))
     elapsed = time.perf_counter() - started
@@ -49,7 +49,7 @@ async def timed_prepare(stub: dra_grpc.DRAPluginStub, claim: dra.Claim) -> float
     return elapsed
 
 
-async def unprepare(stub: dra_grpc.DRAPluginStub, claim: dra.Claim) -> None:
+async def unprepare(stub: dra_grpc.DRAPluginAsyncStub, claim: dra.Claim) -> None:
     answer = await stub.NodeUnprepareResources(dra.NodeUnprepareResourcesRequest(claims=[claim]))
     error = answer.claims[claim.uid].error
     assert not error, error

@@ -31,6 +31,7 @@ from common import (
     percentile,
     prepare_latency,
     rss_mib,
+    stop_and_forget,
     time_startup,
 )
 
@@ -93,7 +94,7 @@ class GoBaseline(PluginNode):
 
     def startup_once(self) -> dict[str, float]:
         """One cold start, as on a fresh node: its slices deleted first."""
-        self.stop_plugin()
+        stop_and_forget(self.stop_plugin, self.side)
         for obj in self.slices():
             self.cluster.delete("resource.k8s.io/v1", "ResourceSlice", obj["metadata"]["name"])
         # A socket left by the stopped process must not count as served.

@@ -43,6 +43,7 @@ from common import (
     dra_socket,
     percentile,
     rss_mib,
+    stop_and_forget,
     time_startup,
 )
 from gobaseline import SETS, GoBaseline, add_go_baseline
@@ -97,7 +98,7 @@ async def floor_batch(
         bare.get(path)
         samples.add("floor_get", [(time.perf_counter() - started) * 1000])
         started = time.perf_counter()
-        await kube.get_resource_claim(meta["namespace"], meta["name"])
+        kube.get_resource_claim(meta["namespace"], meta["name"])
         samples.add("kube_get", [(time.perf_counter() - started) * 1000])
         started = time.perf_counter()
         atomic_write(tmp / f"spec-{i}.json", b"x" * spec_size, mode=0o644)
@@ -121,7 +122,7 @@ async def interleaved(
     try:
         # Connections set up before timing anything.
         bare.get(claim_path(floor_claim))
-        await kube.get_resource_claim(
+        kube.get_resource_claim(
             floor_claim["metadata"]["namespace"], floor_claim["metadata"]["name"]
         )
         async with DraClient(sockets["neuron"]) as neuron, DraClient(sockets["go"]) as go:
@@ -149,7 +150,7 @@ async def interleaved(
 
 def neuron_startup_once(cluster: Cluster, node: SimulatedNode) -> dict[str, float]:
     """One cold start of `neuron-dra run`: its slices deleted first, as on a fresh node."""
-    node.stop_plugin()
+    stop_and_forget(node.stop_plugin, node.side)
     for obj in node.slices():
         cluster.delete("resource.k8s.io/v1", "ResourceSlice", obj["metadata"]["name"])
     return time_startup(

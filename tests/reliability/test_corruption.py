@@ -7,7 +7,6 @@ half-written file behind, and every failure must say which file is the problem.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import errno
 import os
@@ -74,7 +73,7 @@ class Disk:
         )
         return ref
 
-    async def get_claim(self, namespace: str, name: str) -> Obj:
+    def get_claim(self, namespace: str, name: str) -> Obj:
         found: Obj = copy.deepcopy(self.claims[name])
         return found
 
@@ -113,7 +112,7 @@ def disk(inventory: NodeInventory, tmp_path: Path) -> Disk:
 
 def run(preparer: Preparer, what: str, *refs: ClaimRef) -> dict[str, Outcome]:
     call = preparer.prepare if what == "prepare" else preparer.unprepare
-    return asyncio.run(call(refs))
+    return call(refs)
 
 
 def assert_prepared(outcomes: dict[str, Outcome]) -> None:

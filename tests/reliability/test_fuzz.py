@@ -9,7 +9,6 @@ in CI is a failure on every run.
 from __future__ import annotations
 
 import ast
-import asyncio
 import copy
 import random
 import re
@@ -264,7 +263,7 @@ class FlakyApi:
     def __init__(self, objects: dict[str, Any]) -> None:
         self.objects = objects
 
-    async def get_claim(self, namespace: str, name: str) -> Obj:
+    def get_claim(self, namespace: str, name: str) -> Obj:
         if name not in self.objects:
             raise ApiError(404, f'resourceclaims "{name}" not found')
         found: Obj = copy.deepcopy(self.objects[name])
@@ -313,14 +312,9 @@ def test_prepare_outcomes_are_devices_or_an_error(
         )
         preparer.start()
 
-        # One event loop for both calls, as in the plugin: the preparer's locks bind to it.
-        loop = asyncio.new_event_loop()
-        try:
-            outcomes = loop.run_until_complete(preparer.prepare(refs))
-            check_outcomes(refs, outcomes, cdi_root, checkpoint)
-            unprepared = loop.run_until_complete(preparer.unprepare(refs))
-        finally:
-            loop.close()
+        outcomes = preparer.prepare(refs)
+        check_outcomes(refs, outcomes, cdi_root, checkpoint)
+        unprepared = preparer.unprepare(refs)
         assert all(not o.error for o in unprepared.values()), unprepared
         assert cdi.spec_uids(cdi_root) == set()
         assert preparer.prepared == {}

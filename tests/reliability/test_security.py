@@ -58,7 +58,7 @@ class Api:
         claim["metadata"]["namespace"] = ref.namespace
         self.claims[ref.namespace, ref.name] = claim
 
-    async def get_claim(self, namespace: str, name: str) -> Obj:
+    def get_claim(self, namespace: str, name: str) -> Obj:
         self.calls.append((namespace, name))
         if (namespace, name) not in self.claims:
             raise ApiError(404, f'resourceclaims "{name}" not found')
@@ -133,7 +133,7 @@ def test_files_sockets_and_directories_only_root_can_change(
         )
         await plugin.start()
         try:
-            outcome = (await preparer.prepare([ref]))[UID]
+            outcome = preparer.prepare([ref])[UID]
             assert outcome.devices, outcome
             for path in [plugin.registration_socket, plugin.dra_socket, *root.rglob("*")]:
                 seen[str(path.relative_to(root))] = path.lstat().st_mode
@@ -269,13 +269,10 @@ def test_a_uid_that_is_no_uid_touches_nothing(
     (tmp_path / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
     before = snapshot(tmp_path)
 
-    async def both() -> tuple[str, str]:
-        prepared = (await preparer.prepare([ref]))[evil]
-        unprepared = (await preparer.unprepare([ref]))[evil]
-        assert not prepared.devices
-        return prepared.error, unprepared.error
-
-    errors = asyncio.run(both())
+    prepared = preparer.prepare([ref])[evil]
+    unprepared = preparer.unprepare([ref])[evil]
+    assert not prepared.devices
+    errors = prepared.error, unprepared.error
 
     for error in errors:
         assert error == f"claim UID {evil!r} is not a Kubernetes UID"
@@ -307,14 +304,14 @@ def test_names_and_namespaces_never_become_paths(
     before = snapshot(tmp_path)
 
     # No such claim (the API server's validation forbids such names): nothing is written.
-    outcome = asyncio.run(preparer.prepare([ref]))[UID]
+    outcome = preparer.prepare([ref])[UID]
     assert outcome.error.startswith(f"claim {ref}: ApiError: 404")
     assert snapshot(tmp_path) == before
 
     # Even if the API returned one, only the UID names files; the name is data.
     api.add(ref, ["neurondevice3"])
 
-    assert asyncio.run(preparer.prepare([ref]))[UID].devices
+    assert preparer.prepare([ref])[UID].devices
     added = set(snapshot(tmp_path)) - set(before)
     assert added == {
         "cdi",
@@ -326,6 +323,6 @@ def test_names_and_namespaces_never_become_paths(
     assert (record.namespace, record.name) == (namespace, name)
     restarted = make_preparer(inventory, tmp_path, api)
     assert restarted.prepared[UID].name == name
-    assert not asyncio.run(restarted.unprepare([ref]))[UID].error
+    assert not restarted.unprepare([ref])[UID].error
     assert not cdi.spec_path(tmp_path / "cdi", UID).exists()
     assert decode(checkpoint.read_bytes())[1] == {}

@@ -1,13 +1,13 @@
-"""The driver's Kubernetes API client: a few typed async calls, nothing more.
+"""The driver's Kubernetes API client: a few typed calls, nothing more.
 
-HTTP/1.1 keep-alive connections from the standard library (`http.client`),
-each blocking call run in a worker thread so the node agent keeps one event
-loop. The `kubernetes` package is not imported: it costs the agent ~24 MiB of
-memory and ~0.2 s of start-up, and aiohttp ~12 MiB, while `http.client` adds
-~1 MiB and its GET in a worker thread measured within noise of a bare
-blocking GET. Objects stay plain JSON dicts: the driver reads a handful of
-fields. Where the server is and how to authenticate comes from `config`, the
-connections from `connections`.
+HTTP/1.1 keep-alive connections from the standard library (`http.client`).
+The calls the event loop makes run each in a worker thread; the claim read of
+a prepare, already in a worker thread of the DRA server, blocks there. The
+`kubernetes` package is not imported: it costs the agent ~24 MiB of memory and
+~0.2 s of start-up, and aiohttp ~12 MiB, while `http.client` adds ~1 MiB and
+its GET measured within noise of a bare blocking GET. Objects stay plain JSON
+dicts: the driver reads a handful of fields. Where the server is and how to
+authenticate comes from `config`, the connections from `connections`.
 """
 
 from __future__ import annotations
@@ -93,9 +93,10 @@ class Kube:
 
     # --- typed calls ---------------------------------------------------------
 
-    async def get_resource_claim(self, namespace: str, name: str) -> Json:
+    def get_resource_claim(self, namespace: str, name: str) -> Json:
+        """Blocking: a prepare reads its claim in the thread the kubelet's call came on."""
         path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}"
-        return await self._call("GET", path)
+        return self._call_sync("GET", path, None, None, "application/json")
 
     async def list_resource_slices(self, node: str, driver: str) -> Listed:
         result = await self._call(

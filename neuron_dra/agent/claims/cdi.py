@@ -124,7 +124,7 @@ def write_spec(cdi_root: Path, prepared: PreparedClaim) -> Path:
 
     Not fsynced: a spec serves this boot only. A crash of the plugin leaves it intact
     in the page cache; a crash of the kernel means a reboot, after which the plugin
-    removes every spec of the previous boot (the fsynced checkpoint names that boot).
+    removes every spec of the previous boot (the checkpoint's boot marker names it).
     """
     path = spec_path(cdi_root, prepared.claim.uid)
     atomic_write(path, encode_spec(build_spec(prepared)), mode=0o644, durable=False)

@@ -1,11 +1,21 @@
 """The on-disk record of prepared claims.
 
-Written atomically (temp, fsync, rename), checksummed, versioned and stamped
+Written atomically (temp file, rename), checksummed, versioned and stamped
 with the boot id. Writers take an exclusive file lock and apply their changes
 to what is on disk at that moment, so two plugin instances during a rolling
 update never lose each other's claims. A corrupt file is set aside, never
 trusted and never fatal; a file from another boot is discarded because its
 CDI specs and devices are gone with that boot.
+
+Not fsynced while the boot id is known. What an fsync adds to the rename is
+survival of a power loss or a kernel crash, and both end the boot, after which
+the file must be discarded anyway: the claims it records were prepared on
+devices and in CDI specs that did not survive either. Any crash of the plugin
+alone leaves the renamed file whole in the page cache. What must survive is
+the knowledge that a boot ended, and torn bytes cannot say which boot wrote
+them; so a marker beside the file names the boot that last used it, written
+and fsynced once a boot (`begin_boot`). Without a boot id reboots cannot be
+told apart, and every write is fsynced, file and directory.
 """
 
 from __future__ import annotations
@@ -94,9 +104,12 @@ class Loaded:
 
 
 class CheckpointStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, durable: bool = True) -> None:
+        """`durable`: fsync each write; the agent turns it off when it knows the boot id."""
         self.path = path
+        self.durable = durable
         self.lock_path = path.with_name(path.name + ".lock")
+        self.boot_path = path.with_name(path.name + ".boot")
         # The bytes this store last wrote and what they decode to. Every write reads the
         # file under the lock first (another instance may have written it); when it is
         # still what we wrote, the comparison of bytes replaces the decode.
@@ -108,6 +121,25 @@ class CheckpointStore:
         """Read the checkpoint of this boot; set aside anything else."""
         with self._locked():
             return self._read(boot_id)
+
+    def begin_boot(self, boot_id: str) -> bool:
+        """Mark the checkpoint as this boot's; whether a marker named another boot.
+
+        Then the checkpoint is that boot's, whatever its bytes say, and is removed.
+        No marker (a node where this driver has not started since it was installed or
+        upgraded from a version without one): the checkpoint's own boot id decides.
+        """
+        with self._locked():
+            try:
+                previous: str | None = self.boot_path.read_text().strip()
+            except FileNotFoundError:
+                previous = None
+            if previous == boot_id:
+                return False
+            if previous is not None:
+                self.path.unlink(missing_ok=True)
+            atomic_write(self.boot_path, boot_id.encode(), mode=0o600, dir_mode=PLUGIN_DIR_MODE)
+            return previous is not None
 
     def changed(self) -> bool:
         """Whether the file differs from the one this store last read or wrote: written
@@ -124,7 +156,9 @@ class CheckpointStore:
                 else:
                     claims[uid] = record
             data = encode(boot_id, claims)
-            atomic_write(self.path, data, mode=0o600, dir_mode=PLUGIN_DIR_MODE)
+            atomic_write(
+                self.path, data, mode=0o600, dir_mode=PLUGIN_DIR_MODE, durable=self.durable
+            )
             self._written = (data, boot_id, claims)
             self._seen = stamp(self.path)
             return dict(claims)

@@ -9,6 +9,13 @@ it is served again.
 
 Socket names and stale sockets are `sockets`'; the probes' health service is
 `readiness`'.
+
+The DRA socket is served by grpcio's synchronous server: each call runs in one
+of its worker threads from request to answer, with no hop to the event loop
+and back. Beside `grpc.aio` it took 0.09 ms off an empty call, and 0.33 ms off
+a call whose blocking work took three trips to worker threads (README,
+Decisions). The registration and probe sockets, called a few times an hour,
+stay on the event loop with the rest of the agent.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
+SyncContext = grpc.ServicerContext
 
 PLUGIN_TYPE = "DRAPlugin"
 # The kubelet takes the first DRA version in this list that it speaks, so the newest
@@ -61,12 +71,16 @@ SOCKET_CHECK_INTERVAL_S = 1.0
 # pod for this driver, a handful in practice; a call with more is refused, claim by
 # claim, before any API read or file write.
 MAX_CLAIMS_PER_CALL = 128
+# Worker threads of the DRA server: calls at once (the kubelet prepares the pods it
+# starts side by side) plus the kubelet's device-health watch, which keeps one.
+DRA_WORKERS = 16
+MAX_WAITING_CALLS = 256
 
 
 class DraV1(dra_v1_grpc.DRAPluginServicer):
     def __init__(self, preparer: Preparer | None) -> None:
         self._preparer = preparer
-        self._ready = asyncio.Event()
+        self._ready = threading.Event()
         if preparer is not None:
             self._ready.set()
 
@@ -75,14 +89,13 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
         self._preparer = preparer
         self._ready.set()
 
-    async def _ready_preparer(self) -> Preparer:
-        if self._preparer is None:
-            await self._ready.wait()
+    def _ready_preparer(self) -> Preparer:
+        self._ready.wait()
         assert self._preparer is not None
         return self._preparer
 
-    async def NodePrepareResources(  # noqa: N802 (name fixed by the protocol)
-        self, request: dra_v1.NodePrepareResourcesRequest, context: Context
+    def NodePrepareResources(  # noqa: N802 (name fixed by the protocol)
+        self, request: dra_v1.NodePrepareResourcesRequest, context: SyncContext
     ) -> dra_v1.NodePrepareResourcesResponse:
         response = dra_v1.NodePrepareResourcesResponse()
         if len(request.claims) > MAX_CLAIMS_PER_CALL:
@@ -93,7 +106,7 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
             for claim in request.claims:
                 response.claims[claim.uid].error = error
             return response
-        outcomes = await (await self._ready_preparer()).prepare(_refs(request.claims))
+        outcomes = self._ready_preparer().prepare(_refs(request.claims))
         for uid, outcome in outcomes.items():
             entry = response.claims[uid]
             if outcome.error:
@@ -107,10 +120,10 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
                 )
         return response
 
-    async def NodeUnprepareResources(  # noqa: N802
-        self, request: dra_v1.NodeUnprepareResourcesRequest, context: Context
+    def NodeUnprepareResources(  # noqa: N802
+        self, request: dra_v1.NodeUnprepareResourcesRequest, context: SyncContext
     ) -> dra_v1.NodeUnprepareResourcesResponse:
-        outcomes = await (await self._ready_preparer()).unprepare(_refs(request.claims))
+        outcomes = self._ready_preparer().unprepare(_refs(request.claims))
         return dra_v1.NodeUnprepareResourcesResponse(
             claims={uid: _unprepared(o) for uid, o in outcomes.items()}
         )
@@ -122,18 +135,18 @@ class DraV1beta1(dra_v1beta1_grpc.DRAPluginServicer):
     def __init__(self, v1: DraV1) -> None:
         self._v1 = v1
 
-    async def NodePrepareResources(  # noqa: N802
-        self, request: dra_v1beta1.NodePrepareResourcesRequest, context: Context
+    def NodePrepareResources(  # noqa: N802
+        self, request: dra_v1beta1.NodePrepareResourcesRequest, context: SyncContext
     ) -> dra_v1beta1.NodePrepareResourcesResponse:
         as_v1 = dra_v1.NodePrepareResourcesRequest.FromString(request.SerializeToString())
-        response = await self._v1.NodePrepareResources(as_v1, context)
+        response = self._v1.NodePrepareResources(as_v1, context)
         return dra_v1beta1.NodePrepareResourcesResponse.FromString(response.SerializeToString())
 
-    async def NodeUnprepareResources(  # noqa: N802
-        self, request: dra_v1beta1.NodeUnprepareResourcesRequest, context: Context
+    def NodeUnprepareResources(  # noqa: N802
+        self, request: dra_v1beta1.NodeUnprepareResourcesRequest, context: SyncContext
     ) -> dra_v1beta1.NodeUnprepareResourcesResponse:
         as_v1 = dra_v1.NodeUnprepareResourcesRequest.FromString(request.SerializeToString())
-        response = await self._v1.NodeUnprepareResources(as_v1, context)
+        response = self._v1.NodeUnprepareResources(as_v1, context)
         return dra_v1beta1.NodeUnprepareResourcesResponse.FromString(response.SerializeToString())
 
 
@@ -198,7 +211,7 @@ class KubeletPlugin:
         self.registration = Registration(self.dra_socket, self.health)
         self.health_port = health_port
         self.health_address = health_address
-        self._dra_server: grpc.aio.Server | None = None
+        self._dra_server: grpc.Server | None = None
         self._registration_server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
 
@@ -217,7 +230,12 @@ class KubeletPlugin:
             host = f"[{address}]" if ":" in address else address  # IPv6 pod IPs
             self.health_port = self._health_server.add_insecure_port(f"{host}:{self.health_port}")
             await self._health_server.start()
-        self._dra_server = grpc.aio.server()
+        self._dra_server = grpc.server(
+            ThreadPoolExecutor(DRA_WORKERS, thread_name_prefix="dra"),
+            # A call beyond the workers and this many waiting is refused at once
+            # (RESOURCE_EXHAUSTED) rather than queued without bound; the kubelet retries.
+            maximum_concurrent_rpcs=DRA_WORKERS + MAX_WAITING_CALLS,
+        )
         dra_v1_grpc.add_DRAPluginServicer_to_server(self._dra, self._dra_server)
         dra_v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1(self._dra), self._dra_server)
         drahealth_v1_grpc.add_DRAResourceHealthServicer_to_server(
@@ -226,7 +244,7 @@ class KubeletPlugin:
         drahealth_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(
             ResourceHealthV1alpha1(self.resource_health), self._dra_server
         )
-        await _serve_unix(self._dra_server, self.dra_socket)
+        await asyncio.to_thread(_serve_unix, self._dra_server, self.dra_socket)
         await self.health.set_serving(True)
         await self._start_registration()
 
@@ -247,15 +265,20 @@ class KubeletPlugin:
         await self.health.set_serving(False)
         await self.health.set_serving(False, READINESS_SERVICE)
         await self._stop_registration()
-        for server in (self._dra_server, self._health_server):
-            if server is not None:
-                await server.stop(grace)
+        self.resource_health.close()
+        if self._dra_server is not None:
+            stopped = self._dra_server.stop(grace)
+            await asyncio.to_thread(stopped.wait)
+        if self._health_server is not None:
+            await self._health_server.stop(grace)
         self.dra_socket.unlink(missing_ok=True)
 
     async def _start_registration(self) -> None:
         self._registration_server = grpc.aio.server()
         reg_grpc.add_RegistrationServicer_to_server(self.registration, self._registration_server)
-        await _serve_unix(self._registration_server, self.registration_socket)
+        _listen_unix(self._registration_server, self.registration_socket)
+        await self._registration_server.start()
+        _owner_only(self.registration_socket)
 
     async def _stop_registration(self) -> None:
         if self._registration_server is not None:
@@ -265,12 +288,20 @@ class KubeletPlugin:
         await self.registration.set_registered(False)
 
 
-async def _serve_unix(server: grpc.aio.Server, path: Path) -> None:
+def _serve_unix(server: grpc.Server, path: Path) -> None:
+    _listen_unix(server, path)
+    server.start()
+    _owner_only(path)
+
+
+def _listen_unix(server: grpc.Server | grpc.aio.Server, path: Path) -> None:
     ensure_dir(path.parent, PLUGIN_DIR_MODE)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # a socket left by a killed predecessor
     server.add_insecure_port(f"unix://{path}")
-    await server.start()
+
+
+def _owner_only(path: Path) -> None:
     # Only root (the kubelet) may connect: a prepare hands out devices.
     path.chmod(0o600)
 

@@ -4,16 +4,17 @@ Kubernetes 1.34 to 1.36 watch v1alpha1 whenever their ResourceHealthStatus
 gate is on; 1.37 watches v1 when the registration advertises it and falls back
 to v1alpha1. Both services stream the same state with the same timing, so a
 pod's `allocatedResourcesStatus` does not depend on which one its kubelet took.
+
+They are served on the DRA socket, by its synchronous server: a watch keeps one
+of its worker threads, woken by an update, by its end, or to resend.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
 
 import grpc
 
@@ -21,38 +22,17 @@ from api.kubelet.drahealth.v1 import api_pb2 as drahealth_v1
 from api.kubelet.drahealth.v1 import api_pb2_grpc as drahealth_v1_grpc
 from api.kubelet.drahealth.v1alpha1 import api_pb2 as drahealth_v1alpha1
 from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_v1alpha1_grpc
-from consts import DEVICE_NAME_PREFIX, NODE_DEVICE_NAME
-from neuron_dra.agent.telemetry.health import Problem
-from neuron_dra.hardware.cores import logical_cores
-from neuron_dra.hardware.inventory import NodeInventory
 
 log = logging.getLogger(__name__)
 
-Context = grpc.aio.ServicerContext[Any, Any]
-HealthEntry = tuple[bool, str]  # (healthy, detail)
+Context = grpc.ServicerContext
+# (healthy, detail) by device name, from `telemetry.health.health_entries`. This module
+# imports no more than gRPC and the protocols: it is served before the rest is imported.
+HealthEntry = tuple[bool, str]
 
 # The kubelet marks health stale after ~30 s without a message; resend well before.
 HEALTH_RESEND_S = 10.0
 HEALTH_CHECK_TIMEOUT_S = 30
-
-
-def health_entries(
-    inventory: NodeInventory, problems: Mapping[int, Problem]
-) -> dict[str, HealthEntry]:
-    """Device name -> (healthy, detail) for every device the node publishes."""
-    entries = {
-        d.name: (d.index not in problems, problems[d.index].kind if d.index in problems else "")
-        for d in inventory.devices
-    }
-    if inventory.ultraserver is not None:
-        # Every problem counts, a vanished device's too, as for the whole-node
-        # device's taint in the slice: a pod on it uses every device of the node.
-        sick = ", ".join(f"{DEVICE_NAME_PREFIX}{i} ({problems[i].kind})" for i in sorted(problems))
-        entries[NODE_DEVICE_NAME] = (not problems, f"unhealthy devices: {sick}" if sick else "")
-    # A NeuronCore is as healthy as its device (listed whether or not the slices carry
-    # cores: the kubelet asks only about devices it prepared).
-    entries |= {core.name: entries[core.device.name] for core in logical_cores(inventory)}
-    return entries
 
 
 class ResourceHealth(drahealth_v1_grpc.DRAResourceHealthServicer):
@@ -63,15 +43,26 @@ class ResourceHealth(drahealth_v1_grpc.DRAResourceHealthServicer):
         self._devices: dict[str, HealthEntry] = {}
         self._updated = 0
         self._updates = 0  # counts changes, so a stream knows whether it missed one
-        self._changed = asyncio.Condition()
+        self._changed = threading.Condition()
+        self._closed = False
 
-    async def update(self, devices: Mapping[str, HealthEntry]) -> None:
-        async with self._changed:
+    def update(self, devices: Mapping[str, HealthEntry]) -> None:
+        with self._changed:
             if devices != self._devices:
                 self._devices = dict(devices)
                 self._updated = int(time.time())
                 self._updates += 1
                 self._changed.notify_all()
+
+    def close(self) -> None:
+        """End every watch, so that the server's threads are free when it stops."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def _wake(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     def _snapshot(self) -> drahealth_v1.NodeWatchResourcesResponse:
         response = drahealth_v1.NodeWatchResourcesResponse()
@@ -85,24 +76,28 @@ class ResourceHealth(drahealth_v1_grpc.DRAResourceHealthServicer):
             )
         return response
 
-    async def NodeWatchResources(  # noqa: N802 (name fixed by the protocol)
+    def NodeWatchResources(  # noqa: N802 (name fixed by the protocol)
         self, request: drahealth_v1.NodeWatchResourcesRequest, context: Context
-    ) -> AsyncIterator[drahealth_v1.NodeWatchResourcesResponse]:
-        async for response in self.watch("v1"):
-            yield response
+    ) -> Iterator[drahealth_v1.NodeWatchResourcesResponse]:
+        yield from self.watch("v1", context)
 
-    async def watch(self, api: str) -> AsyncIterator[drahealth_v1.NodeWatchResourcesResponse]:
+    def watch(
+        self, api: str, context: Context
+    ) -> Iterator[drahealth_v1.NodeWatchResourcesResponse]:
         # Which version a kubelet chose is otherwise invisible from the node.
         log.info("kubelet watches device health", extra={"api": f"{api}.DRAResourceHealth"})
-        while True:
-            async with self._changed:
+        # A kubelet that goes away ends the wait at once, not at the next resend.
+        context.add_callback(self._wake)
+        while context.is_active():
+            with self._changed:
+                if self._closed:
+                    return
                 snapshot, seen = self._snapshot(), self._updates
             # Never yield holding the lock: a slow reader would block every update().
             yield snapshot
-            async with self._changed:
-                if self._updates == seen:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._changed.wait(), HEALTH_RESEND_S)
+            with self._changed:
+                if self._updates == seen and not self._closed and context.is_active():
+                    self._changed.wait(HEALTH_RESEND_S)
 
 
 class ResourceHealthV1alpha1(drahealth_v1alpha1_grpc.DRAResourceHealthServicer):
@@ -111,10 +106,10 @@ class ResourceHealthV1alpha1(drahealth_v1alpha1_grpc.DRAResourceHealthServicer):
     def __init__(self, v1: ResourceHealth) -> None:
         self._v1 = v1
 
-    async def NodeWatchResources(  # noqa: N802
+    def NodeWatchResources(  # noqa: N802
         self, request: drahealth_v1alpha1.NodeWatchResourcesRequest, context: Context
-    ) -> AsyncIterator[drahealth_v1alpha1.NodeWatchResourcesResponse]:
-        async for response in self._v1.watch("v1alpha1"):
+    ) -> Iterator[drahealth_v1alpha1.NodeWatchResourcesResponse]:
+        for response in self._v1.watch("v1alpha1", context):
             yield drahealth_v1alpha1.NodeWatchResourcesResponse.FromString(
                 response.SerializeToString()
             )

@@ -49,6 +49,7 @@ from neuron_dra.agent.slices.slicediff import (
     same,
     spelled,
     split_pool,
+    with_generation,
 )
 from neuron_dra.agent.telemetry.metrics import Metrics
 
@@ -171,7 +172,8 @@ class SlicePublisher:
         self._wake.clear()
         current = await self._kube.list_resource_slices(self._node, DRIVER_NAME)
         existing, foreign = split_pool(current.items, self._node)
-        changed = not same(existing, adopt(self._build(0, node_uid), existing, self._dropped))
+        desired = adopt(self._build(0, node_uid), existing, self._dropped)
+        changed = not same(existing, desired)
         for old in foreign:
             log.warning(
                 "deleting ResourceSlice %s of pool %r: this node's pool is %r",
@@ -180,7 +182,7 @@ class SlicePublisher:
             )  # fmt: skip
             await self._delete(old["metadata"]["name"])
         if changed:
-            await self._write(existing, node_uid)
+            await self._write(existing, desired)
         else:
             log.debug("ResourceSlices up to date", extra={"node": self._node})
         self._recreate = False
@@ -189,10 +191,11 @@ class SlicePublisher:
             return current.resource_version  # nothing written: the list is current
         return (await self._kube.list_resource_slices(self._node, DRIVER_NAME)).resource_version
 
-    async def _write(self, existing: list[Json], node_uid: str | None) -> None:
+    async def _write(self, existing: list[Json], adopted: list[Json]) -> None:
+        """Write `adopted` (built for generation 0) as the pool's next generation."""
         seen = max((s["spec"]["pool"]["generation"] for s in existing), default=0)
         generation = self._generation = max(seen, self._generation) + 1
-        desired = adopt(self._build(generation, node_uid), existing, self._dropped)
+        desired = with_generation(adopted, generation)
         plan = pair(existing, desired)
         for old, new in plan.updates:
             await self._replace(old, new)

@@ -37,6 +37,11 @@ def adopt(desired: list[Json], existing: list[Json], dropped: frozenset[Field]) 
     when that problem was first published, and moving it would restart NoExecute
     tolerations. Fields the server drops are left out.
     """
+    tainted = any(d.get("taints") for s in desired for d in s["spec"].get("devices") or [])
+    if not tainted and not dropped:
+        # Nothing to adopt: the slices as built. The copy below was a third of the time
+        # a healthy node spent comparing its slices with the stored ones.
+        return list(desired)
     stored = {
         device["name"]: device.get("taints") or []
         for s in existing
@@ -79,13 +84,15 @@ def pair(existing: list[Json], desired: list[Json]) -> Pairing:
     be one pool: no update moves a slice to another pool.
     """
     left = sorted(existing, key=lambda s: str(s["metadata"]["name"]))
+    # Each stored slice's content once, not once for every desired slice of its place.
+    contents = {id(old): _content(old) for old in left}
     updates: list[tuple[Json, Json]] = []
     creates: list[Json] = []
     for new in desired:
         place = _place(new)
         candidates = [old for old in left if _place(old) == place]
         content = _content(new)
-        chosen = next((old for old in candidates if _content(old) == content), None)
+        chosen = next((old for old in candidates if contents[id(old)] == content), None)
         if chosen is None and candidates:
             chosen = candidates[0]
         if chosen is None:
@@ -99,6 +106,14 @@ def pair(existing: list[Json], desired: list[Json]) -> Pairing:
 def _place(obj: Json) -> str | None:
     place = obj["metadata"].get("generateName")
     return None if place is None else str(place)
+
+
+def with_generation(desired: list[Json], generation: int) -> list[Json]:
+    """The slices of a pool at `generation`; the slices given are not changed."""
+    return [
+        s | {"spec": s["spec"] | {"pool": s["spec"]["pool"] | {"generation": generation}}}
+        for s in desired
+    ]
 
 
 def replacement(old: Json, new: Json) -> Json:
@@ -181,7 +196,7 @@ def _content(obj: Json) -> str:
 
 
 def _comparable(obj: Json) -> str:
-    spec = copy.deepcopy(obj["spec"])
-    spec["pool"].pop("generation", None)
+    pool = {k: v for k, v in obj["spec"]["pool"].items() if k != "generation"}
+    spec = obj["spec"] | {"pool": pool}
     owners = obj["metadata"].get("ownerReferences")
     return json.dumps(_pruned([spec, owners, _place(obj)]), sort_keys=True)

@@ -42,8 +42,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from consts import DEVICE_NAME_PREFIX, NODE_DEVICE_NAME
+from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.discovery import DEV_DIR, DEVICES_DIR
 from neuron_dra.hardware.driverformats import HEALTH_STATUS_DIR, UNREACHABLE
+from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.hardware.stats import HEARTBEAT_FILE
 from neuron_dra.hardware.sysfsfile import ascii_int, read_if_present, reason
 
@@ -354,3 +357,22 @@ class HealthMonitor:
         if self._kmsg_fd is not None:
             os.close(self._kmsg_fd)
             self._kmsg_fd = None
+
+
+def health_entries(
+    inventory: NodeInventory, problems: Mapping[int, Problem]
+) -> dict[str, tuple[bool, str]]:
+    """Device name -> (healthy, detail) for every device the node publishes."""
+    entries = {
+        d.name: (d.index not in problems, problems[d.index].kind if d.index in problems else "")
+        for d in inventory.devices
+    }
+    if inventory.ultraserver is not None:
+        # Every problem counts, a vanished device's too, as for the whole-node
+        # device's taint in the slice: a pod on it uses every device of the node.
+        sick = ", ".join(f"{DEVICE_NAME_PREFIX}{i} ({problems[i].kind})" for i in sorted(problems))
+        entries[NODE_DEVICE_NAME] = (not problems, f"unhealthy devices: {sick}" if sick else "")
+    # A NeuronCore is as healthy as its device (listed whether or not the slices carry
+    # cores: the kubelet asks only about devices it prepared).
+    entries |= {core.name: entries[core.device.name] for core in logical_cores(inventory)}
+    return entries

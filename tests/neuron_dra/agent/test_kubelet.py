@@ -35,9 +35,8 @@ from neuron_dra.agent.kubelet.plugin import (
     KubeletPlugin,
 )
 from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE
-from neuron_dra.agent.kubelet.resourcehealth import health_entries
 from neuron_dra.agent.supervisor import FAILURES_NOT_LIVE, Supervisor
-from neuron_dra.agent.telemetry.health import Problem
+from neuron_dra.agent.telemetry.health import Problem, health_entries
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from tests.claim_objects import allocated_claim, neuron_config, opaque
@@ -50,7 +49,7 @@ BAD = "7f0e6b2c-0000-4000-8000-000000000002"
 def make_preparer(
     tmp_path: Path, root: Path, claims: dict[tuple[str, str], dict[str, Any]]
 ) -> Preparer:
-    async def get_claim(namespace: str, name: str) -> dict[str, Any]:
+    def get_claim(namespace: str, name: str) -> dict[str, Any]:
         return claims[(namespace, name)]
 
     inventory = discover(root).inventory
@@ -404,9 +403,7 @@ def test_a_served_again_registration_socket_is_not_ready_until_registered(
 
 def test_device_health_stream(tmp_path: Path, fake_node: FakeNode) -> None:
     async def body(plugin: KubeletPlugin) -> None:
-        await plugin.resource_health.update(
-            {"neurondevice0": (True, ""), "neurondevice1": (True, "")}
-        )
+        plugin.resource_health.update({"neurondevice0": (True, ""), "neurondevice1": (True, "")})
         async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
             stream = drahealth_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
                 drahealth.NodeWatchResourcesRequest()
@@ -419,7 +416,7 @@ def test_device_health_stream(tmp_path: Path, fake_node: FakeNode) -> None:
                 ("node-a", "neurondevice0", drahealth.HEALTHY),
                 ("node-a", "neurondevice1", drahealth.HEALTHY),
             ]
-            await plugin.resource_health.update(
+            plugin.resource_health.update(
                 {"neurondevice0": (True, ""), "neurondevice1": (False, "MemEccUncorrected")}
             )
             second = await anext(updates)
@@ -460,9 +457,7 @@ def test_v1_and_v1alpha1_health_clients_get_the_same_updates(
     tmp_path: Path, fake_node: FakeNode
 ) -> None:
     async def body(plugin: KubeletPlugin) -> None:
-        await plugin.resource_health.update(
-            {"neurondevice0": (True, ""), "neurondevice1": (True, "")}
-        )
+        plugin.resource_health.update({"neurondevice0": (True, ""), "neurondevice1": (True, "")})
         async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
             new = drahealth_v1_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
                 drahealth_v1.NodeWatchResourcesRequest()
@@ -480,7 +475,7 @@ def test_v1_and_v1alpha1_health_clients_get_the_same_updates(
                 assert isinstance(v1, drahealth_v1.NodeWatchResourcesResponse)
                 assert isinstance(v1alpha1, drahealth.NodeWatchResourcesResponse)
                 seen.append((v1.SerializeToString(), v1alpha1.SerializeToString()))
-                await plugin.resource_health.update(devices)
+                plugin.resource_health.update(devices)
             v1, v1alpha1 = await asyncio.gather(anext(new_updates), anext(old_updates))
             seen.append((v1.SerializeToString(), v1alpha1.SerializeToString()))
             new.cancel()
@@ -551,7 +546,7 @@ def test_whole_node_device_health_reaches_the_kubelet(tmp_path: Path, fake_node:
     inventory = discover(root).inventory
 
     async def body(plugin: KubeletPlugin) -> None:
-        await plugin.resource_health.update(health_entries(inventory, {}))
+        plugin.resource_health.update(health_entries(inventory, {}))
         async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
             stream = drahealth_v1_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
                 drahealth_v1.NodeWatchResourcesRequest()
@@ -559,7 +554,7 @@ def test_whole_node_device_health_reaches_the_kubelet(tmp_path: Path, fake_node:
             updates = aiter(stream)
             first = {d.device.device_name: d.health for d in (await anext(updates)).devices}
             assert first["neuronnode"] == drahealth_v1.HEALTHY
-            await plugin.resource_health.update(
+            plugin.resource_health.update(
                 health_entries(inventory, {5: _problem("MemEccUncorrected")})
             )
             second = {d.device.device_name: d for d in (await anext(updates)).devices}

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
+import os
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ class Api:
         self.claims["default", name] = claim
         return ClaimRef("default", name, claim_uid)
 
-    async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         self.calls.append((namespace, name))
         if failure := self.failures.get((namespace, name)):
             raise failure
@@ -151,11 +152,18 @@ def record_of(ref: ClaimRef, devices: list[str]) -> ClaimRecord:
 
 
 def prepare(preparer: Preparer, *refs: ClaimRef) -> dict[str, Outcome]:
-    return asyncio.run(preparer.prepare(refs))
+    return preparer.prepare(refs)
 
 
 def unprepare(preparer: Preparer, *refs: ClaimRef) -> dict[str, Outcome]:
-    return asyncio.run(preparer.unprepare(refs))
+    return preparer.unprepare(refs)
+
+
+def side_by_side(*calls: Callable[[], dict[str, Outcome]]) -> list[dict[str, Outcome]]:
+    """Each call in a thread of its own, as the kubelet's calls come on the DRA
+    server's worker threads; their answers in order."""
+    with ThreadPoolExecutor(len(calls)) as threads:
+        return list(threads.map(lambda call: call(), calls))
 
 
 def test_prepare_writes_spec_and_checkpoint(node: Node) -> None:
@@ -264,24 +272,22 @@ def test_api_outage_fails_the_claim_without_side_effects(node: Node) -> None:
 def test_same_claim_at_once_reads_it_once(node: Node) -> None:
     ref = node.api.add(UID, ["neurondevice4"])
 
-    async def scenario() -> list[dict[str, Outcome]]:
-        entered, release = asyncio.Event(), asyncio.Event()
+    entered, release = threading.Event(), threading.Event()
 
-        async def slow_get_claim(namespace: str, name: str) -> dict[str, Any]:
-            entered.set()
-            await release.wait()
-            return await node.api.get_claim(namespace, name)
+    def slow_get_claim(namespace: str, name: str) -> dict[str, Any]:
+        entered.set()
+        assert release.wait(timeout=60)
+        return node.api.get_claim(namespace, name)
 
-        preparer = node.preparer(get_claim=slow_get_claim)
-        first = asyncio.create_task(preparer.prepare([ref]))
-        await entered.wait()
+    preparer = node.preparer(get_claim=slow_get_claim)
+    with ThreadPoolExecutor(2) as threads:
+        first_call = threads.submit(preparer.prepare, [ref])
+        assert entered.wait(timeout=60)
         # The first call holds the claim while the API read is in flight; the second
         # starts before the first can finish, so it has to wait for the claim's lock.
-        second = asyncio.create_task(preparer.prepare([ref]))
+        second_call = threads.submit(preparer.prepare, [ref])
         release.set()
-        return list(await asyncio.gather(first, second))
-
-    first, second = asyncio.run(scenario())
+        first, second = first_call.result(), second_call.result()
     assert first == second == {UID: Outcome(recorded(UID, ["neurondevice4"]))}
     assert node.api.calls == [("default", ref.name)]
     assert node.files() == [spec_name(UID)]
@@ -319,7 +325,9 @@ def test_concurrent_claims_share_checkpoint_writes(
     monkeypatch.setattr(store, "apply", counting_apply)
     preparer = node.preparer(after_step=count_specs, store=store)
 
-    outcomes = prepare(preparer, *refs)
+    # Each claim on a call of its own, as the kubelet prepares the pods it starts.
+    answers = side_by_side(*(lambda r=r: prepare(preparer, r) for r in refs))
+    outcomes = {uid: o for answer in answers for uid, o in answer.items()}
 
     assert outcomes == {
         r.uid: Outcome(recorded(r.uid, [f"neurondevice{i % 16}"], admin=True))
@@ -398,6 +406,45 @@ def test_start_after_a_reboot_survives_a_stray_spec_name(node: Node) -> None:
     node.preparer()
 
     assert node.files() == ["neuron.aws.com-hand_written.json"]
+
+
+def test_a_torn_checkpoint_after_a_power_loss_drops_the_old_boots_specs(node: Node) -> None:
+    """Checkpoint writes are not fsynced, so a power loss may leave torn bytes that name
+    no boot; the marker fsynced at the boot's first start still says the boot is over."""
+    refs = [node.api.add(uid(i), [f"neurondevice{i}"]) for i in range(2)]
+    prepare(node.preparer(boot_id=OTHER_BOOT), *refs)
+    node.checkpoint.write_bytes(node.checkpoint.read_bytes()[:40])
+
+    rebooted = node.preparer()
+
+    assert rebooted.prepared == {}
+    assert node.files() == []
+    assert not list(node.checkpoint.parent.glob("checkpoint.json.corrupt-*"))
+    assert node.checkpoint.with_name("checkpoint.json.boot").read_text() == BOOT
+
+
+@pytest.mark.parametrize(("durable", "per_write"), [(False, 0), (True, 2)])
+def test_checkpoint_writes_are_fsynced_only_without_a_boot_id(
+    node: Node, monkeypatch: pytest.MonkeyPatch, durable: bool, per_write: int
+) -> None:
+    preparer = node.preparer(store=CheckpointStore(node.checkpoint, durable=durable))
+    fsyncs: list[int] = []
+    fsync = os.fsync
+
+    def counted(fd: int) -> None:
+        fsyncs.append(fd)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counted)
+    ref = node.api.add(UID, ["neurondevice1"])
+
+    prepare(preparer, ref)
+    unprepare(preparer, ref)
+
+    assert len(fsyncs) == 2 * per_write
+    # A plugin that restarts within the boot finds what it wrote (the page cache has it).
+    prepare(preparer, ref)
+    assert set(node.preparer().prepared) == {UID}
 
 
 def test_start_with_a_corrupt_checkpoint_keeps_specs(node: Node) -> None:
@@ -586,23 +633,17 @@ def test_a_device_of_two_requests_with_one_env_is_answered_once(node: Node) -> N
 def test_claims_for_one_device_at_once_prepare_one(node: Node) -> None:
     refs = [node.api.add(uid(i), ["neurondevice9"]) for i in (1, 2, 3)]
 
-    async def scenario() -> dict[str, Outcome]:
-        everyone_read = asyncio.Event()
-        reading = 0
+    everyone_read = threading.Barrier(len(refs), timeout=60)
 
-        async def get_claim_together(namespace: str, name: str) -> dict[str, Any]:
-            # Every claim has its object before any plans: each then decides while the
-            # others are between their decision and their checkpoint write.
-            nonlocal reading
-            reading += 1
-            if reading == len(refs):
-                everyone_read.set()
-            await everyone_read.wait()
-            return await node.api.get_claim(namespace, name)
+    def get_claim_together(namespace: str, name: str) -> dict[str, Any]:
+        # Every claim has its object before any plans: each then decides while the
+        # others are between their decision and their checkpoint write.
+        everyone_read.wait()
+        return node.api.get_claim(namespace, name)
 
-        return await node.preparer(get_claim=get_claim_together).prepare(refs)
-
-    outcomes = asyncio.run(scenario())
+    preparer = node.preparer(get_claim=get_claim_together)
+    answers = side_by_side(*(lambda r=r: prepare(preparer, r) for r in refs))
+    outcomes = {uid: o for answer in answers for uid, o in answer.items()}
 
     winners = [r for r in refs if outcomes[r.uid].devices]
     assert len(winners) == 1, outcomes
@@ -642,14 +683,12 @@ def test_what_claims_hold_whole_is_told_as_it_changes(node: Node) -> None:
     prepare(other, later)
     unprepare(other, whole)
 
-    async def follow_once() -> None:
-        task = asyncio.create_task(preparer.follow(0.001))
-        while seen[-1] != {"neurondevice7"}:
-            await asyncio.sleep(0.001)
-        task.cancel()
-
-    asyncio.run(asyncio.wait_for(follow_once(), timeout=10))
+    before = len(seen)
+    preparer.refresh()
+    assert len(seen) == before + 1
     assert seen[-1] == {"neurondevice7"}
+    preparer.refresh()  # nothing changed since: a stat, and no news
+    assert len(seen) == before + 1
 
 
 def test_the_node_device_is_held_whole(node: Node, fake_node: FakeNode) -> None:

@@ -13,19 +13,47 @@ from api.kubelet.dra.v1beta1 import api_pb2 as _api_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
+import grpc as _grpc
+import sys
+import typing as _typing
 
+if sys.version_info >= (3, 11):
+    from typing import Self as _Self
+else:
+    from typing_extensions import Self as _Self
+
+_T = _typing.TypeVar("_T")
+
+class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
+class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
+    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class DRAPluginStub:
-    def __init__(self, channel: _aio.Channel) -> None: ...
-    NodePrepareResources: _aio.UnaryUnaryMultiCallable[_api_pb2.NodePrepareResourcesRequest, _api_pb2.NodePrepareResourcesResponse]
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> DRAPluginAsyncStub: ...
+    NodePrepareResources: _grpc.UnaryUnaryMultiCallable[_api_pb2.NodePrepareResourcesRequest, _api_pb2.NodePrepareResourcesResponse]
     """Makes the devices of each claim usable by containers on this node.
     Must be idempotent: the kubelet retries, possibly on another plugin
     instance during a rolling update.
     """
-    NodeUnprepareResources: _aio.UnaryUnaryMultiCallable[_api_pb2.NodeUnprepareResourcesRequest, _api_pb2.NodeUnprepareResourcesResponse]
+    NodeUnprepareResources: _grpc.UnaryUnaryMultiCallable[_api_pb2.NodeUnprepareResourcesRequest, _api_pb2.NodeUnprepareResourcesResponse]
+    """Undoes NodePrepareResources; also idempotent."""
+
+@_typing.type_check_only
+class DRAPluginAsyncStub(DRAPluginStub):
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    NodePrepareResources: _aio.UnaryUnaryMultiCallable[_api_pb2.NodePrepareResourcesRequest, _api_pb2.NodePrepareResourcesResponse]  # type: ignore[assignment]
+    """Makes the devices of each claim usable by containers on this node.
+    Must be idempotent: the kubelet retries, possibly on another plugin
+    instance during a rolling update.
+    """
+    NodeUnprepareResources: _aio.UnaryUnaryMultiCallable[_api_pb2.NodeUnprepareResourcesRequest, _api_pb2.NodeUnprepareResourcesResponse]  # type: ignore[assignment]
     """Undoes NodePrepareResources; also idempotent."""
 
 class DRAPluginServicer(metaclass=_abc_1.ABCMeta):
@@ -33,8 +61,8 @@ class DRAPluginServicer(metaclass=_abc_1.ABCMeta):
     def NodePrepareResources(
         self,
         request: _api_pb2.NodePrepareResourcesRequest,
-        context: _aio.ServicerContext[_api_pb2.NodePrepareResourcesRequest, _abc.Awaitable[_api_pb2.NodePrepareResourcesResponse]],
-    ) -> _abc.Awaitable[_api_pb2.NodePrepareResourcesResponse]:
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.NodePrepareResourcesResponse, _abc.Awaitable[_api_pb2.NodePrepareResourcesResponse]]:
         """Makes the devices of each claim usable by containers on this node.
         Must be idempotent: the kubelet retries, possibly on another plugin
         instance during a rolling update.
@@ -44,8 +72,8 @@ class DRAPluginServicer(metaclass=_abc_1.ABCMeta):
     def NodeUnprepareResources(
         self,
         request: _api_pb2.NodeUnprepareResourcesRequest,
-        context: _aio.ServicerContext[_api_pb2.NodeUnprepareResourcesRequest, _abc.Awaitable[_api_pb2.NodeUnprepareResourcesResponse]],
-    ) -> _abc.Awaitable[_api_pb2.NodeUnprepareResourcesResponse]:
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.NodeUnprepareResourcesResponse, _abc.Awaitable[_api_pb2.NodeUnprepareResourcesResponse]]:
         """Undoes NodePrepareResources; also idempotent."""
 
-def add_DRAPluginServicer_to_server(servicer: DRAPluginServicer, server: _aio.Server) -> None: ...
+def add_DRAPluginServicer_to_server(servicer: DRAPluginServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

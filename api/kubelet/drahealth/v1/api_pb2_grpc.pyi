@@ -14,14 +14,39 @@ from api.kubelet.drahealth.v1 import api_pb2 as _api_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
+import grpc as _grpc
+import sys
+import typing as _typing
 
+if sys.version_info >= (3, 11):
+    from typing import Self as _Self
+else:
+    from typing_extensions import Self as _Self
+
+_T = _typing.TypeVar("_T")
+
+class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
+class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
+    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class DRAResourceHealthStub:
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> DRAResourceHealthAsyncStub: ...
+    NodeWatchResources: _grpc.UnaryStreamMultiCallable[_api_pb2.NodeWatchResourcesRequest, _api_pb2.NodeWatchResourcesResponse]
+    """Streams the full health list of the driver's devices on every change;
+    the kubelet treats health as stale when no message arrives for a while.
+    """
+
+@_typing.type_check_only
+class DRAResourceHealthAsyncStub(DRAResourceHealthStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
-    NodeWatchResources: _aio.UnaryStreamMultiCallable[_api_pb2.NodeWatchResourcesRequest, _api_pb2.NodeWatchResourcesResponse]
+    NodeWatchResources: _aio.UnaryStreamMultiCallable[_api_pb2.NodeWatchResourcesRequest, _api_pb2.NodeWatchResourcesResponse]  # type: ignore[assignment]
     """Streams the full health list of the driver's devices on every change;
     the kubelet treats health as stale when no message arrives for a while.
     """
@@ -31,10 +56,10 @@ class DRAResourceHealthServicer(metaclass=_abc_1.ABCMeta):
     def NodeWatchResources(
         self,
         request: _api_pb2.NodeWatchResourcesRequest,
-        context: _aio.ServicerContext[_api_pb2.NodeWatchResourcesRequest, _abc.AsyncIterator[_api_pb2.NodeWatchResourcesResponse]],
-    ) -> _abc.AsyncIterator[_api_pb2.NodeWatchResourcesResponse]:
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_api_pb2.NodeWatchResourcesResponse], _abc.AsyncIterator[_api_pb2.NodeWatchResourcesResponse]]:
         """Streams the full health list of the driver's devices on every change;
         the kubelet treats health as stale when no message arrives for a while.
         """
 
-def add_DRAResourceHealthServicer_to_server(servicer: DRAResourceHealthServicer, server: _aio.Server) -> None: ...
+def add_DRAResourceHealthServicer_to_server(servicer: DRAResourceHealthServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

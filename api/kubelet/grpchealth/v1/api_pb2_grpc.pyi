@@ -10,29 +10,52 @@ from api.kubelet.grpchealth.v1 import api_pb2 as _api_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
+import grpc as _grpc
+import sys
+import typing as _typing
 
+if sys.version_info >= (3, 11):
+    from typing import Self as _Self
+else:
+    from typing_extensions import Self as _Self
+
+_T = _typing.TypeVar("_T")
+
+class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
+class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
+    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class HealthStub:
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> HealthAsyncStub: ...
+    Check: _grpc.UnaryUnaryMultiCallable[_api_pb2.HealthCheckRequest, _api_pb2.HealthCheckResponse]
+    Watch: _grpc.UnaryStreamMultiCallable[_api_pb2.HealthCheckRequest, _api_pb2.HealthCheckResponse]
+
+@_typing.type_check_only
+class HealthAsyncStub(HealthStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
-    Check: _aio.UnaryUnaryMultiCallable[_api_pb2.HealthCheckRequest, _api_pb2.HealthCheckResponse]
-    Watch: _aio.UnaryStreamMultiCallable[_api_pb2.HealthCheckRequest, _api_pb2.HealthCheckResponse]
+    Check: _aio.UnaryUnaryMultiCallable[_api_pb2.HealthCheckRequest, _api_pb2.HealthCheckResponse]  # type: ignore[assignment]
+    Watch: _aio.UnaryStreamMultiCallable[_api_pb2.HealthCheckRequest, _api_pb2.HealthCheckResponse]  # type: ignore[assignment]
 
 class HealthServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def Check(
         self,
         request: _api_pb2.HealthCheckRequest,
-        context: _aio.ServicerContext[_api_pb2.HealthCheckRequest, _abc.Awaitable[_api_pb2.HealthCheckResponse]],
-    ) -> _abc.Awaitable[_api_pb2.HealthCheckResponse]: ...
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.HealthCheckResponse, _abc.Awaitable[_api_pb2.HealthCheckResponse]]: ...
 
     @_abc_1.abstractmethod
     def Watch(
         self,
         request: _api_pb2.HealthCheckRequest,
-        context: _aio.ServicerContext[_api_pb2.HealthCheckRequest, _abc.AsyncIterator[_api_pb2.HealthCheckResponse]],
-    ) -> _abc.AsyncIterator[_api_pb2.HealthCheckResponse]: ...
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_api_pb2.HealthCheckResponse], _abc.AsyncIterator[_api_pb2.HealthCheckResponse]]: ...
 
-def add_HealthServicer_to_server(servicer: HealthServicer, server: _aio.Server) -> None: ...
+def add_HealthServicer_to_server(servicer: HealthServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

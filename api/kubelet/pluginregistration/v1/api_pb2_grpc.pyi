@@ -7,29 +7,52 @@ from api.kubelet.pluginregistration.v1 import api_pb2 as _api_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
+import grpc as _grpc
+import sys
+import typing as _typing
 
+if sys.version_info >= (3, 11):
+    from typing import Self as _Self
+else:
+    from typing_extensions import Self as _Self
+
+_T = _typing.TypeVar("_T")
+
+class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
+class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
+    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class RegistrationStub:
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> RegistrationAsyncStub: ...
+    GetInfo: _grpc.UnaryUnaryMultiCallable[_api_pb2.InfoRequest, _api_pb2.PluginInfo]
+    NotifyRegistrationStatus: _grpc.UnaryUnaryMultiCallable[_api_pb2.RegistrationStatus, _api_pb2.RegistrationStatusResponse]
+
+@_typing.type_check_only
+class RegistrationAsyncStub(RegistrationStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
-    GetInfo: _aio.UnaryUnaryMultiCallable[_api_pb2.InfoRequest, _api_pb2.PluginInfo]
-    NotifyRegistrationStatus: _aio.UnaryUnaryMultiCallable[_api_pb2.RegistrationStatus, _api_pb2.RegistrationStatusResponse]
+    GetInfo: _aio.UnaryUnaryMultiCallable[_api_pb2.InfoRequest, _api_pb2.PluginInfo]  # type: ignore[assignment]
+    NotifyRegistrationStatus: _aio.UnaryUnaryMultiCallable[_api_pb2.RegistrationStatus, _api_pb2.RegistrationStatusResponse]  # type: ignore[assignment]
 
 class RegistrationServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def GetInfo(
         self,
         request: _api_pb2.InfoRequest,
-        context: _aio.ServicerContext[_api_pb2.InfoRequest, _abc.Awaitable[_api_pb2.PluginInfo]],
-    ) -> _abc.Awaitable[_api_pb2.PluginInfo]: ...
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.PluginInfo, _abc.Awaitable[_api_pb2.PluginInfo]]: ...
 
     @_abc_1.abstractmethod
     def NotifyRegistrationStatus(
         self,
         request: _api_pb2.RegistrationStatus,
-        context: _aio.ServicerContext[_api_pb2.RegistrationStatus, _abc.Awaitable[_api_pb2.RegistrationStatusResponse]],
-    ) -> _abc.Awaitable[_api_pb2.RegistrationStatusResponse]: ...
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.RegistrationStatusResponse, _abc.Awaitable[_api_pb2.RegistrationStatusResponse]]: ...
 
-def add_RegistrationServicer_to_server(servicer: RegistrationServicer, server: _aio.Server) -> None: ...
+def add_RegistrationServicer_to_server(servicer: RegistrationServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -17,7 +17,21 @@ from api.kubelet.podresources.v1 import api_pb2 as _api_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
+import grpc as _grpc
+import sys
+import typing as _typing
 
+if sys.version_info >= (3, 11):
+    from typing import Self as _Self
+else:
+    from typing_extensions import Self as _Self
+
+_T = _typing.TypeVar("_T")
+
+class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
+class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
+    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
@@ -27,10 +41,25 @@ class PodResourcesListerStub:
     node resources consumed by pods and containers on the node
     """
 
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> PodResourcesListerAsyncStub: ...
+    List: _grpc.UnaryUnaryMultiCallable[_api_pb2.ListPodResourcesRequest, _api_pb2.ListPodResourcesResponse]
+    GetAllocatableResources: _grpc.UnaryUnaryMultiCallable[_api_pb2.AllocatableResourcesRequest, _api_pb2.AllocatableResourcesResponse]
+    Get: _grpc.UnaryUnaryMultiCallable[_api_pb2.GetPodResourcesRequest, _api_pb2.GetPodResourcesResponse]
+    """Off by default (feature gate KubeletPodResourcesGet) before Kubernetes 1.34."""
+
+@_typing.type_check_only
+class PodResourcesListerAsyncStub(PodResourcesListerStub):
+    """PodResourcesLister is a service provided by the kubelet that provides information about the
+    node resources consumed by pods and containers on the node
+    """
+
     def __init__(self, channel: _aio.Channel) -> None: ...
-    List: _aio.UnaryUnaryMultiCallable[_api_pb2.ListPodResourcesRequest, _api_pb2.ListPodResourcesResponse]
-    GetAllocatableResources: _aio.UnaryUnaryMultiCallable[_api_pb2.AllocatableResourcesRequest, _api_pb2.AllocatableResourcesResponse]
-    Get: _aio.UnaryUnaryMultiCallable[_api_pb2.GetPodResourcesRequest, _api_pb2.GetPodResourcesResponse]
+    List: _aio.UnaryUnaryMultiCallable[_api_pb2.ListPodResourcesRequest, _api_pb2.ListPodResourcesResponse]  # type: ignore[assignment]
+    GetAllocatableResources: _aio.UnaryUnaryMultiCallable[_api_pb2.AllocatableResourcesRequest, _api_pb2.AllocatableResourcesResponse]  # type: ignore[assignment]
+    Get: _aio.UnaryUnaryMultiCallable[_api_pb2.GetPodResourcesRequest, _api_pb2.GetPodResourcesResponse]  # type: ignore[assignment]
     """Off by default (feature gate KubeletPodResourcesGet) before Kubernetes 1.34."""
 
 class PodResourcesListerServicer(metaclass=_abc_1.ABCMeta):
@@ -42,22 +71,22 @@ class PodResourcesListerServicer(metaclass=_abc_1.ABCMeta):
     def List(
         self,
         request: _api_pb2.ListPodResourcesRequest,
-        context: _aio.ServicerContext[_api_pb2.ListPodResourcesRequest, _abc.Awaitable[_api_pb2.ListPodResourcesResponse]],
-    ) -> _abc.Awaitable[_api_pb2.ListPodResourcesResponse]: ...
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.ListPodResourcesResponse, _abc.Awaitable[_api_pb2.ListPodResourcesResponse]]: ...
 
     @_abc_1.abstractmethod
     def GetAllocatableResources(
         self,
         request: _api_pb2.AllocatableResourcesRequest,
-        context: _aio.ServicerContext[_api_pb2.AllocatableResourcesRequest, _abc.Awaitable[_api_pb2.AllocatableResourcesResponse]],
-    ) -> _abc.Awaitable[_api_pb2.AllocatableResourcesResponse]: ...
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.AllocatableResourcesResponse, _abc.Awaitable[_api_pb2.AllocatableResourcesResponse]]: ...
 
     @_abc_1.abstractmethod
     def Get(
         self,
         request: _api_pb2.GetPodResourcesRequest,
-        context: _aio.ServicerContext[_api_pb2.GetPodResourcesRequest, _abc.Awaitable[_api_pb2.GetPodResourcesResponse]],
-    ) -> _abc.Awaitable[_api_pb2.GetPodResourcesResponse]:
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.GetPodResourcesResponse, _abc.Awaitable[_api_pb2.GetPodResourcesResponse]]:
         """Off by default (feature gate KubeletPodResourcesGet) before Kubernetes 1.34."""
 
-def add_PodResourcesListerServicer_to_server(servicer: PodResourcesListerServicer, server: _aio.Server) -> None: ...
+def add_PodResourcesListerServicer_to_server(servicer: PodResourcesListerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
