@@ -34,7 +34,7 @@ class Watchdog:
             deadline = time.monotonic() + seconds
             # The watchdog sleeps until the nearest deadline: only a nearer one needs it
             # awake. Calls share one timeout, so that is rare; waking it at every call
-            # made it contend for the interpreter's lock with the call, 0.1 ms a prepare.
+            # made it contend for the interpreter's lock in the middle of the call.
             nearer = not self._heap or deadline < self._heap[0][0]
             heapq.heappush(self._heap, (deadline, token, sock))
             self._live.add(token)
