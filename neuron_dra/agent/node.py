@@ -24,7 +24,7 @@ from neuron_dra.agent.slices.nodewatch import NodeWatch
 from neuron_dra.agent.slices.publisher import SlicePublisher
 from neuron_dra.agent.slices.source import NodeState, SliceSource
 from neuron_dra.agent.supervisor import Supervisor
-from neuron_dra.agent.telemetry.attribution import PodResources, allocation_samples
+from neuron_dra.agent.telemetry.attribution import PodResources
 from neuron_dra.agent.telemetry.devicemetrics import StatsReader, device_states, health_samples
 from neuron_dra.agent.telemetry.events import EVENT_NAMESPACE, health_event
 from neuron_dra.agent.telemetry.health import Change, HealthMonitor, health_entries
@@ -280,7 +280,7 @@ class Agent:
         samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)
         up = float(self.pod_resources.up)
         samples.append(Sample("neuron_dra_pod_resources_up", (("node", node),), up))
-        samples += allocation_samples(self.pod_resources.holders, self.inventory, node)
+        samples += self.pod_resources.samples(self.inventory, node)
         if self.publisher.last_publish is not None:
             last = self.publisher.last_publish
             samples.append(Sample("neuron_dra_slice_last_publish_timestamp_seconds", (), last))

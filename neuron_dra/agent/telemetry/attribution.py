@@ -34,7 +34,8 @@ ALLOCATION_INFO = "neuron_dra_device_allocation_info"
 # Series of one node's allocation info at most. A node holds 16 devices (128 logical
 # cores) at most, and a container rarely shares one with many others; a node of
 # claims shared by hundreds of containers would otherwise make thousands of series
-# at every scrape. Rows past the bound are dropped, counted in the log.
+# at every scrape. Rows past the bound are dropped, counted in the log when their
+# number changes (not at every scrape).
 MAX_ALLOCATION_SERIES = 2048
 # A scrape waits this long for the kubelet at most; it answers from memory in ~1 ms.
 LIST_TIMEOUT_S = 1.0
@@ -66,9 +67,12 @@ def holders(
     return tuple(sorted(found))
 
 
-def allocation_samples(held: Iterable[Holder], inventory: NodeInventory, node: str) -> list[Sample]:
+def allocation_samples(
+    held: Iterable[Holder], inventory: NodeInventory, node: str
+) -> tuple[list[Sample], int]:
     """One info sample per (container, physical device): `neuronnode` covers every
-    device, a core its device. Devices the inventory does not know are left out."""
+    device, a core its device. Devices the inventory does not know are left out.
+    With the number of rows dropped past MAX_ALLOCATION_SERIES."""
     samples: dict[tuple[tuple[str, str], ...], Sample] = {}
     dropped = 0
     for holder in held:
@@ -88,11 +92,7 @@ def allocation_samples(held: Iterable[Holder], inventory: NodeInventory, node: s
                 dropped += 1
                 continue
             samples[labels] = Sample(ALLOCATION_INFO, labels, 1.0)
-    if dropped:
-        log.warning(
-            "allocation info capped at %d series; %d left out", MAX_ALLOCATION_SERIES, dropped
-        )
-    return list(samples.values())
+    return list(samples.values()), dropped
 
 
 def _physical(name: str, inventory: NodeInventory) -> tuple[NeuronDevice, ...]:
@@ -109,7 +109,7 @@ class PodResources:
     """A client of the kubelet's PodResources API; one channel, opened on first use.
 
     `refresh` asks the kubelet and keeps its answer: `holders` (none while it does not
-    answer) and `up`.
+    answer) and `up`; `samples` are the allocation info series of that answer.
     """
 
     def __init__(self, socket: Path, driver: str, pool: str) -> None:
@@ -120,6 +120,22 @@ class PodResources:
         self._failing: str | None = None
         self.up = False  # whether the last List was answered
         self.holders: tuple[Holder, ...] = ()
+        self._dropped = 0  # allocation rows left out at the last scrape
+
+    def samples(self, inventory: NodeInventory, node: str) -> list[Sample]:
+        """The allocation info of the kubelet's last answer; rows past the bound are
+        said in the log once each time their number changes, not at every scrape."""
+        found, dropped = allocation_samples(self.holders, inventory, node)
+        if dropped != self._dropped:
+            self._dropped = dropped
+            if dropped:
+                log.warning(
+                    "allocation info capped at %d series; %d left out",
+                    MAX_ALLOCATION_SERIES, dropped,
+                )  # fmt: skip
+            else:
+                log.info("allocation info no longer capped")
+        return found
 
     async def refresh(self, timeout_s: float = LIST_TIMEOUT_S) -> None:
         found = await self.list(timeout_s)

@@ -50,7 +50,8 @@ def test_each_container_gets_one_series_per_physical_device(fake_node: FakeNode)
         Holder("ml", "c", "main", "all", "neuronnode"),
         Holder("ml", "d", "main", "gone", "neurondevice99"),  # not on this node
     ]
-    samples = allocation_samples(held, inventory, "node-a")
+    samples, dropped = allocation_samples(held, inventory, "node-a")
+    assert dropped == 0
     rows = {
         (dict(s.labels)["pod"], dict(s.labels)["container"], dict(s.labels)["neuron_device"])
         for s in samples
@@ -81,9 +82,23 @@ def test_series_are_capped(
     monkeypatch.setattr(attribution, "MAX_ALLOCATION_SERIES", 20)
     inventory = discover(fake_node("trn2.48xlarge")).inventory
     held = [Holder("ml", f"p{i}", "main", "c", "neuronnode") for i in range(2)]
-    with caplog.at_level(logging.WARNING):
-        assert len(allocation_samples(held, inventory, "n")) == 20
-    assert "allocation info capped at 20 series; 12 left out" in caplog.text
+    samples, dropped = allocation_samples(held, inventory, "n")
+    assert (len(samples), dropped) == (20, 12)
+    # The scrapes of a capped node say so once, not at each scrape, and once more when
+    # it is capped no longer.
+    client = PodResources(Path("/nonexistent/kubelet.sock"), DRIVER, "n")
+    client.holders = tuple(held)
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            assert len(client.samples(inventory, "n")) == 20
+        client.holders = tuple(held[:1])
+        assert len(client.samples(inventory, "n")) == 16
+        client.samples(inventory, "n")
+    capped = [r for r in caplog.records if "capped" in r.getMessage()]
+    assert [r.getMessage() for r in capped] == [
+        "allocation info capped at 20 series; 12 left out",
+        "allocation info no longer capped",
+    ]
 
 
 def test_a_kubelet_that_does_not_answer_is_said_once(
