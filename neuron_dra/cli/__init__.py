@@ -77,15 +77,6 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def _global_flags(command_line: argparse.ArgumentParser) -> None:
-    levels = ["debug", "info", "warning", "error"]
-    command_line.add_argument("--log-level", default="info", choices=levels, help="log threshold")
-    command_line.add_argument(
-        "--log-format", default="text", choices=["text", "json"],
-        help="json: one object a line, with claim, device and node fields (the chart's default)",
-    )  # fmt: skip
-
-
 def _command(argv: Sequence[str]) -> str | None:
     """The command `argv` names, read past the global flags; None if none."""
     before = argparse.ArgumentParser(add_help=False)
@@ -103,7 +94,12 @@ def parser(*, only_run: bool = False) -> argparse.ArgumentParser:
         "--version", action=_VersionAction,
         help="the driver's version (the package's, which the chart and image carry too)",
     )  # fmt: skip
-    _global_flags(command_line)
+    levels = ["debug", "info", "warning", "error"]
+    command_line.add_argument("--log-level", default="info", choices=levels, help="log threshold")
+    command_line.add_argument(
+        "--log-format", default="text", choices=["text", "json"],
+        help="json: one object a line, with claim, device and node fields (the chart's default)",
+    )  # fmt: skip
     commands = command_line.add_subparsers(required=True, metavar="COMMAND")
     if only_run:
         agent.add_command(commands)
