@@ -49,7 +49,7 @@ from common import (
 from gobaseline import SETS, GoBaseline, add_go_baseline
 
 from neuron_dra.agent.apiclient.kube import Kube
-from neuron_dra.agent.claims.cdi import atomic_write
+from neuron_dra.agent.files.atomicfile import atomic_write
 from neuron_dra_harness import scrape
 from neuron_dra_harness.build import build
 from neuron_dra_harness.cluster import Cluster
@@ -101,8 +101,8 @@ async def floor_batch(
         kube.get_resource_claim(meta["namespace"], meta["name"])
         samples.add("kube_get", [(time.perf_counter() - started) * 1000])
         started = time.perf_counter()
-        atomic_write(tmp / f"spec-{i}.json", b"x" * spec_size, mode=0o644)
-        atomic_write(tmp / "checkpoint.json", b"y" * checkpoint_size, mode=0o600)
+        atomic_write(tmp / f"spec-{i}.json", b"x" * spec_size, mode=0o644, dir_mode=0o755)
+        atomic_write(tmp / "checkpoint.json", b"y" * checkpoint_size, mode=0o600, dir_mode=0o750)
         samples.add("floor_write", [(time.perf_counter() - started) * 1000])
 
 

@@ -302,7 +302,7 @@ class FullDisk:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return original(fd, *args)
 
-        # The module attribute cdi.atomic_write looks up at each call.
+        # The module attribute atomic_write looks up at each call.
         monkeypatch.setattr(os, call, failing)
 
 

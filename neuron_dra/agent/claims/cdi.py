@@ -26,16 +26,15 @@ either.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.claims.plan import PreparedClaim
-from neuron_dra.agent.files.dirs import CDI_DIR_MODE, ensure_dir
+from neuron_dra.agent.files.atomicfile import atomic_write
+from neuron_dra.agent.files.dirs import CDI_DIR_MODE
 
 VENDOR = DRIVER_NAME
 CLASS = "neuron"
@@ -127,7 +126,9 @@ def write_spec(cdi_root: Path, prepared: PreparedClaim) -> Path:
     removes every spec of the previous boot (the checkpoint's boot marker names it).
     """
     path = spec_path(cdi_root, prepared.claim.uid)
-    atomic_write(path, encode_spec(build_spec(prepared)), mode=0o644, durable=False)
+    atomic_write(
+        path, encode_spec(build_spec(prepared)), mode=0o644, dir_mode=CDI_DIR_MODE, durable=False
+    )
     return path
 
 
@@ -159,37 +160,3 @@ def spec_uids(cdi_root: Path) -> set[str]:
     )
     # A name that is not a UID is no spec of ours, whoever put it there.
     return {uid for uid in uids if _UID_RE.fullmatch(uid)}
-
-
-def atomic_write(
-    path: Path, data: bytes, *, mode: int, dir_mode: int = CDI_DIR_MODE, durable: bool = True
-) -> None:
-    """temp file + rename: readers see the old content or the new, never a mix.
-
-    `durable` adds an fsync of the file before the rename and of the directory after
-    it, so the new content also survives a power loss; without it, it survives any
-    crash of this process (the kernel keeps the page cache), not one of the kernel.
-    """
-    ensure_dir(path.parent, dir_mode)
-    # The suffix keeps runtimes (which load *.json and *.yaml) off the temp file.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-        if durable:
-            os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        Path(tmp).replace(path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    if not durable:
-        return
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

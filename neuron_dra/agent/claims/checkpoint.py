@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuron_dra.agent.claims.cdi import atomic_write
+from neuron_dra.agent.files.atomicfile import atomic_write
 from neuron_dra.agent.files.dirs import PLUGIN_DIR_MODE, ensure_dir, open_lock_file
 from neuron_dra.agent.files.filestamp import Stamp, stamp
 
