@@ -147,14 +147,23 @@ class CheckpointStore:
         return stamp(self.path) != self._seen
 
     def apply(self, boot_id: str, changes: Mapping[str, ClaimRecord | None]) -> Claims:
-        """Add (record) or drop (None) claims on top of what is on disk; return the result."""
+        """Add (record) or drop (None) claims on top of what is on disk; return the result.
+
+        Nothing is written when that changes nothing: the kubelet repeats unprepares
+        of claims long gone, and every unprepare is applied, prepared here or not.
+        """
         with self._locked():
-            claims = dict(self._read(boot_id).claims)
+            on_disk = self._read(boot_id).claims
+            claims = dict(on_disk)
             for uid, record in changes.items():
                 if record is None:
                     claims.pop(uid, None)
                 else:
                     claims[uid] = record
+            if claims == on_disk:
+                # A file set aside or discarded by the read is no file, and no file
+                # holds no claims.
+                return claims
             data = encode(boot_id, claims)
             atomic_write(
                 self.path, data, mode=0o600, dir_mode=PLUGIN_DIR_MODE, durable=self.durable

@@ -311,8 +311,9 @@ class Preparer:
                     } | self._pending
                 raise
             with self._mutex:
-                self._claims = claims
-        self._on_change()
+                changed, self._claims = claims != self._claims, claims
+        if changed:
+            self._on_change()
 
 
 def _record(prepared: PreparedClaim) -> ClaimRecord:

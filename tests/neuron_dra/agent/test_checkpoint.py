@@ -212,6 +212,23 @@ def test_apply_adds_and_drops(tmp_path: Path) -> None:
     assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
 
 
+def test_apply_writes_nothing_when_nothing_changes(tmp_path: Path) -> None:
+    """The kubelet repeats unprepares of claims long gone: no write for them (a write
+    renames a new file in place, so the inode would change)."""
+    store = store_in(tmp_path)
+    assert store.apply(BOOT, {"uid-1": None}) == {}
+    assert not store.path.exists()
+    store.apply(BOOT, {"uid-1": CLAIMS["uid-1"]})
+    inode = store.path.stat().st_ino
+    assert store.apply(BOOT, {"uid-2": None}) == {"uid-1": CLAIMS["uid-1"]}
+    assert store.apply(BOOT, {"uid-1": CLAIMS["uid-1"]}) == {"uid-1": CLAIMS["uid-1"]}
+    assert store.path.stat().st_ino == inode
+    assert not store.changed()
+    moved = record("uid-1", "alpha", (2,))
+    assert store.apply(BOOT, {"uid-1": moved}) == {"uid-1": moved}
+    assert store.path.stat().st_ino != inode
+
+
 def test_apply_replaces_another_boots_state(tmp_path: Path) -> None:
     store = store_in(tmp_path)
     store.apply(OTHER_BOOT, {"uid-1": CLAIMS["uid-1"]})

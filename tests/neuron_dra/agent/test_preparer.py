@@ -689,6 +689,8 @@ def test_what_claims_hold_whole_is_told_as_it_changes(node: Node) -> None:
     assert seen[-1] == {"neurondevice7"}
     preparer.refresh()  # nothing changed since: a stat, and no news
     assert len(seen) == before + 1
+    unprepare(preparer, whole)  # gone already, on the other instance
+    assert len(seen) == before + 1
 
 
 def test_the_node_device_is_held_whole(node: Node, fake_node: FakeNode) -> None:
