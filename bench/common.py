@@ -3,10 +3,13 @@ plugin's unix socket, a bare API GET, start-up timing, percentiles and RSS."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import http.client
 import ssl
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -37,6 +40,34 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
+
+
+def add_kubelet_root_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubelet-root",
+        type=Path,
+        default=Path("/var/tmp"),
+        help="where to make the kubelets' root directories: plugin sockets and "
+        "checkpoints, on a disk as on a node (/var/lib/kubelet); default %(default)s",
+    )
+
+
+@contextlib.contextmanager
+def kubelet_roots(parent: Path) -> Iterator[Path]:
+    """A directory in `parent` for the nodes' kubelet root directories, removed after."""
+    with tempfile.TemporaryDirectory(prefix="neuron-dra-bench-", dir=parent) as roots:
+        yield Path(roots)
+
+
+def filesystem(path: Path) -> str:
+    """The type of the filesystem `path` is on (ext4, tmpfs, ...), from the mount table."""
+    resolved, best = str(path.resolve()), ("", "?")
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        mountpoint, kind = line.split()[1:3]
+        inside = resolved == mountpoint or resolved.startswith(mountpoint.rstrip("/") + "/")
+        if inside and len(mountpoint) >= len(best[0]):
+            best = (mountpoint, kind)
+    return best[1]
 
 
 def allocated_claim(

@@ -1,7 +1,8 @@
 """Concurrency and memory figures, merged into bench/results/latest.json.
 
 Against the real thing, as bench/run.py: a real kube-apiserver and the real
-`neuron-dra run` on a simulated trn2.48xlarge, called over its unix socket.
+`neuron-dra run` on a simulated trn2.48xlarge, called over its unix socket, its
+kubelet root directory on a disk and CDI on tmpfs (`--kubelet-root`).
 
 - 200 claims prepared at once: one NodePrepareResources call per claim, all in
   flight together (a node starting many pods); total time and per-claim p99.
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from common import add_kubelet_root_flag, filesystem, kubelet_roots
 from run import ADMIN_NAMESPACE_LABEL, RESULTS, allocated_claim, percentile, rss_mib
 
 from api.kubelet.dra.v1 import api_pb2 as dra
@@ -84,12 +86,14 @@ def main() -> int:
     parser.add_argument("--concurrent", type=int, default=200, help="claims prepared at once")
     parser.add_argument("--cycle-claims", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=200)
+    add_kubelet_root_flag(parser)
     args = parser.parse_args()
 
     figures: dict[str, Any] = {}
-    with Cluster(build()) as cluster:
+    with kubelet_roots(args.kubelet_root) as roots, Cluster(build()) as cluster:
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
-        node = add_simulated_node(cluster, "bench", "trn2.48xlarge")
+        node = add_simulated_node(cluster, "bench", "trn2.48xlarge", kubelet_root=roots / "bench")
+        figures["concurrency_kubelet_root_fs"] = filesystem(roots)
         assert node.plugin is not None
         # More claims than devices: only admin access lets claims share a device.
         cluster.patch("v1", "Namespace", "default",

@@ -26,8 +26,10 @@ from pathlib import Path
 # This directory is on sys.path when the file runs as a script, as bench/run.py is.
 from common import (
     DRIVER,
+    add_kubelet_root_flag,
     allocated_claim,
     dra_socket,
+    kubelet_roots,
     percentile,
     prepare_latency,
     rss_mib,
@@ -107,10 +109,12 @@ class GoBaseline(PluginNode):
         )
 
 
-def add_go_baseline(cluster: Cluster, name: str = NODE) -> GoBaseline:
+def add_go_baseline(
+    cluster: Cluster, name: str = NODE, kubelet_root: Path | None = None
+) -> GoBaseline:
     """A Node object, its kubelet side, and drastub in benchmark mode, published."""
     cluster.add_node(name)
-    baseline = GoBaseline(cluster, name, cluster.start_kubelet_side(name))
+    baseline = GoBaseline(cluster, name, cluster.start_kubelet_side(name, root_dir=kubelet_root))
     baseline.start()
     return baseline
 
@@ -119,11 +123,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--claims", type=int, default=200, help="claims per device count")
     parser.add_argument("--startup-runs", type=int, default=5)
+    add_kubelet_root_flag(parser)
     args = parser.parse_args()
     figures: dict[str, float] = {}
-    with Cluster(build()) as cluster:
+    with kubelet_roots(args.kubelet_root) as roots, Cluster(build()) as cluster:
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
-        go = add_go_baseline(cluster)
+        go = add_go_baseline(cluster, kubelet_root=roots / "go")
         figures["go_rss_start_mib"] = rss_mib(go.pid)
         for size, devices in SETS.items():
             claims = [allocated_claim(cluster, f"g{size}-{i}", go.name, devices)

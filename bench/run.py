@@ -9,10 +9,18 @@ Beside it, in the same run and against the same kube-apiserver, the Go baseline
 claim what the Kubernetes project's example DRA driver does. The two are called in
 alternating batches of claims, so that noise on the machine hits both alike.
 
+Both plugins keep their files where a node has them: the kubelet's root directory
+(plugin sockets and checkpoints, /var/lib/kubelet on a node) on a disk, by
+default a directory made in /var/tmp, and the CDI directory (/var/run/cdi, tmpfs
+on a node) in TMPDIR. An fsync costs what it costs on that disk; with
+`--kubelet-root $TMPDIR` every file is on tmpfs, where an fsync costs nothing.
+The filesystems are written beside the figures.
+
 The floor beside each figure is the unavoidable work, sampled in the same
 batches: one bare API GET of the claim (a keep-alive HTTPS connection, no client
-library), plus writing and fsyncing a file of the CDI spec's size and a checkpoint
-update. The same GET through the driver's own API client is reported beside it.
+library), plus writing a file of the CDI spec's size in the CDI directory and
+fsyncing a checkpoint update in the kubelet's. The same GET through the driver's
+own API client is reported beside it.
 """
 
 from __future__ import annotations
@@ -38,9 +46,12 @@ from common import (
     BareGet,
     DraClient,
     Obj,
+    add_kubelet_root_flag,
     allocated_claim,
     claim_path,
     dra_socket,
+    filesystem,
+    kubelet_roots,
     percentile,
     rss_mib,
     stop_and_forget,
@@ -86,13 +97,21 @@ class Samples:
         self.calls.setdefault(key, []).extend(values)
 
 
+@dataclass(frozen=True)
+class Dirs:
+    """Where the floor writes: a CDI spec's directory and a checkpoint's."""
+
+    cdi: Path
+    checkpoint: Path
+
+
 async def floor_batch(
-    bare: BareGet, kube: Kube, claim: Obj, *, tmp: Path, runs: int, samples: Samples
+    bare: BareGet, kube: Kube, claim: Obj, *, dirs: Dirs, runs: int, samples: Samples
 ) -> None:
     """`runs` samples of the floor's parts: a bare GET of the claim, the same GET
-    through the driver's API client, and an fsynced CDI-sized write + checkpoint update."""
+    through the driver's API client, and a CDI-sized write + fsynced checkpoint update."""
     meta, path = claim["metadata"], claim_path(claim)
-    spec_size, checkpoint_size = 1500, 600
+    spec, checkpoint = 1500, 600
     for i in range(runs):
         started = time.perf_counter()
         bare.get(path)
@@ -101,8 +120,12 @@ async def floor_batch(
         kube.get_resource_claim(meta["namespace"], meta["name"])
         samples.add("kube_get", [(time.perf_counter() - started) * 1000])
         started = time.perf_counter()
-        atomic_write(tmp / f"spec-{i}.json", b"x" * spec_size, mode=0o644, dir_mode=0o755)
-        atomic_write(tmp / "checkpoint.json", b"y" * checkpoint_size, mode=0o600, dir_mode=0o750)
+        atomic_write(
+            dirs.cdi / f"spec-{i}.json", b"x" * spec, mode=0o644, dir_mode=0o755, durable=False
+        )
+        atomic_write(
+            dirs.checkpoint / "checkpoint.json", b"y" * checkpoint, mode=0o600, dir_mode=0o750
+        )
         samples.add("floor_write", [(time.perf_counter() - started) * 1000])
 
 
@@ -111,7 +134,7 @@ async def interleaved(
     sockets: dict[str, Path],
     claims: dict[str, list[Obj]],
     bare: BareGet,
-    tmp: Path,
+    dirs: Dirs,
 ) -> Samples:
     """Prepare and unprepare every claim, each plugin its own, in alternating batches
     (which plugin goes first alternating too), with a batch of floor samples after
@@ -139,7 +162,7 @@ async def interleaved(
                     bare,
                     kube,
                     floor_claim,
-                    tmp=tmp,
+                    dirs=dirs,
                     runs=min(BATCH, count - first),
                     samples=samples,
                 )
@@ -217,10 +240,11 @@ def side_by_side(figures: dict[str, Any]) -> str:
         for r in rows
     ]  # fmt: skip
     lines.append(
-        f"floor = bare API GET {figures['floor_api_get_ms']:.2f} ms + fsynced writes "
+        f"floor = bare API GET {figures['floor_api_get_ms']:.2f} ms + writes (checkpoint fsynced) "
         f"{figures['floor_write_fsync_ms']:.2f} ms; the driver's client GET "
         f"{figures['floor_kube_client_get_ms']:.2f} ms"
     )
+    lines.append(f"kubelet root on {figures['kubelet_root_fs']}, CDI on {figures['cdi_fs']}")
     return "\n".join(lines)
 
 
@@ -228,46 +252,58 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--claims", type=int, default=200, help="claims per device count")
     parser.add_argument("--startup-runs", type=int, default=5)
+    add_kubelet_root_flag(parser)
     args = parser.parse_args()
 
-    with Cluster(build()) as cluster:
+    # The directories outlive the cluster, whose processes write in them until it stops.
+    with (
+        kubelet_roots(args.kubelet_root) as roots,
+        tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as cdi_tmp,
+        Cluster(build()) as cluster,
+    ):
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
         port = free_port()
         node = add_simulated_node(
-            cluster, "bench", "trn2.48xlarge", extra_args=[f"--metrics-port={port}"]
+            cluster,
+            "bench",
+            "trn2.48xlarge",
+            extra_args=[f"--metrics-port={port}"],
+            kubelet_root=roots / "bench",
         )
         assert node.plugin is not None
-        figures: dict[str, Any] = {"rss_start_mib": rss_mib(node.plugin.pid)}
-        go = add_go_baseline(cluster)
+        figures: dict[str, Any] = {
+            "kubelet_root_fs": filesystem(roots),
+            "cdi_fs": filesystem(node.cdi_dir),
+            "rss_start_mib": rss_mib(node.plugin.pid),
+        }
+        go = add_go_baseline(cluster, kubelet_root=roots / "go")
         figures["go_rss_start_mib"] = rss_mib(go.pid)
         sockets = {"neuron": dra_socket(node.side), "go": go.socket}
         bare = BareGet(cluster)
         floor = Samples()
-        with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
-            for size, devices in SETS.items():
-                claims = {
-                    who: [allocated_claim(cluster, f"{prefix}{size}-{i}", pool, devices)
-                          for i in range(args.claims)]
-                    for who, prefix, pool in (("neuron", "c", node.name), ("go", "g", go.name))
-                }  # fmt: skip
-                before = phase_totals(port)
-                samples = asyncio.run(interleaved(cluster, sockets, claims, bare, Path(tmp)))
-                after = phase_totals(port)
-                for phase, (seconds, count) in after.items():
-                    spent, done = (
-                        seconds - before.get(phase, (0, 0))[0],
-                        count - before.get(phase, (0, 0))[1],
-                    )
-                    figures[f"prepare_{size}_{phase}_mean_ms"] = (
-                        spent / done * 1000 if done else 0.0
-                    )
-                for who, prefix in (("neuron", ""), ("go", "go_")):
-                    for call in ("prepare", "unprepare"):
-                        times = samples.calls[f"{who}_{call}"]
-                        figures[f"{prefix}{call}_{size}_p50_ms"] = percentile(times, 0.5)
-                        figures[f"{prefix}{call}_{size}_p99_ms"] = percentile(times, 0.99)
-                for key in ("floor_get", "kube_get", "floor_write"):
-                    floor.add(key, samples.calls[key])
+        dirs = Dirs(cdi=Path(cdi_tmp), checkpoint=roots)
+        for size, devices in SETS.items():
+            claims = {
+                who: [allocated_claim(cluster, f"{prefix}{size}-{i}", pool, devices)
+                      for i in range(args.claims)]
+                for who, prefix, pool in (("neuron", "c", node.name), ("go", "g", go.name))
+            }  # fmt: skip
+            before = phase_totals(port)
+            samples = asyncio.run(interleaved(cluster, sockets, claims, bare, dirs))
+            after = phase_totals(port)
+            for phase, (seconds, count) in after.items():
+                spent, done = (
+                    seconds - before.get(phase, (0, 0))[0],
+                    count - before.get(phase, (0, 0))[1],
+                )
+                figures[f"prepare_{size}_{phase}_mean_ms"] = spent / done * 1000 if done else 0.0
+            for who, prefix in (("neuron", ""), ("go", "go_")):
+                for call in ("prepare", "unprepare"):
+                    times = samples.calls[f"{who}_{call}"]
+                    figures[f"{prefix}{call}_{size}_p50_ms"] = percentile(times, 0.5)
+                    figures[f"{prefix}{call}_{size}_p99_ms"] = percentile(times, 0.99)
+            for key in ("floor_get", "kube_get", "floor_write"):
+                floor.add(key, samples.calls[key])
         bare.close()
         figures["rss_after_cycles_mib"] = rss_mib(node.plugin.pid)
         figures["go_rss_after_cycles_mib"] = rss_mib(go.pid)

@@ -513,6 +513,7 @@ class Cluster(ClusterApi):
         self,
         node_name: str,
         *,
+        root_dir: Path | None = None,
         cdi_dir: Path | None = None,
         feature_gates: Mapping[str, bool] | None = None,
         verbosity: int = 2,
@@ -520,11 +521,16 @@ class Cluster(ClusterApi):
     ) -> KubeletSide:
         """Start the kubelet stand-in for an existing Node and wait until it
         is ready: pod informer synced and the start-up wipe of the node's
-        ResourceSlices done (slices published afterwards stay)."""
+        ResourceSlices done (slices published afterwards stay).
+
+        `root_dir` is the kubelet's root directory (plugin sockets and checkpoints), by
+        default under the cluster's work directory, where the CDI directory stays unless
+        `cdi_dir` says otherwise: a benchmark puts the root on a disk, as a node has
+        /var/lib/kubelet, and keeps CDI on tmpfs, as a node has /var/run/cdi."""
         if node_name in self.kubelet_sides:
             raise ClusterError(f"a kubeletside for {node_name} is already running")
-        root = self.workdir / "k" / node_name
-        cdi = cdi_dir or (root / "cdi")
+        root = root_dir or (self.workdir / "k" / node_name)
+        cdi = cdi_dir or (self.workdir / "k" / node_name / "cdi")
         root.mkdir(parents=True, exist_ok=True)
         cdi.mkdir(parents=True, exist_ok=True)
         report = root / "report.jsonl"

@@ -140,9 +140,10 @@ def add_simulated_node(
     extra_args: list[str] | None = None,
     start: bool = True,
     counters: Counters = Counters.NONE,  # the NeuronCore counters; the metrics tests ask
+    kubelet_root: Path | None = None,  # `Cluster.start_kubelet_side`'s root_dir
 ) -> SimulatedNode:
     cluster.add_node(name, {LABEL_INSTANCE_TYPE: instance_type})
-    side = cluster.start_kubelet_side(name)
+    side = cluster.start_kubelet_side(name, root_dir=kubelet_root)
     sysfs = build_fake_node(
         cluster.workdir / "sysfs" / name,
         instance_type,
