@@ -203,9 +203,10 @@ def ratios(figures: dict[str, Any]) -> dict[str, float]:
     """neuron-dra over the Go baseline, and each over the floor."""
     out: dict[str, float] = {}
     for size in SETS:
-        for call, stat in (("prepare", "p50"), ("prepare", "p99"), ("unprepare", "p50")):
-            key = f"{call}_{size}_{stat}"
-            out[f"{key}_over_go"] = figures[f"{key}_ms"] / figures[f"go_{key}_ms"]
+        for call in ("prepare", "unprepare"):
+            for stat in ("p50", "p99"):
+                key = f"{call}_{size}_{stat}"
+                out[f"{key}_over_go"] = figures[f"{key}_ms"] / figures[f"go_{key}_ms"]
     out["go_prepare_over_floor"] = figures["go_prepare_16_p50_ms"] / figures["prepare_floor_ms"]
     out["rss_after_cycles_over_go"] = (
         figures["rss_after_cycles_mib"] / figures["go_rss_after_cycles_mib"]
@@ -229,6 +230,7 @@ def side_by_side(figures: dict[str, Any]) -> str:
         row(f"prepare {size} dev p50 ms", f"prepare_{size}_p50_ms", figures["prepare_floor_ms"])
         row(f"prepare {size} dev p99 ms", f"prepare_{size}_p99_ms")
         row(f"unprepare {size} dev p50 ms", f"unprepare_{size}_p50_ms")
+        row(f"unprepare {size} dev p99 ms", f"unprepare_{size}_p99_ms")
     row("RSS after start MiB", "rss_start_mib")
     row("RSS after cycles MiB", "rss_after_cycles_mib")
     for phase in ("serving", "published", "registered"):
@@ -250,7 +252,7 @@ def side_by_side(figures: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--claims", type=int, default=200, help="claims per device count")
+    parser.add_argument("--claims", type=int, default=400, help="claims per device count")
     parser.add_argument("--startup-runs", type=int, default=5)
     add_kubelet_root_flag(parser)
     args = parser.parse_args()

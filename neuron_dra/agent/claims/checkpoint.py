@@ -149,8 +149,8 @@ class CheckpointStore:
     def apply(self, boot_id: str, changes: Mapping[str, ClaimRecord | None]) -> Claims:
         """Add (record) or drop (None) claims on top of what is on disk; return the result.
 
-        Nothing is written when that changes nothing: the kubelet repeats unprepares
-        of claims long gone, and every unprepare is applied, prepared here or not.
+        Nothing is written when that changes nothing: every unprepare is applied,
+        held here or not, and the kubelet repeats one whose answer it did not get.
         """
         with self._locked():
             on_disk = self._read(boot_id).claims

@@ -213,8 +213,8 @@ def test_apply_adds_and_drops(tmp_path: Path) -> None:
 
 
 def test_apply_writes_nothing_when_nothing_changes(tmp_path: Path) -> None:
-    """The kubelet repeats unprepares of claims long gone: no write for them (a write
-    renames a new file in place, so the inode would change)."""
+    """An unprepare of a claim the file does not hold writes nothing (a write renames
+    a new file in place, so the inode would change)."""
     store = store_in(tmp_path)
     assert store.apply(BOOT, {"uid-1": None}) == {}
     assert not store.path.exists()
