@@ -7,12 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from neuron_dra.agent.files.atomicfile import atomic_write
+from neuron_dra.agent.files.atomicfile import atomic_write, temp_path
 
 
 def temp_name(path: Path) -> Path:
-    """The temp file this thread's write of `path` uses."""
-    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_native_id()}.tmp")
+    """The temp file this thread's write of `path` uses, beside it."""
+    tmp = Path(temp_path(path))
+    assert tmp.parent == path.parent
+    assert tmp.name.startswith(f".{path.name}.")
+    assert tmp.suffix == ".tmp"
+    return tmp
 
 
 def test_missing_directories_are_made_with_their_mode_and_the_file_with_its(
@@ -35,8 +39,8 @@ def test_missing_directories_are_made_with_their_mode_and_the_file_with_its(
 def test_a_file_a_crash_left_under_the_temp_name_is_replaced_not_written_through(
     tmp_path: Path, durable: bool
 ) -> None:
-    """A process with this pid that died mid-write left its temp file; a link there
-    (planted, say) is removed, never followed: its target keeps its bytes."""
+    """A link at the temp name (planted, say) is removed, never followed: its target
+    keeps its bytes; so is a file there."""
     path = tmp_path / "checkpoint.json"
     target = tmp_path / "elsewhere"
     target.write_bytes(b"keep")
