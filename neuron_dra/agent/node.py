@@ -168,10 +168,14 @@ class Agent:
     async def _follow_claims(self) -> None:
         """Take in the other instance's claims as they come (a rolling update), not
         only at this one's next prepare: the slices depend on them. A stat per
-        interval while nothing changes."""
+        interval while nothing changes. A failed read is retried at the next interval:
+        the plugin stays ready, as each prepare reads the checkpoint again anyway."""
         while True:
             await asyncio.sleep(CLAIMS_FOLLOW_S)
-            await asyncio.to_thread(self.preparer.refresh)
+            try:
+                await asyncio.to_thread(self.preparer.refresh)
+            except Exception:
+                log.exception("checkpoint not read; retrying")
 
     def _claims_changed_elsewhere(self) -> None:
         """`_claims_changed` a moment later, from the DRA server's threads.

@@ -6,14 +6,18 @@ answer must hold against the files on disk, whatever this instance remembers.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from neuron_dra.agent import node as node_module
 from neuron_dra.agent.apiclient.errors import ApiError
 from neuron_dra.agent.claims import cdi
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.preparer import Outcome, Preparer
+from neuron_dra.agent.node import Agent
 from neuron_dra.hardware.discovery import discover
 from tests.neuron_dra.agent.test_preparer import (
     UID,
@@ -131,3 +135,31 @@ def test_a_device_the_other_instance_prepared_is_held_here_too(node: Node) -> No
     assert "neurondevice3" in refused.error and first.uid in refused.error, refused.error
     assert node.files() == [spec_name(first.uid)]
     assert node.checkpointed() == {first.uid: record_of(first, DEVICES)}
+
+
+def test_a_failed_read_of_the_other_instances_claims_is_retried(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent follows the checkpoint every few seconds for the other instance's
+    claims; a read that fails is logged and retried at the next interval, and the loop
+    goes on (its supervisor would otherwise hold the plugin not ready meanwhile)."""
+    monkeypatch.setattr(node_module, "CLAIMS_FOLLOW_S", 0.0)
+    reads: list[int] = []
+
+    def refresh() -> None:
+        reads.append(len(reads))
+        if len(reads) == 1:
+            raise OSError(5, "Input/output error")
+
+    agent = SimpleNamespace(preparer=SimpleNamespace(refresh=refresh))
+
+    async def follow() -> None:
+        task = asyncio.create_task(Agent._follow_claims(agent))  # type: ignore[arg-type]
+        while len(reads) < 2 and not task.done():
+            await asyncio.sleep(0)
+        assert not task.done(), task.exception()
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(follow(), timeout=10))
+    assert len(reads) == 2
+    assert "checkpoint not read; retrying" in caplog.text
