@@ -61,6 +61,7 @@ from gobaseline import SETS, GoBaseline, add_go_baseline
 
 from neuron_dra.agent.apiclient.kube import Kube
 from neuron_dra.agent.files.atomicfile import atomic_write
+from neuron_dra.agent.files.dirs import CDI_DIR_MODE, PLUGIN_DIR_MODE
 from neuron_dra_harness import scrape
 from neuron_dra_harness.build import build
 from neuron_dra_harness.cluster import Cluster
@@ -105,13 +106,14 @@ class Dirs:
     checkpoint: Path
 
 
-async def floor_batch(
+def floor_batch(
     bare: BareGet, kube: Kube, claim: Obj, *, dirs: Dirs, runs: int, samples: Samples
 ) -> None:
     """`runs` samples of the floor's parts: a bare GET of the claim, the same GET
     through the driver's API client, and a CDI-sized write + fsynced checkpoint update."""
     meta, path = claim["metadata"], claim_path(claim)
     spec, checkpoint = 1500, 600
+    checkpoint_file = dirs.checkpoint / "checkpoint.json"
     for i in range(runs):
         started = time.perf_counter()
         bare.get(path)
@@ -120,12 +122,9 @@ async def floor_batch(
         kube.get_resource_claim(meta["namespace"], meta["name"])
         samples.add("kube_get", [(time.perf_counter() - started) * 1000])
         started = time.perf_counter()
-        atomic_write(
-            dirs.cdi / f"spec-{i}.json", b"x" * spec, mode=0o644, dir_mode=0o755, durable=False
-        )
-        atomic_write(
-            dirs.checkpoint / "checkpoint.json", b"y" * checkpoint, mode=0o600, dir_mode=0o750
-        )
+        spec_file = dirs.cdi / f"spec-{i}.json"
+        atomic_write(spec_file, b"x" * spec, mode=0o644, dir_mode=CDI_DIR_MODE, durable=False)
+        atomic_write(checkpoint_file, b"y" * checkpoint, mode=0o600, dir_mode=PLUGIN_DIR_MODE)
         samples.add("floor_write", [(time.perf_counter() - started) * 1000])
 
 
@@ -158,7 +157,7 @@ async def interleaved(
                     prepare, unprepare = await clients[who].cycle(batch)
                     samples.add(f"{who}_prepare", prepare)
                     samples.add(f"{who}_unprepare", unprepare)
-                await floor_batch(
+                floor_batch(
                     bare,
                     kube,
                     floor_claim,

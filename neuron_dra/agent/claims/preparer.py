@@ -261,7 +261,7 @@ class Preparer:
         they let different claims run together, and two claims for one device would
         each pass a check made while the other was in its API read, spec write or
         checkpoint write. Held devices are those of committed claims (`_claims`, as
-        the checkpoint had them when last read or written, and `_refresh` reads it
+        the checkpoint had them when last read or written, and `refresh` reads it
         again whenever a second instance wrote it since) and of claims between this
         point and their commit (`_preparing`).
         """
