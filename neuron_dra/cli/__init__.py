@@ -24,8 +24,7 @@ STARTED = time.monotonic()  # start-up time is measured from the first import
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser(only_run=_command(argv) == "run").parse_args(argv)
+    args = parse(sys.argv[1:] if argv is None else argv)
     logs.configure(args.log_level, args.log_format)
     try:
         code: int = args.command(args)
@@ -75,6 +74,11 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
         print(f"{parser.prog} {_version()}")  # on stdout, as argparse's own action
         parser.exit()
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line's arguments; for `run`, parsed by its own flags alone."""
+    return parser(only_run=_command(argv) == "run").parse_args(argv)
 
 
 def _command(argv: Sequence[str]) -> str | None:

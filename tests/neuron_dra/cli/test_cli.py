@@ -159,8 +159,7 @@ def test_run_parses_its_flags_before_the_tools_are_imported() -> None:
     """`run` builds only its own parser: what the other commands' flags import, and the
     package metadata, would delay the kubelet's sockets."""
     code = (
-        "import sys; from neuron_dra import cli; "
-        "args = cli.parser(only_run=cli._command(sys.argv[1:]) == 'run').parse_args(sys.argv[1:]); "
+        "import sys; from neuron_dra import cli; args = cli.parse(sys.argv[1:]); "
         "print(args.ultraserver_devices, sorted(m for m in sys.modules if m.startswith("
         "('neuron_dra.hardware', 'neuron_dra.resources', 'neuron_dra.cli.node', "
         "'neuron_dra.cli.tools', 'importlib.metadata'))))"
