@@ -100,14 +100,16 @@ else
 fi
 [[ $timeout =~ ^[0-9]+(s|m|h)?$ ]] || usage_error "--timeout '$timeout' is not a duration like 300s or 5m"
 
-kubectl_bin=${KUBECTL:-kubectl}
-if ! command -v "$kubectl_bin" >/dev/null 2>&1; then
+# Resolved to its path before the function below is defined: a function named
+# kubectl calling plain "kubectl" would call itself, bash finding functions first.
+if ! kubectl_bin=$(command -v "${KUBECTL:-kubectl}"); then
     if [[ -n ${KUBECTL:-} ]]; then
         die 3 "KUBECTL=$KUBECTL is not an executable kubectl"
     fi
     die 3 "kubectl not found on PATH; install it or set KUBECTL to its path"
 fi
-kubectl() { "$kubectl_bin" "$@"; }
+readonly kubectl_bin
+kubectl() { command "$kubectl_bin" "$@"; }
 
 context=$(kubectl config current-context 2>/dev/null || echo "(none)")
 if ! version_error=$(kubectl version --request-timeout=15s -o json 2>&1 >/dev/null); then

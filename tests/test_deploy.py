@@ -6,7 +6,9 @@ These read the committed ``deploy/*.yaml``, the chart's output with its default 
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,29 @@ def test_the_installer_applies_every_manifest_once() -> None:
         listed += found[1].split()
     assert sorted(listed) == sorted(p.name for p in DEPLOY.glob("*.yaml"))
     assert listed.index("namespace.yaml") == 0
+
+
+def test_the_installer_runs_the_kubectl_on_path(tmp_path: Path) -> None:
+    """As the docs run it: no KUBECTL, kubectl found on PATH (here a stand-in that records
+    its arguments and reaches no cluster). The script calls it and says the cluster is
+    out of reach, instead of calling itself until bash crashes (exit 139)."""
+    stub_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    stub_dir.mkdir()
+    stub = stub_dir / "kubectl"
+    stub.write_text(f'#!/bin/sh\necho "$*" >>{calls}\necho "no cluster here" >&2\nexit 1\n')
+    stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "KUBECTL"}
+    env |= {"PATH": f"{stub_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    result = subprocess.run(
+        [str(INSTALLER), "registry.invalid/neuron-dra:1.0.0", "--timeout", "300s"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 3, (result.returncode, result.stderr)
+    assert "cannot reach the cluster of context '(none)'" in result.stderr, result.stderr
+    assert "no cluster here" in result.stderr
+    assert calls.read_text().splitlines() == [
+        "config current-context", "version --request-timeout=15s -o json",
+    ]  # fmt: skip
 
 
 def test_a_rolling_update_waits_for_a_registered_pod() -> None:

@@ -12,6 +12,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from neuron_dra_harness import realcluster
 from tests import doc_commands
 from tests.doc_commands import PAGES, REPO, DocCommand, commands, run_by, runner
 
@@ -69,6 +70,15 @@ def test_the_image_build_command_is_the_one_the_real_node_runs() -> None:
         _, script, archive, reference = command.argv
         assert (script, archive.endswith(".tar")) == ("scripts/build-image.sh", True), command
         assert reference.count(":") == 1 and "/" in reference, command
+
+
+def test_the_install_command_is_the_one_the_real_node_runs() -> None:
+    """The real-node tests install the driver's image with the documented script command
+    (neuron_dra_harness.realcluster, through run_install_script: kubectl on PATH)."""
+    installs = [c.argv[1:] for c in run_by(doc_commands.SCRIPT) if not c.argv[1].startswith("-")]
+    assert [args[1:] for args in installs if "--dry-run" not in args] == [
+        list(realcluster.INSTALL_FLAGS)
+    ], installs
 
 
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

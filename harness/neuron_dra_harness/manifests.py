@@ -125,17 +125,23 @@ def allocated_devices(claim: Obj) -> list[Obj]:
     return list(claim["status"]["allocation"]["devices"]["results"])
 
 
+def install_environment(cluster: Cluster) -> dict[str, str]:
+    """PATH with the cluster's kubectl first, and its KUBECONFIG: how an operator's shell
+    finds kubectl. KUBECTL is not set."""
+    path = f"{cluster.binaries.kubectl.parent}{os.pathsep}{os.environ['PATH']}"
+    return {"PATH": path, "KUBECONFIG": str(cluster.kubeconfig)}
+
+
 def run_install_script(
     cluster: Cluster,
     *args: str,
     env: Mapping[str, str] | None = None,
     timeout: float = 180.0,
 ) -> subprocess.CompletedProcess[str]:
-    """scripts/install-dra-driver.sh against the cluster, with its kubectl."""
+    """scripts/install-dra-driver.sh against the cluster as the docs run it: the cluster's
+    kubectl found on PATH, no KUBECTL (unless ``env`` sets it)."""
     environ = {
-        "PATH": os.environ["PATH"],
-        "KUBECTL": str(cluster.binaries.kubectl),
-        "KUBECONFIG": str(cluster.kubeconfig),
+        **install_environment(cluster),
         "HOME": str(cluster.workdir),  # kubectl's discovery cache stays out of the checkout
         **(env or {}),
     }

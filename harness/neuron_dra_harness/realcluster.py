@@ -4,7 +4,7 @@
 the node's bridge, a control plane listening there, the node (``realnode.RealNode``)
 on a fake trn2.48xlarge tree with openable device nodes, the pause, test and driver
 images imported into its containerd, and the driver installed with
-``scripts/install-dra-driver.sh <image>`` exactly as an operator does.
+``scripts/install-dra-driver.sh <image> --timeout 300s`` exactly as an operator does.
 ``unavailable()`` says in one line what this machine lacks for it.
 """
 
@@ -33,6 +33,9 @@ INSTANCE_TYPE = "trn2.48xlarge"
 DEVICE_NUMBER = (1, 3)
 DRIVER_NAMESPACE = "neuron-dra"
 DRIVER_SELECTOR = "app.kubernetes.io/name=neuron-dra"
+# After the image, the flags docs/operators/install.md installs with (tests/test_docs.py
+# holds the two together).
+INSTALL_FLAGS = ("--timeout", "300s")
 # What the node needs from the controller manager beyond the simulated nodes' set:
 # the ConfigMap service account volumes carry, Ready nodes losing their not-ready
 # taint, the driver's DaemonSet.
@@ -69,8 +72,9 @@ class RealCluster:
     install_started: float  # time.monotonic() when install-dra-driver.sh was run
 
     def install(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run scripts/install-dra-driver.sh against the cluster; raise on failure."""
-        proc = run_install_script(self.cluster, *args, timeout=300.0)
+        """Run scripts/install-dra-driver.sh against the cluster as an operator does
+        (kubectl on PATH, no KUBECTL); raise on failure."""
+        proc = run_install_script(self.cluster, *args, timeout=400.0)
         if proc.returncode != 0:
             raise ClusterError(
                 f"install-dra-driver.sh {' '.join(args)} exited {proc.returncode}:\n"
@@ -116,7 +120,7 @@ def real_cluster(binaries: Binaries | None = None) -> Iterator[RealCluster]:
                 for image in (pause, busybox, driver):
                     node.import_image(image)
                 real = RealCluster(cluster, node, driver, busybox, time.monotonic())
-                real.install(driver.name, "--timeout", "180s")
+                real.install(driver.name, *INSTALL_FLAGS)
                 cluster.wait_for("the plugin pod Ready", real.ready_plugin, 120.0)
                 yield real
     finally:

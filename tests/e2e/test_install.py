@@ -26,7 +26,7 @@ from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
-from neuron_dra_harness.manifests import INSTALL_SCRIPT, run_install_script
+from neuron_dra_harness.manifests import INSTALL_SCRIPT, install_environment, run_install_script
 from neuron_dra_harness.processes import free_port
 from tests import doc_commands
 from tests.e2e.plugin_access import (
@@ -177,8 +177,7 @@ def test_runs_through_a_symlink(cluster: Cluster, tmp_path: Path) -> None:
     result = subprocess.run(
         [str(link), IMAGE, "--dry-run"],
         check=False, capture_output=True, text=True,
-        env={"PATH": os.environ["PATH"], "KUBECTL": str(cluster.binaries.kubectl),
-             "KUBECONFIG": str(cluster.kubeconfig), "HOME": str(tmp_path)},
+        env={**install_environment(cluster), "HOME": str(tmp_path)},
     )  # fmt: skip
     assert "daemonset.apps/neuron-dra serverside-applied (server dry run)" in ok(result)
     assert state(cluster) == before
@@ -271,21 +270,6 @@ def test_the_documented_cluster_commands_run(cluster: Cluster, installed: str) -
             # 1: the driver would refuse to prepare (the stand-in nodes have no sysfs).
             assert result.returncode in (0, 1) and "claim default/single-device" in result.stdout, (
                 str(command), result.stdout, result.stderr)  # fmt: skip
-
-
-def test_the_documented_script_commands_run(cluster: Cluster, installed: str) -> None:
-    """The script's commands of the docs; those that would change the module's install run
-    with --dry-run added (the module installs and uninstalls with the same flags)."""
-    ran = doc_commands.run_by(doc_commands.SCRIPT)
-    assert len(ran) >= 3, ran
-    for command in ran:
-        argv = shlex.split(doc_commands.fill(command.text, registry="registry.example"))
-        if "--dry-run" not in argv:
-            argv.append("--dry-run")
-        before = state(cluster)
-        result = run_install_script(cluster, *argv[1:])
-        assert result.returncode == 0, (str(command), result.stdout, result.stderr)
-        assert state(cluster) == before, command
 
 
 # --------------------------------------------------------------- permissions
@@ -429,6 +413,29 @@ def test_uninstall_removes_everything(cluster: Cluster, installed: str) -> None:
     assert cluster.list_objects("v1", "Pod", NAMESPACE) == []
     # Nothing left to delete is not an error.
     ok(run_install_script(cluster, "--uninstall"))
+
+
+def test_the_documented_script_commands_run(cluster: Cluster) -> None:
+    """The script's commands of the docs exactly as written, in their order, as an operator
+    runs them (kubectl on PATH, no KUBECTL): a dry run changes nothing, the install rolls
+    out the image, the uninstall leaves nothing. After the module's own uninstall, so the
+    first dry run meets an empty cluster."""
+    ran = doc_commands.run_by(doc_commands.SCRIPT)
+    assert len(ran) >= 3, ran
+    assert {"--dry-run", "--uninstall", "--timeout"} <= {a for c in ran for a in c.argv}, ran
+    for command in ran:
+        argv = shlex.split(doc_commands.fill(command.text, registry="registry.example"))
+        before = state(cluster)
+        result = run_install_script(cluster, *argv[1:], timeout=400.0)
+        assert result.returncode == 0, (str(command), result.stdout, result.stderr)
+        if "--dry-run" in argv:
+            assert state(cluster) == before, command
+        elif "--uninstall" in argv:
+            assert state(cluster) == dict.fromkeys(KEYS), command
+        else:
+            assert all(state(cluster).values()), command
+            image = daemonset(cluster)["spec"]["template"]["spec"]["containers"][0]["image"]
+            assert image == argv[1], command
 
 
 # ------------------------------------------------------------- old clusters
