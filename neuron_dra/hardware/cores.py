@@ -2,8 +2,8 @@
 
 The Neuron runtime numbers logical cores across the host: device k with c
 logical cores owns k*c .. k*c+c-1, where c is the device's physical cores over
-the node's LNC (trn2 fuses two physical cores into one at LNC 2; other
-silicon has no LNC and c is its physical cores). The slices publish each
+the node's LNC (trn2 and trn3 fuse two physical cores into one at LNC 2;
+other silicon has no LNC and c is its physical cores). The slices publish each
 logical core as a device named after that number, and the agent turns a
 core's name back into its device and number: one function each way, here.
 """
