@@ -381,6 +381,25 @@ def test_notes_warn_of_a_namespace_that_refuses_the_pods(helm_bin: Path, cluster
     assert "WARNING" not in ok(run([*dry_run, "--namespace=default"], env))
 
 
+def test_the_notes_say_a_privileged_plugin_is_host_root(helm_bin: Path, cluster: Cluster) -> None:
+    """securityContext.privileged (what reading /dev/kmsg takes) makes every plugin pod
+    root on its node: helm's notes say so when it is set, and only then. helm's client
+    dry run still asks the server for its version; before the module's install, as above."""
+    env = helm_env(cluster.workdir, cluster.kubeconfig)
+    install = [str(helm_bin), "install", "second", str(CHART), "--dry-run=client", *IMAGE_VALUES]
+    privileged = (
+        "--set=securityContext.privileged=true,securityContext.allowPrivilegeEscalation=true"
+    )
+    notes = ok(run([*install, privileged], env)).split("NOTES:", 1)[1]
+    assert "WARNING: securityContext.privileged is set: every plugin pod is root on its node" in (
+        " ".join(notes.split())
+    ), notes
+    assert "securityContext.privileged" not in ok(run(install, env))
+    assert "securityContext.privileged" not in ok(run(
+        [*install, "--set=securityContext.seLinuxOptions.type=spc_t"], env
+    ))  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def installed(helm_bin: Path, cluster: Cluster) -> tuple[str, list[Key]]:
     """`helm install --wait` once for the module: its output and the objects it made."""
