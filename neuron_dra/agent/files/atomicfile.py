@@ -9,10 +9,16 @@ makes one at a time), even between a rolling update's two agents, whose pid
 namespaces may give both pid 1 and the same thread ids. It is created
 exclusively and never followed as a link, as mkstemp's is; one found there
 (planted, say) is removed first, whatever it is.
+
+A nearly full file system takes what fits and returns a short count before it
+raises ENOSPC: the bytes are written until all are, and a write that takes none
+fails the call (ENOSPC, naming the file), the temp file removed and the old file
+kept, never a truncated one renamed over it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -43,7 +49,7 @@ def atomic_write(
     fd = _create(tmp, mode, path.parent, dir_mode)
     try:
         os.fchmod(fd, mode)
-        os.write(fd, data)
+        _write_all(fd, data, path)
         if durable:
             os.fsync(fd)
         os.close(fd)
@@ -61,6 +67,24 @@ def atomic_write(
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _write_all(fd: int, data: bytes, path: Path) -> None:
+    """Every byte of `data`, however many writes it takes."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        try:
+            written = os.write(fd, view[done:])
+        except OSError as err:
+            raise OSError(err.errno, _short(err.strerror, done, data), str(path)) from None
+        if written == 0:
+            raise OSError(errno.ENOSPC, _short(os.strerror(errno.ENOSPC), done, data), str(path))
+        done += written
+
+
+def _short(strerror: str | None, done: int, data: bytes) -> str:
+    said = strerror or "write failed"
+    return f"{said} (wrote {done} of {len(data)} bytes)" if done else said
 
 
 def _create(tmp: str, mode: int, directory: Path, dir_mode: int) -> int:
