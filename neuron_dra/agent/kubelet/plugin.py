@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Sized
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from api.kubelet.pluginregistration.v1 import api_pb2 as reg_pb
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from consts import DRIVER_NAME
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.limits import MAX_CLAIMS_PER_CALL
 from neuron_dra.agent.files.dirs import PLUGIN_DIR_MODE, ensure_dir
 from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE, Health
 from neuron_dra.agent.kubelet.resourcehealth import ResourceHealth, ResourceHealthV1alpha1
@@ -67,10 +69,6 @@ SUPPORTED_VERSIONS = (
     "v1alpha1.DRAResourceHealth",
 )
 SOCKET_CHECK_INTERVAL_S = 1.0
-# Claims one NodePrepareResources call may carry: the kubelet sends the claims of one
-# pod for this driver, a handful in practice; a call with more is refused, claim by
-# claim, before any API read or file write.
-MAX_CLAIMS_PER_CALL = 128
 # Worker threads of the DRA server: calls at once (the kubelet prepares the pods it
 # starts side by side) plus the kubelet's device-health watch, which keeps one.
 DRA_WORKERS = 16
@@ -98,11 +96,7 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
         self, request: dra_v1.NodePrepareResourcesRequest, context: SyncContext
     ) -> dra_v1.NodePrepareResourcesResponse:
         response = dra_v1.NodePrepareResourcesResponse()
-        if len(request.claims) > MAX_CLAIMS_PER_CALL:
-            error = (
-                f"{len(request.claims)} claims in one NodePrepareResources call; at most "
-                f"{MAX_CLAIMS_PER_CALL} are prepared at once"
-            )
+        if error := _too_many(request.claims, "NodePrepareResources", "prepared"):
             for claim in request.claims:
                 response.claims[claim.uid].error = error
             return response
@@ -123,6 +117,11 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
     def NodeUnprepareResources(  # noqa: N802
         self, request: dra_v1.NodeUnprepareResourcesRequest, context: SyncContext
     ) -> dra_v1.NodeUnprepareResourcesResponse:
+        if error := _too_many(request.claims, "NodeUnprepareResources", "unprepared"):
+            return dra_v1.NodeUnprepareResourcesResponse(
+                claims={c.uid: dra_v1.NodeUnprepareResourceResponse(error=error)
+                        for c in request.claims}
+            )  # fmt: skip
         outcomes = self._ready_preparer().unprepare(_refs(request.claims))
         return dra_v1.NodeUnprepareResourcesResponse(
             claims={uid: _unprepared(o) for uid, o in outcomes.items()}
@@ -304,6 +303,16 @@ def _listen_unix(server: grpc.Server | grpc.aio.Server, path: Path) -> None:
 def _owner_only(path: Path) -> None:
     # Only root (the kubelet) may connect: a prepare hands out devices.
     path.chmod(0o600)
+
+
+def _too_many(claims: Sized, call: str, done: str) -> str:
+    """The error of every claim of a call that carries more than MAX_CLAIMS_PER_CALL, or
+    ""; such a call is answered before any API read or file write."""
+    if len(claims) <= MAX_CLAIMS_PER_CALL:
+        return ""
+    return (
+        f"{len(claims)} claims in one {call} call; at most {MAX_CLAIMS_PER_CALL} are {done} at once"
+    )
 
 
 def _refs(claims: object) -> list[ClaimRef]:

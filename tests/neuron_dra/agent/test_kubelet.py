@@ -28,12 +28,9 @@ from api.kubelet.pluginregistration.v1 import api_pb2 as reg
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from neuron_dra.agent.apiclient.backoff import Backoff
 from neuron_dra.agent.claims.checkpoint import CheckpointStore
+from neuron_dra.agent.claims.limits import MAX_CLAIMS_PER_CALL
 from neuron_dra.agent.claims.preparer import Preparer
-from neuron_dra.agent.kubelet.plugin import (
-    MAX_CLAIMS_PER_CALL,
-    SOCKET_CHECK_INTERVAL_S,
-    KubeletPlugin,
-)
+from neuron_dra.agent.kubelet.plugin import SOCKET_CHECK_INTERVAL_S, KubeletPlugin
 from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE
 from neuron_dra.agent.supervisor import FAILURES_NOT_LIVE, Supervisor
 from neuron_dra.agent.telemetry.health import Problem, health_entries
@@ -245,26 +242,44 @@ def test_a_registry_path_briefly_not_a_directory_does_not_end_registration(
     with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
 
 
+@pytest.mark.parametrize("call", ["NodePrepareResources", "NodeUnprepareResources"])
 def test_a_call_with_more_claims_than_any_pod_is_refused_before_any_work(
-    tmp_path: Path, fake_node: FakeNode
+    tmp_path: Path, fake_node: FakeNode, call: str
 ) -> None:
     async def body(plugin: KubeletPlugin) -> None:
-        claims = [
-            v1.Claim(namespace="ns", name=f"c{i}", uid=f"{i:08d}-0000-4000-8000-000000000000")
-            for i in range(MAX_CLAIMS_PER_CALL + 1)
-        ]
         async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
-            answer = await v1_grpc.DRAPluginStub(channel).NodePrepareResources(
-                v1.NodePrepareResourcesRequest(claims=claims)
-            )
+            stub = v1_grpc.DRAPluginStub(channel)
+            prepared = v1.Claim(namespace="ns", name="good", uid=UID)
+            request = v1.NodePrepareResourcesRequest(claims=[prepared])
+            first = await stub.NodePrepareResources(request)
+            assert not first.claims[UID].error
+            spec = next((tmp_path / "cdi").iterdir())
+            files = {p: p.read_bytes() for p in (spec, checkpoint)}
+            written = checkpoint.stat().st_mtime_ns
+            claims = [prepared] + [
+                v1.Claim(namespace="ns", name=f"c{i}", uid=f"{i:08d}-0000-4000-8000-000000000000")
+                for i in range(MAX_CLAIMS_PER_CALL)
+            ]
+            if call == "NodePrepareResources":
+                answer: Any = await stub.NodePrepareResources(
+                    v1.NodePrepareResourcesRequest(claims=claims)
+                )
+            else:
+                answer = await stub.NodeUnprepareResources(
+                    v1.NodeUnprepareResourcesRequest(claims=claims)
+                )
         assert len(answer.claims) == len(claims)
+        done = "prepared" if call == "NodePrepareResources" else "unprepared"
         errors = {c.error for c in answer.claims.values()}
-        assert errors == {f"{len(claims)} claims in one NodePrepareResources call; at most "
-                          f"{MAX_CLAIMS_PER_CALL} are prepared at once"}  # fmt: skip
-        cdi = tmp_path / "cdi"
-        assert not cdi.exists() or not list(cdi.iterdir())
+        assert errors == {f"{len(claims)} claims in one {call} call; at most "
+                          f"{MAX_CLAIMS_PER_CALL} are {done} at once"}  # fmt: skip
+        # Nothing written or removed: the one prepared claim is as it was.
+        assert list((tmp_path / "cdi").iterdir()) == [spec]
+        assert {p: p.read_bytes() for p in files} == files
+        assert checkpoint.stat().st_mtime_ns == written
 
-    with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
+    checkpoint = tmp_path / "plugins/neuron.aws.com/checkpoint.json"
+    with_plugin(tmp_path, fake_node("trn2.48xlarge"), body)
 
 
 def test_a_failed_loop_is_not_ready_until_restarted_and_not_live_once_it_keeps_failing(
