@@ -4,7 +4,10 @@ Written atomically (temp file, rename), checksummed, versioned and stamped
 with the boot id. Writers take an exclusive file lock and apply their changes
 to what is on disk at that moment, so two plugin instances during a rolling
 update never lose each other's claims. A corrupt file is set aside, never
-trusted and never fatal; a file from another boot is discarded because its
+trusted and never fatal, and so is anything that is not a regular file of at
+most `MAX_CHECKPOINT_BYTES` (a FIFO, which would block a read forever, a link, a
+directory): it is opened without blocking or following a link, and read to that
+bound. A file from another boot is discarded because its
 CDI specs and devices are gone with that boot.
 
 Not fsynced while the boot id is known. What an fsync adds to the rename is
@@ -20,10 +23,13 @@ told apart, and every write is fsynced, file and directory.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -31,11 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neuron_dra.agent.claims.limits import MAX_CHECKPOINT_BYTES
 from neuron_dra.agent.files.atomicfile import atomic_write
 from neuron_dra.agent.files.dirs import PLUGIN_DIR_MODE, ensure_dir, open_lock_file
 from neuron_dra.agent.files.filestamp import Stamp, stamp
 
+log = logging.getLogger(__name__)
+
 VERSION = 1
+# A boot id is a UUID: 37 bytes with its newline.
+MARKER_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -131,9 +142,12 @@ class CheckpointStore:
         """
         with self._locked():
             try:
-                previous: str | None = self.boot_path.read_text().strip()
-            except FileNotFoundError:
-                previous = None
+                marker = read_regular(self.boot_path, MARKER_BYTES)
+            except CheckpointError as err:
+                # Replaced below; the checkpoint's own boot id decides meanwhile.
+                log.error("boot marker %s ignored: %s", self.boot_path, err)
+                marker = None
+            previous = None if marker is None else marker.decode(errors="replace").strip()
             if previous == boot_id:
                 return False
             if previous is not None:
@@ -153,7 +167,11 @@ class CheckpointStore:
         held here or not, and the kubelet repeats one whose answer it did not get.
         """
         with self._locked():
-            on_disk = self._read(boot_id).claims
+            loaded = self._read(boot_id)
+            if loaded.problem:
+                # Found by a write, not a load: nobody else reports it.
+                log.error(loaded.problem)
+            on_disk = loaded.claims
             claims = dict(on_disk)
             for uid, record in changes.items():
                 if record is None:
@@ -176,18 +194,17 @@ class CheckpointStore:
         # Before the read: a write in between makes the next `changed` true, not false.
         self._seen = stamp(self.path)
         try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return Loaded({})
-        if self._written is not None and self._written[0] == data:
-            saved_boot, claims = self._written[1], self._written[2]
-        else:
-            try:
+            data = read_regular(self.path, MAX_CHECKPOINT_BYTES)
+            if data is None:
+                return Loaded({})
+            if self._written is not None and self._written[0] == data:
+                saved_boot, claims = self._written[1], self._written[2]
+            else:
                 saved_boot, claims = decode(data)
-            except CheckpointError as err:
-                aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-                self.path.replace(aside)
-                return Loaded({}, f"checkpoint {self.path} is corrupt: {err}; moved to {aside}")
+        except CheckpointError as err:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+            self.path.replace(aside)
+            return Loaded({}, f"checkpoint {self.path} is corrupt: {err}; moved to {aside}")
         if saved_boot != boot_id:
             self.path.unlink()
             problem = f"checkpoint {self.path} is from boot {saved_boot}, not {boot_id}; discarded"
@@ -203,6 +220,32 @@ class CheckpointStore:
             yield
         finally:
             os.close(fd)  # releases the lock
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """The bytes of `path`; None when it does not exist; CheckpointError when it is not
+    a regular file of at most `limit` bytes. Never blocks (a FIFO) or follows a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise CheckpointError("a symbolic link, not a regular file") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CheckpointError(f"not a regular file (mode {stat.filemode(mode)})")
+        chunks, size = [], 0
+        while chunk := os.read(fd, limit + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise CheckpointError(f"larger than {limit} bytes")
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def _checksum(body: Mapping[str, Any]) -> str:

@@ -5,11 +5,14 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, TimeoutError
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
+from neuron_dra.agent.claims import cdi
 from neuron_dra.agent.claims.checkpoint import (
     CheckpointError,
     CheckpointStore,
@@ -19,7 +22,13 @@ from neuron_dra.agent.claims.checkpoint import (
     decode,
     encode,
 )
+from neuron_dra.agent.claims.limits import (
+    MAX_CHECKPOINT_BYTES,
+    MAX_ENTRY_BYTES,
+    MAX_RESULTS_PER_CLAIM,
+)
 
+T = TypeVar("T")
 BOOT = "2b3c4d5e-aaaa-4bbb-8ccc-000000000001"
 OTHER_BOOT = "2b3c4d5e-aaaa-4bbb-8ccc-000000000002"
 
@@ -188,6 +197,117 @@ def test_load_of_a_corrupt_file_sets_it_aside(tmp_path: Path) -> None:
     assert str(aside[0]) in loaded.problem
     # Setting it aside means the next start begins clean instead of failing again.
     assert store.load(BOOT) == Loaded({})
+
+
+def in_time(work: Callable[[], T], unblock: Callable[[], None]) -> T:
+    """`work`'s result; a failure, not a hang, if it blocks (then `unblock` ends it)."""
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(work)
+        try:
+            return future.result(timeout=10)
+        except TimeoutError:
+            unblock()
+            raise AssertionError("blocked") from None
+
+
+def open_fifo(path: Path) -> None:
+    """A writer that comes and goes: a reader blocked on the FIFO sees its end."""
+    os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def make_fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def make_link(path: Path) -> None:
+    target = path.with_name("elsewhere.json")
+    target.write_bytes(encode(BOOT, CLAIMS))
+    path.symlink_to(target)
+
+
+def make_directory(path: Path) -> None:
+    path.mkdir()
+
+
+def make_huge(path: Path) -> None:
+    with path.open("wb") as f:
+        f.truncate(MAX_CHECKPOINT_BYTES + 1)
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (make_fifo, "not a regular file (mode prw"),
+        (make_link, "a symbolic link"),
+        (make_directory, "not a regular file (mode d"),
+        (make_huge, f"larger than {MAX_CHECKPOINT_BYTES} bytes"),
+    ],
+    ids=["fifo", "symlink", "directory", "huge"],
+)
+def test_anything_but_a_checkpoint_sized_file_is_set_aside_at_once(
+    tmp_path: Path, make: Callable[[Path], None], says: str
+) -> None:
+    store = store_in(tmp_path)
+    store.path.parent.mkdir(parents=True)
+    make(store.path)
+
+    loaded = in_time(lambda: store.load(BOOT), lambda: open_fifo(store.path))
+
+    assert loaded.claims == {}
+    assert loaded.problem is not None
+    assert says in loaded.problem, loaded.problem
+    assert str(store.path) in loaded.problem
+    assert not store.path.exists() and not store.path.is_symlink()
+    [aside] = store.path.parent.glob("checkpoint.json.corrupt-*")
+    assert str(aside) in loaded.problem
+    # A link is moved, never followed: its target is as it was.
+    if make is make_link:
+        assert decode(store.path.with_name("elsewhere.json").read_bytes())[1] == CLAIMS
+    # The next write starts a checkpoint of its own.
+    assert store.apply(BOOT, CLAIMS) == CLAIMS
+    assert store.load(BOOT) == Loaded(CLAIMS)
+
+
+def test_a_fifo_as_the_boot_marker_is_replaced(tmp_path: Path) -> None:
+    store = store_in(tmp_path)
+    store.apply(BOOT, CLAIMS)
+    os.mkfifo(store.boot_path)
+
+    rebooted = in_time(lambda: store.begin_boot(BOOT), lambda: open_fifo(store.boot_path))
+
+    # No marker to trust: the checkpoint's own boot id decides, and it is this boot's.
+    assert rebooted is False
+    assert store.boot_path.read_text() == BOOT
+    assert store.load(BOOT) == Loaded(CLAIMS)
+
+
+def test_the_size_bound_holds_a_call_of_claims_with_every_name_at_its_longest() -> None:
+    requests = tuple(f"r{i:02d}-" + "q" * 59 for i in range(MAX_RESULTS_PER_CLAIM))
+    uid = "7f0e6b2c-0000-4000-8000-000000000001"
+    device = "d" * 63
+    entry = RecordedDevice(
+        requests,
+        "p" * 253,
+        device,
+        (cdi.device_id(uid, device), cdi.request_device_id(uid, requests[0])),
+    )
+    one = ClaimRecord(uid, "n" * 63, "c" * 253, (entry,))
+    assert len(encode(BOOT, {uid: one})) < MAX_ENTRY_BYTES
+    full = ClaimRecord(uid, one.namespace, one.name, (entry,) * MAX_RESULTS_PER_CLAIM)
+    assert len(encode(BOOT, {uid: full})) < MAX_RESULTS_PER_CLAIM * MAX_ENTRY_BYTES
+
+
+def test_a_write_that_finds_the_checkpoint_corrupt_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = store_in(tmp_path)
+    store.apply(BOOT, CLAIMS)
+    store.path.write_bytes(store.path.read_bytes()[:100])
+
+    assert store.apply(BOOT, {"uid-3": record("uid-3")}) == {"uid-3": record("uid-3")}
+
+    [said] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert said.getMessage().startswith(f"checkpoint {store.path} is corrupt: ")
 
 
 def test_load_from_another_boot_is_discarded(tmp_path: Path) -> None:
