@@ -46,7 +46,7 @@ from neuron_dra.agent.claims.limits import MAX_CLAIMS_PER_CALL
 from neuron_dra.agent.files.dirs import PLUGIN_DIR_MODE, ensure_dir
 from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE, Health
 from neuron_dra.agent.kubelet.resourcehealth import ResourceHealth, ResourceHealthV1alpha1
-from neuron_dra.agent.kubelet.sockets import remove_stale_sockets, socket_paths
+from neuron_dra.agent.kubelet.sockets import is_socket, remove_stale_sockets, socket_paths
 
 if TYPE_CHECKING:
     # Only for types: the kubelet side is served before the preparer is imported.
@@ -206,7 +206,7 @@ class KubeletPlugin:
         # checkpoint loaded (start-up is mostly imports); `serve_claims` ends the wait.
         self._dra = DraV1(preparer)
         self.resource_health = ResourceHealth(pool)
-        self.health = Health()
+        self.health = Health(self.registration_socket)
         self.registration = Registration(self.dra_socket, self.health)
         self.health_port = health_port
         self.health_address = health_address
@@ -248,14 +248,16 @@ class KubeletPlugin:
         await self._start_registration()
 
     async def supervise(self) -> None:
-        """Serve the registration socket again whenever it disappears."""
+        """Serve the registration socket again whenever it disappears (or something else
+        takes its name). Readiness fails from the moment it is gone (see `Health`)."""
         while True:
             await asyncio.sleep(SOCKET_CHECK_INTERVAL_S)
-            if not self.registration_socket.exists():
+            if not is_socket(self.registration_socket):
                 log.warning(
                     "registration socket gone; serving it again",
                     extra={"socket": str(self.registration_socket)},
                 )
+                await self.health.changed()
                 await self._stop_registration()
                 await self._start_registration()
 
@@ -280,11 +282,12 @@ class KubeletPlugin:
         _owner_only(self.registration_socket)
 
     async def _stop_registration(self) -> None:
+        # First: whatever fails below, the kubelet must register the plugin anew.
+        await self.registration.set_registered(False)
         if self._registration_server is not None:
             await self._registration_server.stop(0)
             self._registration_server = None
         self.registration_socket.unlink(missing_ok=True)
-        await self.registration.set_registered(False)
 
 
 def _serve_unix(server: grpc.Server, path: Path) -> None:

@@ -40,6 +40,14 @@ def socket_paths(registrar_dir: Path, plugins_dir: Path, pod_uid: str | None) ->
     return registrar_dir / f"{DRIVER_NAME}-reg.sock", plugins_dir / DRIVER_NAME / "dra.sock"
 
 
+def is_socket(path: Path) -> bool:
+    """Whether the file at `path` itself (not a link's target) is a socket: one lstat."""
+    try:
+        return stat.S_ISSOCK(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def remove_stale_sockets(registrar_dir: Path, plugin_dir: Path) -> list[Path]:
     """Remove this driver's sockets that nothing listens on any more; return them."""
     candidates = [

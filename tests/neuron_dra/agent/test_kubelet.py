@@ -43,6 +43,14 @@ UID = "7f0e6b2c-0000-4000-8000-000000000001"
 BAD = "7f0e6b2c-0000-4000-8000-000000000002"
 
 
+async def until(what: str, check: Callable[[], bool]) -> None:
+    """Poll `check` (what cannot be awaited: a file, another loop's state) for 10 s."""
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.05)
+
+
 def make_preparer(
     tmp_path: Path, root: Path, claims: dict[tuple[str, str], dict[str, Any]]
 ) -> Preparer:
@@ -216,12 +224,6 @@ def test_a_registry_path_briefly_not_a_directory_does_not_end_registration(
     it, holds readiness down and starts it again, so the socket is served once the
     directory is back. Before, the loop died for good and the kubelet never saw the
     plugin again."""
-
-    async def until(what: str, check: Callable[[], bool]) -> None:
-        deadline = asyncio.get_running_loop().time() + 10.0
-        while not check():
-            assert asyncio.get_running_loop().time() < deadline, what
-            await asyncio.sleep(0.05)
 
     async def body(plugin: KubeletPlugin) -> None:
         await plugin.health.set_serving(True, READINESS_SERVICE)
@@ -414,6 +416,57 @@ def test_a_served_again_registration_socket_is_not_ready_until_registered(
         supervisor.cancel()
 
     with_plugin(tmp_path, fake_node("inf2.xlarge"), body)
+
+
+def test_readiness_follows_the_registration_socket(tmp_path: Path, fake_node: FakeNode) -> None:
+    """Whenever the registration socket's file is gone or not a socket, the kubelet
+    cannot find the plugin, and the readiness probe says so at once: before, it said
+    SERVING until the loop served the socket again, and for good where that failed
+    (the registry path not a directory: the unlink before the new socket raised)."""
+    not_serving = health.HealthCheckResponse.NOT_SERVING
+    ready = health.HealthCheckRequest(service=READINESS_SERVICE)
+
+    async def body(plugin: KubeletPlugin) -> None:
+        socket, registry = plugin.registration_socket, plugin.registration_socket.parent
+
+        async def register() -> None:
+            async with grpc.aio.insecure_channel(f"unix://{socket}") as kubelet:
+                await reg_grpc.RegistrationStub(kubelet).NotifyRegistrationStatus(
+                    reg.RegistrationStatus(plugin_registered=True)
+                )
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{plugin.health_port}") as channel:
+            stub = health_grpc.HealthStub(channel)
+
+            async def status() -> int:
+                return int((await stub.Check(ready)).status)
+
+            await register()
+            assert await status() == health.HealthCheckResponse.SERVING
+            socket.unlink()
+            assert await status() == not_serving
+            socket.write_text("not a socket")
+            assert await status() == not_serving
+            socket.unlink()
+            shutil.rmtree(registry)
+            registry.write_text("not a directory")
+            assert await status() == not_serving
+            # The loop that serves the socket again fails on the path, and is started
+            # again and again: never ready meanwhile, whichever step it is at.
+            with pytest.raises(NotADirectoryError):
+                await plugin.supervise()
+            assert await status() == not_serving
+            assert not plugin.registration.registered.is_set()
+            registry.unlink()
+            registry.mkdir()
+            supervisor = asyncio.create_task(plugin.supervise())
+            await until("socket served again", socket.is_socket)
+            assert await status() == not_serving  # until the kubelet registers it anew
+            await register()
+            assert await status() == health.HealthCheckResponse.SERVING
+            supervisor.cancel()
+
+    with_plugin(tmp_path, fake_node("inf2.xlarge"), body, health_port=0)
 
 
 def test_device_health_stream(tmp_path: Path, fake_node: FakeNode) -> None:
