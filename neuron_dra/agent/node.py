@@ -1,6 +1,10 @@
 """The node agent's parts wired together: discovery, health, claims, slices, metrics.
 
-Imported by `run` once the kubelet's sockets are served, in a worker thread.
+Imported by `run` once the kubelet's sockets are served, in a worker thread. Every
+read of the node's sysfs runs off the event loop, in a daemon thread with a
+deadline (`files.offloop`): the first look at the node (`firstlook`), whose
+deadline ends the start; rediscovery and the health poll, one at a time, each
+reported when stalled.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
+from neuron_dra.agent.files.offloop import OneAtATime
+from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.slices import leader
@@ -27,9 +33,10 @@ from neuron_dra.agent.supervisor import Supervisor
 from neuron_dra.agent.telemetry.attribution import PodResources
 from neuron_dra.agent.telemetry.devicemetrics import StatsReader, device_states, health_samples
 from neuron_dra.agent.telemetry.events import EVENT_NAMESPACE, health_event
-from neuron_dra.agent.telemetry.health import Change, HealthMonitor, health_entries
+from neuron_dra.agent.telemetry.health import Change, health_entries
+from neuron_dra.agent.telemetry.healthpoll import HealthPoll
 from neuron_dra.agent.telemetry.metrics import Metrics, Sample
-from neuron_dra.hardware.discovery import boot_id, discover, log_findings
+from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.nodelabels import ultraserver_labels
 from neuron_dra.resources.nodetopology import NodeTopology, from_labels
@@ -43,6 +50,8 @@ CLAIMS_FOLLOW_S = 2.0
 UNKNOWN_BOOT = "unknown"
 # How long after a claim is prepared or unprepared the slices follow what claims hold.
 HELD_SETTLE_S = 1.0
+# Rediscovery takes milliseconds; past this, a sysfs read hangs.
+REDISCOVERY_DEADLINE_S = 30.0
 
 
 class Agent:
@@ -52,14 +61,19 @@ class Agent:
         kube: Kube,
         plugin: KubeletPlugin,
         started: float,
+        *,
+        look: FirstLook,
         after_step: StepHook = no_step_hook,
+        discover_node: Discover = discover,
     ) -> None:
         self.options = options
         self.plugin = plugin
         self._kube = kube
         self._loop = asyncio.get_running_loop()
         self._started = started
-        self.inventory = self._discover()
+        self._discover_node = discover_node
+        self.inventory = look.inventory
+        self._rediscovery = OneAtATime(self._look_again, "neuron-dra-rediscovery")
         # The Node's EC2 network topology labels, followed with the Node.
         self.topology = NodeTopology()
         self._topology_problems: tuple[str, ...] = ()
@@ -77,15 +91,10 @@ class Agent:
             options.pod_resources_socket, DRIVER_NAME, options.node_name
         )
         self.metrics.before_scrape = self.pod_resources.refresh
-        self.health = HealthMonitor(
-            options.sysfs_root,
-            [d.index for d in self.inventory.devices],
-            kmsg=options.kmsg or options.sysfs_root / "dev" / "kmsg",
-            recovery_s=options.health_recovery_s,
-            heartbeat_timeout_s=options.health_heartbeat_timeout_s,
-        )
+        self.health = look.health
+        self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
-        boot = self._boot_id()
+        boot = look.boot_id
         self.preparer = Preparer(
             inventory=lambda: self.inventory,
             pool=options.node_name,
@@ -107,7 +116,7 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`; the kubelet's sockets are served already (see `run.run`)."""
-        self.preparer.start()
+        await asyncio.to_thread(self.preparer.start)
         self._claims_changed()  # the devices restored claims hold
         # The kubelet can prepare from here while the publisher probes the API server.
         self.plugin.serve_claims(self.preparer)
@@ -151,19 +160,14 @@ class Agent:
         )
         return NodeState(self.inventory, unhealthy, self._held, self.topology)
 
-    def _discover(self) -> NodeInventory:
-        result = discover(self.options.sysfs_root)
-        log_findings(result.findings, log)
-        return result.inventory
-
-    def _boot_id(self) -> str | None:
-        found = boot_id(self.options.sysfs_root)
-        if found is None:
-            log.warning(
-                "no boot id: prepared state cannot be told apart across reboots, so every "
-                "checkpoint write is fsynced"
-            )
-        return found
+    def _look_again(self) -> NodeInventory:
+        """Rediscovery, in its daemon thread: the devices found, each watched from now
+        on before the slices publish it."""
+        inventory = read_inventory(self.options.sysfs_root, self._discover_node)
+        indices = [d.index for d in inventory.devices]
+        if indices != [d.index for d in self.inventory.devices]:
+            self.health.follow(indices)
+        return inventory
 
     async def _follow_claims(self) -> None:
         """Take in the other instance's claims as they come (a rolling update), not
@@ -226,13 +230,19 @@ class Agent:
     async def _rediscover(self) -> None:
         while True:
             await asyncio.sleep(self.options.rediscover_interval_s)
-            inventory = await asyncio.to_thread(self._discover)
+            try:
+                inventory = await self._rediscovery.run(REDISCOVERY_DEADLINE_S)
+            except TimeoutError:
+                # Awaited again next time; the devices stay as last found.
+                log.error(
+                    "rediscovery stalled: running for %.0f s (a sysfs read hangs)",
+                    self._rediscovery.running_s,
+                )
+                continue
             if inventory != self.inventory:
                 log.info("Neuron hardware changed; republishing")
                 # UltraServer membership decides whether the pool has counters to lay out.
                 reprobe = inventory.ultraserver != self.inventory.ultraserver
-                # Before the slices: a device that appeared is published once it is watched.
-                await asyncio.to_thread(self.health.follow, [d.index for d in inventory.devices])
                 self.inventory = inventory
                 self.publisher.refresh(self.source.build, reprobe=reprobe)
                 try:
@@ -245,7 +255,7 @@ class Agent:
         while True:
             await asyncio.sleep(self.options.health_interval_s)
             try:
-                changes = await asyncio.to_thread(self.health.poll)
+                changes = await self.health_poll()
                 if not changes:
                     continue
                 self.publisher.refresh(self.source.build)
@@ -323,7 +333,11 @@ async def serve(
     """The agent behind `plugin`'s sockets until `stop`."""
     kube = Kube.connect(options.kubeconfig)
     try:
-        await Agent(options, kube, plugin, started, after_step or no_step_hook).run(stop)
+        look = await look_at_node(options)
+        agent = Agent(
+            options, kube, plugin, started, look=look, after_step=after_step or no_step_hook
+        )
+        await agent.run(stop)
     finally:
         with contextlib.suppress(Exception):
             kube.close()

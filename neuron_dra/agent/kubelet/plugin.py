@@ -78,6 +78,7 @@ MAX_WAITING_CALLS = 256
 class DraV1(dra_v1_grpc.DRAPluginServicer):
     def __init__(self, preparer: Preparer | None) -> None:
         self._preparer = preparer
+        self._refusal = ""
         self._ready = threading.Event()
         if preparer is not None:
             self._ready.set()
@@ -87,20 +88,29 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
         self._preparer = preparer
         self._ready.set()
 
-    def _ready_preparer(self) -> Preparer:
+    def refuse(self, error: str) -> None:
+        """Unless claims are served already: answer every call that waits, and every
+        later one, with `error` (the agent stops before it could serve them)."""
+        if self._preparer is None:
+            self._refusal = error
+            self._ready.set()
+
+    def _ready_preparer(self) -> Preparer | None:
+        """The preparer once it is served; None once refused."""
         self._ready.wait()
-        assert self._preparer is not None
         return self._preparer
 
     def NodePrepareResources(  # noqa: N802 (name fixed by the protocol)
         self, request: dra_v1.NodePrepareResourcesRequest, context: SyncContext
     ) -> dra_v1.NodePrepareResourcesResponse:
         response = dra_v1.NodePrepareResourcesResponse()
-        if error := _too_many(request.claims, "NodePrepareResources", "prepared"):
+        error = _too_many(request.claims, "NodePrepareResources", "prepared")
+        preparer = None if error else self._ready_preparer()
+        if preparer is None:
             for claim in request.claims:
-                response.claims[claim.uid].error = error
+                response.claims[claim.uid].error = error or self._refusal
             return response
-        outcomes = self._ready_preparer().prepare(_refs(request.claims))
+        outcomes = preparer.prepare(_refs(request.claims))
         for uid, outcome in outcomes.items():
             entry = response.claims[uid]
             if outcome.error:
@@ -117,12 +127,14 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
     def NodeUnprepareResources(  # noqa: N802
         self, request: dra_v1.NodeUnprepareResourcesRequest, context: SyncContext
     ) -> dra_v1.NodeUnprepareResourcesResponse:
-        if error := _too_many(request.claims, "NodeUnprepareResources", "unprepared"):
+        error = _too_many(request.claims, "NodeUnprepareResources", "unprepared")
+        preparer = None if error else self._ready_preparer()
+        if preparer is None:
+            answer = dra_v1.NodeUnprepareResourceResponse(error=error or self._refusal)
             return dra_v1.NodeUnprepareResourcesResponse(
-                claims={c.uid: dra_v1.NodeUnprepareResourceResponse(error=error)
-                        for c in request.claims}
-            )  # fmt: skip
-        outcomes = self._ready_preparer().unprepare(_refs(request.claims))
+                claims={c.uid: answer for c in request.claims}
+            )
+        outcomes = preparer.unprepare(_refs(request.claims))
         return dra_v1.NodeUnprepareResourcesResponse(
             claims={uid: _unprepared(o) for uid, o in outcomes.items()}
         )
@@ -266,6 +278,8 @@ class KubeletPlugin:
         await self.health.set_serving(False)
         await self.health.set_serving(False, READINESS_SERVICE)
         await self._stop_registration()
+        # Calls that wait for an agent that never started: answered, not left hanging.
+        self._dra.refuse("the plugin stopped before it could serve claims")
         self.resource_health.close()
         if self._dra_server is not None:
             stopped = self._dra_server.stop(grace)
