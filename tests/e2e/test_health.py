@@ -180,10 +180,14 @@ def test_kernel_error_line_and_recovery(
     health: tuple[Cluster, SimulatedNode, SimulatedNode, int],
 ) -> None:
     cluster, _, node, _ = health
+    device = node.sysfs / "sys/devices/virtual/neuron_device/neuron9"
+    serial = (device / "info/serial_number").read_text().strip()
     with (node.sysfs / "dev/kmsg").open("a") as kmsg:
-        kmsg.write("3,812,9912,-;neuron: neuron9: NEURON_HW_ERR=HBM_UE sq 3\n")
+        # As the Neuron runtime writes it through the driver, naming the device by serial.
+        kmsg.write(f"3,812,9912,-;NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR nd-id=9 nc-id=0 "
+                   f"serial-num={serial} action=TERMINATE_INSTANCE\n")  # fmt: skip
     taints = cluster.wait_for("taint on neurondevice9", lambda: taint_of(node, "neurondevice9"), 10)
-    assert [t["value"] for t in taints] == ["HBM_UE"]
+    assert [t["value"] for t in taints] == ["HBM_UNCORRECTABLE_ERROR"]
     assert "cannot allocate all claims" in unschedulable_reason(
         cluster, submit(cluster, claim_spec(1, cel=DEVICE_9), node.name)
     )

@@ -13,9 +13,10 @@ device's own health files the first the Neuron driver writes is read:
 A device with none of them (Inferentia, whose driver writes no ECC counters; a
 driver that moved them) is unwatched: logged once, counted in `unwatched`. Besides:
 - the device's sysfs directory or /dev node vanishing;
-- kernel log lines carrying NEURON_HW_ERR=<kind> (read from /dev/kmsg or any
-  file with the same lines); a line naming neuronN affects that device, a line
-  naming none affects every device;
+- the kernel's records of `NEURON_HW_ERR=<KIND>` in /dev/kmsg, as the Neuron
+  runtime writes them through the driver (`kernellog` says which records count); a
+  record naming a device (its serial number, or neuronN) affects that device, a
+  record naming none affects every device;
 - optionally, `healthcheck_heartbeat` standing still for `heartbeat_timeout_s`.
 A device returns to service when its cause goes away (the directory or node
 comes back, the subsystem list empties, the counters reset with a driver reload)
@@ -43,6 +44,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from consts import DEVICE_NAME_PREFIX, NODE_DEVICE_NAME
+from neuron_dra.agent.telemetry import kernellog
 from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.discovery import DEV_DIR, DEVICES_DIR
 from neuron_dra.hardware.driverformats import HEALTH_STATUS_DIR, UNREACHABLE
@@ -52,8 +54,6 @@ from neuron_dra.hardware.sysfsfile import ascii_int, read_if_present, reason
 
 log = logging.getLogger(__name__)
 
-_HW_ERR_RE = re.compile(r"NEURON_HW_ERR=([A-Za-z0-9_.-]{1,63})")
-_DEVICE_RE = re.compile(r"\bneuron(\d{1,4})\b")
 _COMPONENT_RE = re.compile(r"[a-z0-9_]{1,40}")
 MAX_KIND = 63  # a taint value is a label value
 
@@ -91,11 +91,12 @@ COUNTERS: Mapping[Source, Mapping[str, Kind]] = {
     },
 }
 COMPONENTS_FILE = f"{HEALTH_STATUS_DIR}/unhealthy_components"
+SERIAL_FILE = "info/serial_number"
 
 
 @dataclass(frozen=True)
 class Problem:
-    kind: str  # a Kind, the failing subsystems, or the NEURON_HW_ERR kind as the kernel spelled it
+    kind: str  # a Kind, the failing subsystems, or the NEURON_HW_ERR kind as the runtime spelled it
     detail: str
     since: float
     recoverable_by_time: bool = True  # no state to re-check: only time clears it
@@ -337,16 +338,33 @@ class HealthMonitor:
             if not chunk:
                 break
             data += chunk
+        scan = kernellog.scan(data.decode(errors="replace"))
+        if scan.not_records:
+            self._report_once(
+                f"{self._kmsg} records",
+                f"{self._kmsg}: {scan.not_records} lines are not /dev/kmsg records; only "
+                "the kernel's records count as hardware errors",
+            )
         found = []
-        for line in data.decode(errors="replace").splitlines():
-            match = _HW_ERR_RE.search(line)
-            if match is None:
-                continue
-            named = [int(n) for n in _DEVICE_RE.findall(line)]
-            devices = [d for d in named if d in self._devices] if named else self._devices
-            problem = Problem(match.group(1), line.strip()[-200:], now)
-            found += [(d, problem) for d in devices]
+        for error in scan.errors:
+            problem = Problem(error.kind, error.detail, now)
+            found += [(d, problem) for d in self._named(error)]
         return found
+
+    def _named(self, error: kernellog.HardwareError) -> list[int]:
+        """The devices an error names: by serial number, else as neuronN, else all."""
+        if error.serial is not None:
+            serials = {d: self._serial(d) for d in self._devices}
+            by_serial = [d for d, serial in serials.items() if serial == error.serial]
+            if by_serial:
+                return by_serial
+        if error.devices:
+            return [d for d in self._devices if d in error.devices]
+        return self._devices
+
+    def _serial(self, device: int) -> str | None:
+        text = self._read(self._root / DEVICES_DIR / f"neuron{device}" / SERIAL_FILE)
+        return text.lower().removeprefix("0x") if text else None
 
     def _report_once(self, source: str, message: str) -> None:
         if source not in self._failing_sources:

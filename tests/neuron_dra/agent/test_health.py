@@ -69,22 +69,68 @@ def test_recovery_after_the_configured_time_forgives_old_errors(fake_node: FakeN
     assert [c.device for c in health.poll()] == [1]
 
 
+def serial(root: Path, device: int) -> str:
+    path = root / f"sys/devices/virtual/neuron_device/neuron{device}/info/serial_number"
+    return path.read_text().strip()
+
+
+def hw_error(kind: str, serial: str = "", pri: int = 3) -> str:
+    """A /dev/kmsg record as the Neuron runtime writes it through the driver (KERN_ERR)."""
+    fields = f" serial-num={serial}" if serial else ""
+    return (
+        f"{pri},1234,5678,-;NEURON_HW_ERR={kind} instance-id=i-0592464924bd45322 "
+        f"hostname=ip-172-31-61-252 nd-id=0 nc-id=0{fields} action=TERMINATE_INSTANCE\n"
+    )
+
+
 def test_kernel_error_lines(fake_node: FakeNode) -> None:
     root = fake_node("trn2.48xlarge")
     clock = Clock()
     health = monitor(root, clock, recovery=30)
     with (root / "dev/kmsg").open("a") as kmsg:
-        kmsg.write("6,1234,5678,-;neuron: neuron3: NEURON_HW_ERR=HBM_UE address 0x10\n")
+        kmsg.write(hw_error("HBM_UNCORRECTABLE_ERROR", serial(root, 3)))
         kmsg.write("6,1235,5679,-;unrelated line\n")
     [change] = health.poll()
-    assert change.device == 3 and change.problem is not None and change.problem.kind == "HBM_UE"
+    assert change.device == 3 and change.problem is not None
+    assert change.problem.kind == "HBM_UNCORRECTABLE_ERROR"
     with (root / "dev/kmsg").open("a") as kmsg:
-        kmsg.write("3,1236,5680,-;neuron: NEURON_HW_ERR=DMA_ABORT\n")  # no device: all of them
+        kmsg.write("3,1236,5680,-;NEURON_HW_ERR=DMA_ERROR neuron7\n")  # named the old way
+    assert [(c.device, c.problem and c.problem.kind) for c in health.poll()] == [(7, "DMA_ERROR")]
+    with (root / "dev/kmsg").open("a") as kmsg:
+        kmsg.write(hw_error("DMA_ERROR"))  # no device: all of them
     changes = health.poll()
-    assert sorted(c.device for c in changes) == list(range(16))  # 3: a new kind is news
-    assert {c.problem.kind for c in changes if c.problem} == {"DMA_ABORT"}
+    assert sorted(c.device for c in changes) == sorted(set(range(16)) - {7})  # 3: new kind
+    assert {c.problem.kind for c in changes if c.problem} == {"DMA_ERROR"}
     clock.now += 30
     assert len(health.poll()) == 16 and health.problems == {}
+
+
+def test_kernel_lines_a_process_can_write_take_no_device_out(
+    fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An unprivileged process named `NEURON_HW_ERR=x` that segfaults or runs out of
+    # memory gets its name into kernel records; a process that may write /dev/kmsg
+    # gets LOG_USER records; a syslog file's `kernel:` is anyone's to write.
+    root = fake_node("trn2.48xlarge")
+    health = monitor(root, Clock())
+    spoofs = [
+        "6,1240,5700,-;NEURON_HW_ERR=x[1234]: segfault at 0 ip 0000561f2a3b4c5d sp "
+        "00007ffd1e2f3a40 error 4 in x[561f2a3b4000+1000] likely on CPU 3 (core 3, socket 0)\n",
+        "4,1241,5701,-;NEURON_HW_ERR=x invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), "
+        "order=0, oom_score_adj=0\n",
+        hw_error("SRAM_UNCORRECTABLE_ERROR", serial(root, 5), pri=11),  # written as <3>
+        "12,1242,5702,-;neuron: neuron3: NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR\n",
+        "3,1243,5703,-;neuron:ncdev_ioctl: pid 7 NEURON_HW_ERR=DMA_ERROR\n",  # not at start
+        "Nov 28 00:00:00 ip-10-0-1-7 kernel: NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR\n",
+    ]
+    with (root / "dev/kmsg").open("a") as kmsg:
+        kmsg.writelines(spoofs)
+    with caplog.at_level(logging.WARNING):
+        assert health.poll() == [] and health.problems == {}
+        with (root / "dev/kmsg").open("a") as kmsg:
+            kmsg.write("not a record either\n")
+        assert health.poll() == []
+    assert sum("not /dev/kmsg records" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_lines_already_in_the_log_at_start_are_history(fake_node: FakeNode) -> None:
