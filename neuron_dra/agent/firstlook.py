@@ -15,6 +15,7 @@ from pathlib import Path
 from neuron_dra.agent.files.offloop import bounded
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.telemetry.health import HealthMonitor
+from neuron_dra.agent.telemetry.mounts import Check, check_root
 from neuron_dra.hardware.discovery import Discovery, boot_id, discover, log_findings
 from neuron_dra.hardware.inventory import NodeInventory
 
@@ -37,6 +38,7 @@ class FirstLook:
     inventory: NodeInventory
     boot_id: str | None
     health: HealthMonitor
+    read_only_mounts: tuple[Check, ...]  # the host mounts meant read-only all the way down
 
 
 def first_look(options: RunOptions, discover_node: Discover = discover) -> FirstLook:
@@ -54,7 +56,7 @@ def first_look(options: RunOptions, discover_node: Discover = discover) -> First
         recovery_s=options.health_recovery_s,
         heartbeat_timeout_s=options.health_heartbeat_timeout_s,
     )
-    return FirstLook(inventory, found, health)
+    return FirstLook(inventory, found, health, check_root(options.sysfs_root, options.mountinfo))
 
 
 def read_inventory(root: Path, discover_node: Discover) -> NodeInventory:

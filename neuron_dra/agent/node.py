@@ -36,6 +36,7 @@ from neuron_dra.agent.telemetry.events import EVENT_NAMESPACE, health_event
 from neuron_dra.agent.telemetry.health import Change, health_entries
 from neuron_dra.agent.telemetry.healthpoll import HealthPoll
 from neuron_dra.agent.telemetry.metrics import Metrics, Sample
+from neuron_dra.agent.telemetry.mounts import read_only_samples
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.nodelabels import ultraserver_labels
@@ -74,6 +75,7 @@ class Agent:
         self._discover_node = discover_node
         self.inventory = look.inventory
         self._rediscovery = OneAtATime(self._look_again, "neuron-dra-rediscovery")
+        self.read_only_mounts = look.read_only_mounts
         # The Node's EC2 network topology labels, followed with the Node.
         self.topology = NodeTopology()
         self._topology_problems: tuple[str, ...] = ()
@@ -292,6 +294,7 @@ class Agent:
         registered = self.plugin.registration.registered.is_set()
         samples.append(Sample("neuron_dra_registered", (), float(registered)))
         samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)
+        samples += read_only_samples(self.read_only_mounts)
         up = float(self.pod_resources.up)
         samples.append(Sample("neuron_dra_pod_resources_up", (("node", node),), up))
         samples += self.pod_resources.samples(self.inventory, node)

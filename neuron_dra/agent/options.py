@@ -29,6 +29,8 @@ class RunOptions:
     health_heartbeat_timeout_s: float = 0.0
     # The kubelet's PodResources API, which says which containers hold which devices.
     pod_resources_path: Path | None = None  # default: beside the plugins directory
+    # Where the container's mounts are read, to see that the read-only ones are so below.
+    mountinfo: Path = Path("/proc/self/mountinfo")
 
     @property
     def pod_resources_socket(self) -> Path:

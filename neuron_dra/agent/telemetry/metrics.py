@@ -98,6 +98,11 @@ METRICS: dict[str, Spec] = {
         "Devices with no sysfs health source the driver can read (neither "
         "stats/hardware/health_status nor ECC counters).",
     ),
+    "neuron_dra_recursive_readonly_mounts": Spec(
+        "gauge",
+        "Host mounts the DaemonSet asks to be recursively read-only, by state: effective, "
+        "or not_effective (a mount below one is still read-write: the runtime fell back).",
+    ),
     "neuron_dra_pod_resources_up": Spec(
         "gauge", "1 when the kubelet's PodResources API answered at this scrape."
     ),
