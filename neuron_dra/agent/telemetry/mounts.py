@@ -90,7 +90,7 @@ def check_root(root: Path, mountinfo: Path) -> tuple[Check, ...]:
     fallen = [c for c in checks if not c.effective]
     if fallen:
         log.warning(
-            "host mounts %s are read-only only at the top: %s stay writable in this "
+            "host mounts %s are not read-only all the way down: %s stay writable in this "
             "container; recursiveReadOnly needs %s",
             ", ".join(c.point for c in fallen),
             ", ".join(p for c in fallen for p in c.writable),

@@ -83,7 +83,7 @@ def test_a_fallback_is_a_warning_naming_mounts_and_runtimes(
         mountinfo.write_text(EFFECTIVE)
         assert all(c.effective for c in check_root(Path("/host"), mountinfo))
     [warning] = [r.getMessage() for r in caplog.records]
-    assert "host mounts /host/sys, /host/dev are read-only only at the top" in warning
+    assert "host mounts /host/sys, /host/dev are not read-only all the way down" in warning
     assert "/host/dev/shm" in warning and "containerd 2.0 or CRI-O 1.30" in warning
     assert "runc 1.1" in warning and "Linux 5.12" in warning
 
