@@ -4,23 +4,27 @@
 #   sudo scripts/build-image.sh OUTPUT.tar [IMAGE_NAME]
 #
 # The same image idea as the Dockerfile (which needs `docker build`), made from
-# Debian's packages instead of the python:3.11-slim image:
-#   - the Dockerfile's builder stage runs on the host: the project's wheel
-#     (`pip wheel --no-deps`), then binary wheels of exactly the pinned runtime
-#     dependencies (constraints.txt; not the `tools` or `dev` extras);
+# Debian's packages instead of the python:3.11-slim image; the release's image:
+#   - the Dockerfile's builder stage runs on the host, every file it fetches
+#     checked against a sha256 in requirements/ (scripts/lock.py writes them): a
+#     scratch venv gets pip and setuptools from requirements/build.txt
+#     (`--require-hashes`), builds the project's wheel with them
+#     (`--no-build-isolation`: no build tool fetched unpinned), then downloads
+#     the binary wheels of requirements/image.txt, the pinned runtime dependencies
+#     (not the `tools` or `dev` extras), for the image's Python and architecture;
 #   - the base is a Debian bookworm root file system from mmdebstrap (Essential
 #     packages, python3 and libstdc++6 for grpcio; no docs, man pages or locales);
 #   - the rootfs's own python3 installs the wheels inside a chroot, offline, to
-#     /usr/local, with pip run from its wheel: pip, setuptools and wheel are never
-#     installed in the image;
+#     /usr/local, `--require-hashes` again, with the scratch venv's pip run from
+#     outside: pip, setuptools and wheel are never installed in the image;
 #   - umoci writes the OCI layout: entrypoint ["neuron-dra", "run"], user 0:0
 #     (the Dockerfile says why root), and the archive at OUTPUT.tar is a tar of
 #     that layout, for `ctr -n k8s.io images import` (the index names the image
 #     with io.containerd.image.name) or `skopeo copy oci-archive:...`.
 #
 # IMAGE_NAME defaults to localhost/neuron-dra:<version in pyproject.toml>.
-# Environment: PYTHON (host interpreter for pip wheel, default python3; must be
-# the image's Python minor version), DEBIAN_MIRROR (default
+# Environment: PYTHON (host interpreter, default python3: 3.11 or later with pip
+# 22.3 or later; the wheels are chosen for the image's 3.11 whatever it is), DEBIAN_MIRROR (default
 # http://deb.debian.org/debian), DEBIAN_SECURITY_MIRROR (default
 # http://deb.debian.org/debian-security), TMPDIR (scratch space, ~400 MiB).
 #
@@ -29,7 +33,7 @@
 set -euo pipefail
 
 readonly SUITE=bookworm
-readonly IMAGE_PYTHON=3.11 # python3 of $SUITE; the host builds cp311 wheels for it
+readonly IMAGE_PYTHON=3.11 # python3 of $SUITE: the wheels downloaded are cp311 ones
 
 usage() {
     echo "usage: $0 OUTPUT.tar [IMAGE_NAME]" >&2
@@ -62,10 +66,12 @@ for tool in mmdebstrap umoci; do
 done
 [[ ${#missing[@]} -eq 0 ]] || die 3 "missing ${missing[*]}: apt-get install mmdebstrap umoci"
 command -v "$python" >/dev/null || die 3 "no host Python '$python' (set PYTHON)"
-host_python=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-[[ $host_python == "$IMAGE_PYTHON" ]] ||
-    die 3 "host $python is Python $host_python; the image's is $IMAGE_PYTHON (set PYTHON)"
-"$python" -m pip --version >/dev/null 2>&1 || die 3 "$python has no pip"
+# tomllib (3.11) reads pyproject.toml; pip's --python (22.3) fills the scratch venv.
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    die 3 "host $python is older than Python 3.11 (set PYTHON)"
+"$python" -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))' 2>/dev/null ||
+    die 3 "$python has no pip, or one older than 22.3 (no --python)"
+arch=$(uname -m)
 
 version=$("$python" -c 'import sys, tomllib
 with open(sys.argv[1], "rb") as f:
@@ -87,29 +93,44 @@ trap cleanup EXIT
 
 start=$SECONDS
 echo "build-image: wheels (the Dockerfile's builder stage)" >&2
+# The build tools from the lock, by hash, in a venv of their own: the host's pip
+# only installs them there.
+tools=$work/tools
+"$python" -m venv --without-pip "$tools"
+"$python" -m pip --python "$tools/bin/python" install --quiet --disable-pip-version-check \
+    --require-hashes --only-binary=:all: -r "$repo/requirements/build.txt"
+pip=("$tools/bin/python" -m pip --quiet --disable-pip-version-check)
 # A copy of the packaged files: the build writes scratch files beside its sources.
-mkdir -p "$work/src" "$work/wheels"
-cp -a "$repo/constraints.txt" "$repo/pyproject.toml" "$repo/README.md" \
+mkdir -p "$work/src" "$work/wheels" "$work/pip"
+cp -a "$repo/pyproject.toml" "$repo/README.md" \
     "$repo/api" "$repo/consts" "$repo/neuron_dra" "$work/src/"
 find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
-pip=("$python" -m pip --quiet --disable-pip-version-check)
-"${pip[@]}" wheel --no-deps --wheel-dir "$work/wheels" "$work/src"
+"${pip[@]}" wheel --no-deps --no-build-isolation --wheel-dir "$work/wheels" "$work/src"
 wheel=$(find "$work/wheels" -name 'neuron_dra-*.whl' -print -quit)
 [[ -n $wheel ]] || die 1 "pip wheel made no neuron_dra wheel"
-"${pip[@]}" wheel --only-binary=:all: --constraint "$work/src/constraints.txt" \
-    --wheel-dir "$work/wheels" "$wheel"
-# The pip that installs them in the image runs from its wheel and stays outside.
-pip_version=$("$python" -c 'import pip; print(pip.__version__)')
-"${pip[@]}" download --no-deps --only-binary=:all: --dest "$work/pip" "pip==$pip_version"
-pip_wheel=$(find "$work/pip" -name 'pip-*.whl' -print -quit)
-cp "$work/src/constraints.txt" "$work/wheels/"
+# Wheels for the image's interpreter, not the host's: CPython 3.11 on glibc 2.36
+# (bookworm's), any manylinux tag up to that.
+target=(--only-binary=:all: --implementation cp --python-version "$IMAGE_PYTHON"
+    --abi "cp${IMAGE_PYTHON/./}" --platform "manylinux2014_$arch")
+for glibc_minor in $(seq 17 36); do
+    target+=(--platform "manylinux_2_${glibc_minor}_$arch")
+done
+"${pip[@]}" download --require-hashes "${target[@]}" --dest "$work/wheels" \
+    -r "$repo/requirements/image.txt"
+cp "$repo/requirements/image.txt" "$work/wheels/"
+# The pip that installs them in the image is the venv's, run from a copy outside the
+# image's site-packages.
+site=$("$tools/bin/python" -c 'import pip, pathlib; print(pathlib.Path(pip.__file__).parent.parent)')
+cp -a "$site"/pip "$site"/pip-*.dist-info "$work/pip/"
 
 echo "build-image: rootfs (mmdebstrap $SUITE)" >&2
 rootfs=$work/rootfs
-# env -i: none of the host's PIP_* or PYTHON* settings reach the image's pip.
-install=(env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 python3 "/tmp/pip/$(basename -- "$pip_wheel")/pip" install --no-cache-dir
-    --disable-pip-version-check --no-index --find-links /tmp/wheels
-    --constraint /tmp/wheels/constraints.txt --break-system-packages neuron-dra)
+# env -i: none of the host's PIP_* or PYTHON* settings reach the image's pip. The locked
+# dependencies first, each checked against its hash; then the project's wheel, built
+# here, whose requirements they must already satisfy (no index to find others in).
+install=(env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 PYTHONPATH=/tmp/pip
+    python3 -m pip install --no-cache-dir --disable-pip-version-check --no-index
+    --find-links /tmp/wheels --break-system-packages)
 # The hooks' "$1" is the rootfs, expanded by the shell mmdebstrap runs them in.
 # shellcheck disable=SC2016
 mmdebstrap --variant=essential --include=python3,libstdc++6 \
@@ -123,7 +144,8 @@ mmdebstrap --variant=essential --include=python3,libstdc++6 \
     --customize-hook='mkdir -p "$1/tmp/wheels" "$1/tmp/pip"' \
     --customize-hook="sync-in $work/wheels /tmp/wheels" \
     --customize-hook="sync-in $work/pip /tmp/pip" \
-    --customize-hook="chroot \"\$1\" ${install[*]}" \
+    --customize-hook="chroot \"\$1\" ${install[*]} --require-hashes -r /tmp/wheels/image.txt" \
+    --customize-hook="chroot \"\$1\" ${install[*]} /tmp/wheels/$(basename -- "$wheel")" \
     --customize-hook='rm -rf "$1/tmp/wheels" "$1/tmp/pip" "$1/root/.cache"' \
     --customize-hook='rm -f "$1"/var/log/*.log "$1"/var/log/apt/*.log "$1"/var/lib/dpkg/*-old "$1"/var/cache/debconf/*-old' \
     "$SUITE" "$rootfs" \

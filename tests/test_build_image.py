@@ -40,7 +40,8 @@ def test_driver_hash_covers_every_input() -> None:
         str(path.relative_to(images.REPO))
         for path in images._files(images.REPO / name for name in images.DRIVER_INPUTS)
     }
-    assert {"scripts/build-image.sh", "constraints.txt", "pyproject.toml"} <= inputs
+    assert {"scripts/build-image.sh", "requirements/image.txt", "requirements/build.txt",
+            "pyproject.toml"} <= inputs  # fmt: skip
     assert {"neuron_dra/__init__.py", "api/__init__.py", "consts/__init__.py"} <= inputs
     assert not any("__pycache__" in p for p in inputs)
 

@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -228,6 +229,69 @@ def test_image_build_context_holds_the_packages() -> None:
     for package in PACKAGES:
         assert f"COPY {package} ./{package}" in dockerfile
         assert f"!{package}/" in ignore
-    for name in ("pyproject.toml", "README.md", "constraints.txt"):
+    for name in ("pyproject.toml", "README.md", "requirements/"):
         assert f"!{name}" in ignore
+    assert "COPY requirements ./requirements" in dockerfile
+    assert "--require-hashes -r /wheels/image.txt" in dockerfile
+    assert "--no-build-isolation" in dockerfile
     assert 'ENTRYPOINT ["neuron-dra", "run"]' in dockerfile
+
+
+def lock_entries(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """A lock's packages: canonical name -> (pinned version, sha256 hashes)."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    text = re.sub(r"\\\n", " ", path.read_text())
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        requirement = Requirement(words[0])
+        (specifier,) = requirement.specifier
+        assert specifier.operator == "==", f"{path.name}: {words[0]} is not pinned"
+        hashes = [w.removeprefix("--hash=sha256:") for w in words[1:]]
+        assert hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), words[0]
+        entries[canonicalize_name(requirement.name)] = (specifier.version, hashes)
+    return entries
+
+
+def constraint_pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_the_image_lock_is_the_runtime_closure_at_the_pinned_versions() -> None:
+    """requirements/image.txt, which the image installs with --require-hashes, holds every
+    runtime dependency of the driver and nothing else, at constraints.txt's versions, each
+    with its files' hashes. (scripts/lock.py --check, in tests/e2e/test_release.py,
+    regenerates it from the index.)"""
+    image = lock_entries(REPO / "requirements/image.txt")
+    runtime = set(requirement_closure("neuron-dra")) - {"neuron-dra"}
+    assert set(image) == runtime
+    pins = constraint_pins()
+    assert {name: version for name, (version, _) in image.items()} == {
+        name: pins[name] for name in image
+    }
+
+
+def test_the_build_tools_are_locked_at_the_pinned_versions() -> None:
+    """What builds the image and checks the locks, by hash: pip, setuptools (the build
+    backend, fetched by no build isolation), uv."""
+    pins = constraint_pins()
+    for lock, names in (("build.txt", {"pip", "setuptools"}), ("uv.txt", {"uv"})):
+        entries = lock_entries(REPO / "requirements" / lock)
+        assert {n: v for n, (v, _) in entries.items()} == {n: pins[n] for n in names}, lock
+    backend = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
+    (requirement,) = (Requirement(r) for r in backend["requires"])
+    assert requirement.name == "setuptools"
+    assert requirement.specifier.contains(pins["setuptools"])
+
+
+def test_a_lock_without_a_hash_is_refused(tmp_path: Path) -> None:
+    lock = tmp_path / "image.txt"
+    lock.write_text("grpcio==1.85.1 \\\n    --hash=sha256:" + "a" * 64 + "\nprotobuf==7.36.2\n")
+    with pytest.raises(AssertionError, match="protobuf"):
+        lock_entries(lock)

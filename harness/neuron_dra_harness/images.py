@@ -35,10 +35,10 @@ from neuron_dra_harness.build import cache_root
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build-image.sh"
-# What the driver's image is made of: the script, the pins, and everything the wheel packs.
+# What the driver's image is made of: the script, the locks, and everything the wheel packs.
 DRIVER_INPUTS = (
     "scripts/build-image.sh",
-    "constraints.txt",
+    "requirements",
     "pyproject.toml",
     "README.md",
     "neuron_dra",
