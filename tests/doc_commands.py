@@ -31,6 +31,7 @@ HELM = "tests/e2e/test_helm.py::test_the_documented_helm_commands_run"
 RELEASE = "tests/e2e/test_release.py::test_the_documented_release_commands_run"
 IMAGE = "tests/test_docs.py::test_the_image_build_command_is_the_one_the_real_node_runs"
 PROMTOOL = "tests/e2e/test_monitoring.py::test_the_documented_promtool_commands_run"
+VERIFY = "tests/test_release_workflow.py::test_the_verification_commands_match_the_signer"
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,8 @@ def runner(command: DocCommand) -> str:
         return IMAGE
     if program == "promtool":
         return PROMTOOL
+    if program == "cosign":
+        return VERIFY
     raise ValueError(f"{command}: no test runs {program!r}")
 
 

@@ -1,21 +1,30 @@
 """`scripts/release.sh`: one version's image archive, packaged chart and checksums,
-the version taken from pyproject.toml and refused where the chart disagrees."""
+the version taken from pyproject.toml and refused where the chart disagrees; and the
+release workflow's steps that need no registry, run as GitHub runs them, so the workflow
+cannot drift from what is tested here."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from neuron_dra_harness import images
-from tests import doc_commands
+from tests import doc_commands, release_workflow
+from tests.release_workflow import LOCAL, REMOTE, SHELL, Step
 
 pytestmark = pytest.mark.e2e
 
@@ -67,3 +76,231 @@ def test_a_chart_of_another_version_is_refused(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert f"Chart.yaml version is 9.9.9, pyproject.toml says {VERSION}" in result.stderr
+
+
+REGISTRY = "registry.example/ml"
+EMULATED = (
+    "actions/checkout", "actions/setup-python", "azure/setup-helm",
+    "actions/upload-artifact", "actions/download-artifact", "sigstore/cosign-installer",
+)  # fmt: skip
+
+
+@dataclass
+class Run:
+    """One run of the release workflow here: each job's workspace and what ran."""
+
+    root: Path
+    base_env: dict[str, str]
+    context: dict[str, str] = field(default_factory=dict)
+    path: list[str] = field(default_factory=list)  # what the setup actions put first
+    workspaces: dict[str, Path] = field(default_factory=dict)
+    ran: list[str] = field(default_factory=list)  # the run steps, job/name
+
+    def env(self, job: dict[str, str], step: Step) -> dict[str, str]:
+        steps = {k: release_workflow.expand(v, self.context) for k, v in step.env}
+        path = ":".join([*reversed(self.path), self.base_env["PATH"]])
+        return {**self.base_env, **job, **steps, "PATH": path}
+
+
+def copy_of_the_checkout(destination: Path) -> None:
+    """The repository's files as a checkout has them: tracked and new, not ignored."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=REPO, check=True,
+                            capture_output=True).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+
+
+def emulate(run: Run, job: str, step: Step, settings: dict[str, Any]) -> None:
+    """What the pinned action does, done here (the action itself is JavaScript run by
+    GitHub's runner)."""
+    action = step.uses.partition("@")[0]
+    workspace = run.workspaces[job]
+    if action == "actions/checkout":
+        assert settings == {"persist-credentials": False}
+        copy_of_the_checkout(workspace)
+    elif action == "actions/setup-python":
+        wanted = settings["python-version"]
+        if f"{sys.version_info[0]}.{sys.version_info[1]}" != wanted:
+            pytest.skip(f"the workflow's Python is {wanted}, this one is {sys.version}")
+        venv = run.root / "setup-python"
+        if not venv.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        run.path.append(str(venv / "bin"))
+    elif action == "azure/setup-helm":
+        run.path.append(str(Path(run.base_env["HELM_DIR"])))
+    elif action == "actions/upload-artifact":
+        shutil.copytree(workspace / settings["path"], run.root / "artifacts" / settings["name"])
+    elif action == "actions/download-artifact":
+        shutil.copytree(run.root / "artifacts" / settings["name"], workspace / settings["path"])
+    else:
+        assert action in EMULATED, f"no emulation of {step.uses}"
+
+
+def run_step(run: Run, job_env: dict[str, str], step: Step, number: int) -> dict[str, str]:
+    """A run step as GitHub runs it: its script in a file given to the workflow's shell,
+    in the job's workspace; returns its outputs and adds what it wrote to GITHUB_ENV."""
+    files = run.root / "steps" / f"{number:02}"
+    files.mkdir(parents=True)
+    script, github_env, github_output = files / "script", files / "env", files / "output"
+    script.write_text(step.run)
+    github_env.touch()
+    github_output.touch()
+    env = run.env(job_env, step) | {"GITHUB_ENV": str(github_env),
+                                    "GITHUB_OUTPUT": str(github_output)}  # fmt: skip
+    done = subprocess.run([*SHELL, str(script)], cwd=run.workspaces[step.job], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, (step.name, done.stdout[-3000:], done.stderr[-3000:])
+    job_env.update(release_workflow.read_assignments(github_env))
+    return release_workflow.read_assignments(github_output)
+
+
+def run_workflow(root: Path, base_env: dict[str, str]) -> Run:
+    """Every job of the release workflow in order, with its actions emulated, its LOCAL
+    run steps run as written and its REMOTE ones left out."""
+    workflow = release_workflow.load()
+    run = Run(root, base_env, context={"vars.REGISTRY": REGISTRY})
+    number = 0
+    for job in release_workflow.job_order(workflow):
+        spec = workflow["jobs"][job]
+        run.workspaces[job] = root / "workspaces" / job
+        run.workspaces[job].mkdir(parents=True)
+        run.path.clear()
+        job_env = {k: release_workflow.expand(str(v), run.context)
+                   for k, v in spec.get("env", {}).items()}  # fmt: skip
+        for step, raw in zip(release_workflow.steps(workflow, job), spec["steps"], strict=True):
+            number += 1
+            if step.uses:
+                emulate(run, job, step, raw.get("with", {}))
+            elif step.name in LOCAL:
+                outputs = run_step(run, job_env, step, number)
+                run.context |= {f"steps.{step.id}.outputs.{k}": v for k, v in outputs.items()}
+                run.ran.append(f"{job}/{step.name}")
+            else:
+                assert step.name in REMOTE, step.name
+        run.context |= {f"needs.{job}.outputs.{k}": release_workflow.expand(str(v), run.context)
+                        for k, v in spec.get("outputs", {}).items()}  # fmt: skip
+    return run
+
+
+@pytest.fixture(scope="module")
+def released(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    if os.geteuid() != 0 or images.missing_tools():
+        pytest.skip(f"building the image needs root and {', '.join(images.missing_tools())}")
+    root = tmp_path_factory.mktemp("workflow")
+    shims = root / "shims"
+    shims.mkdir()
+    if shutil.which("sudo") is None:  # root already: sudo runs the command as it is
+        (shims / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+        (shims / "sudo").chmod(0o755)
+    # The machine's environment (its proxy and CA settings), less this test's Python's.
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}  # fmt: skip
+    base_env = {
+        **inherited,
+        "PATH": f"{shims}:{os.environ['PATH']}",
+        "TMPDIR": str(root),
+        "HELM_DIR": str(helm_bin.parent),
+        "GITHUB_REF_NAME": f"v{VERSION}",
+        "GITHUB_REPOSITORY": "example/neuron-dra",
+    }
+    return run_workflow(root, base_env)
+
+
+def test_the_workflows_local_steps_run_as_written(released: Run) -> None:
+    """Version check, lock check, build and checksums in the build job; the checksums
+    again in the publish job, on the artifact it downloaded and without a checkout."""
+    assert released.ran == [
+        "build/The tag is the package's version", "build/The locks are up to date",
+        "build/Build", "build/Checksums", "publish/Checksums",
+    ]  # fmt: skip
+    assert released.context["needs.build.outputs.version"] == VERSION
+    dist = released.workspaces["publish"] / "dist"
+    assert sorted(p.name for p in dist.iterdir()) == sorted(
+        [f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz", "SHA256SUMS"]
+    )
+    assert sorted(p.name for p in released.workspaces["publish"].iterdir()) == ["dist"]
+    with tarfile.open(dist / f"neuron-dra-{VERSION}.oci.tar") as archive:
+        member = archive.extractfile("index.json")
+        assert member is not None
+        index = json.loads(member.read())
+    names = {m["annotations"].get("io.containerd.image.name") for m in index["manifests"]}
+    assert names == {f"{REGISTRY}/neuron-dra:{VERSION}"}
+
+
+def image_distributions(archive: Path) -> dict[str, str]:
+    """The Python distributions installed in the image: name -> version, from the
+    dist-info directories of its layers."""
+    found: dict[str, str] = {}
+    with tarfile.open(archive) as oci:
+
+        def read(name: str) -> bytes:
+            member = oci.extractfile(name)
+            assert member is not None, name
+            return member.read()
+
+        def blob(digest: str) -> bytes:
+            return read("blobs/sha256/" + digest.removeprefix("sha256:"))
+
+        (manifest_entry,) = json.loads(read("index.json"))["manifests"]
+        manifest = json.loads(blob(manifest_entry["digest"]))
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob(layer["digest"])))) as t:
+                for name in t.getnames():
+                    if m := re.fullmatch(r"(?:\./)?usr/local/lib/python3[.\d]*/dist-packages/"
+                                         r"([^/]+)-([^/-]+)\.dist-info", name):  # fmt: skip
+                        found[m[1].lower().replace("_", "-")] = m[2]
+    return found
+
+
+def test_the_image_holds_exactly_the_locked_packages(released: Run) -> None:
+    lock = (REPO / "requirements/image.txt").read_text()
+    pinned = {n.lower(): v for n, v in re.findall(r"^([\w.-]+)==(\S+)", lock, re.MULTILINE)}
+    archive = released.workspaces["build"] / "dist" / f"neuron-dra-{VERSION}.oci.tar"
+    assert image_distributions(archive) == pinned | {"neuron-dra": VERSION}
+
+
+def test_the_version_step_refuses_another_tag(tmp_path: Path) -> None:
+    workflow = release_workflow.load()
+    [step] = [s for s in release_workflow.steps(workflow, "build") if s.id == "version"]
+    script = tmp_path / "script"
+    script.write_text(step.run)
+    (tmp_path / "env").touch()
+    env = {"PATH": os.environ["PATH"], "GITHUB_REF_NAME": "v9.9.9",
+           "GITHUB_ENV": str(tmp_path / "env"), "GITHUB_OUTPUT": str(tmp_path / "env")}  # fmt: skip
+    done = subprocess.run([*SHELL, str(script)], cwd=REPO, env=env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stdout.strip() == f"tag v9.9.9 is not v{VERSION}"
+    assert (tmp_path / "env").read_text() == ""
+
+
+def test_a_stale_lock_is_found(tmp_path: Path) -> None:
+    """scripts/lock.py --check, the workflow's lock step, fails on a lock that differs from
+    what uv writes for pyproject.toml and constraints.txt, showing the difference."""
+    for name in ("scripts/lock.py", "pyproject.toml", "constraints.txt", "requirements"):
+        source, copy = REPO / name, tmp_path / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, copy)
+        else:
+            shutil.copy2(source, copy)
+    lock = tmp_path / "requirements/image.txt"
+    text = lock.read_text()
+    dropped = re.search(r"^    --hash=sha256:[0-9a-f]{64} \\\n", text, re.MULTILINE)
+    assert dropped is not None
+    lock.write_text(text.replace(dropped[0], "", 1))
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(tmp_path / "scripts/lock.py"), "--check"],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+
+    stale = check()
+    assert stale.returncode == 1, stale.stderr
+    assert f"+{dropped[0]}" in stale.stdout
+    assert "lock: stale; run `python scripts/lock.py`" in stale.stderr
+    lock.write_text(text)
+    assert check().returncode == 0

@@ -1,0 +1,154 @@
+"""The workflows' supply chain, read from the files: actions pinned by commit, tokens
+no wider than each job needs, no expression expanded inside a script, and every run step
+of the release either run by tests/e2e/test_release.py or named as needing a registry."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests import doc_commands, release_workflow
+from tests.release_workflow import LOCAL, REMOTE, WORKFLOWS, job_order, load, steps
+
+FILES = sorted(WORKFLOWS.glob("*.y*ml"))
+_USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?:\s+#\s*(?P<comment>.*))?$")
+_PINNED = re.compile(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}")
+
+
+def uses_lines(path: Path) -> list[tuple[str, str]]:
+    return [(m["ref"], m["comment"] or "") for line in path.read_text().splitlines()
+            if (m := _USES.match(line))]  # fmt: skip
+
+
+def test_the_release_workflow_is_read() -> None:
+    assert release_workflow.RELEASE in FILES
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_action_is_pinned_by_commit(path: Path) -> None:
+    """A tag can be moved to other code; a commit cannot. The tag it was stays in a comment,
+    for the reader and for updates."""
+    found = uses_lines(path)
+    workflow = load(path)
+    in_yaml = [s.uses for job in workflow["jobs"] for s in steps(workflow, job) if s.uses]
+    assert [ref for ref, _ in found] == in_yaml, "a `uses:` the line reader missed"
+    assert found, path
+    for ref, comment in found:
+        assert _PINNED.fullmatch(ref), f"{path.name}: {ref} is not pinned by a 40-hex commit"
+        assert re.fullmatch(r"v\d+(\.\d+)*", comment), f"{path.name}: {ref} names no release"
+
+
+def test_a_tag_is_refused() -> None:
+    assert not _PINNED.fullmatch("actions/checkout@v4")
+    assert not _PINNED.fullmatch("actions/checkout@" + "0" * 39)
+    assert uses_lines(release_workflow.RELEASE)[0][1].startswith("v")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_each_job_has_only_the_permissions_it_needs(path: Path) -> None:
+    """Nothing by default; a job that runs the repository's code (it checks it out) may
+    only read it, and never gets an OIDC token; a checkout keeps no credentials in
+    .git/config for the steps after it."""
+    workflow = load(path)
+    assert workflow["permissions"] == {}
+    for job in workflow["jobs"]:
+        permissions = workflow["jobs"][job]["permissions"]
+        checkouts = [s for s in load(path)["jobs"][job]["steps"]
+                     if str(s.get("uses", "")).startswith("actions/checkout@")]  # fmt: skip
+        for checkout in checkouts:
+            assert checkout["with"]["persist-credentials"] is False, job
+        if checkouts:
+            assert set(permissions.values()) <= {"read", "none"}, (job, permissions)
+
+
+def test_only_the_publish_job_writes_or_signs() -> None:
+    workflow = load()
+    written = {job: p for job in workflow["jobs"]
+               if (p := workflow["jobs"][job]["permissions"]) != {"contents": "read"}}  # fmt: skip
+    assert written == {"publish": {"contents": "write", "id-token": "write"}}
+    publish = steps(workflow, "publish")
+    assert not any(s.uses.startswith("actions/checkout@") for s in publish)
+    assert any(s.uses.startswith("sigstore/cosign-installer@") for s in publish)
+    signing = next(s.run for s in publish if s.name == "Publish and sign")
+    assert 'cosign sign --yes "${REGISTRY}/neuron-dra@$(cat image.digest)"' in signing
+    assert 'cosign sign --yes "${REGISTRY}/charts/neuron-dra@${chart_digest}"' in signing
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_no_expression_is_expanded_inside_a_script(path: Path) -> None:
+    """`${{ }}` in a script is pasted into its text before bash reads it; in `env:` it is a
+    value."""
+    workflow = load(path)
+    for job in workflow["jobs"]:
+        for step in steps(workflow, job):
+            assert not release_workflow.has_expression(step.run), (job, step.name)
+
+
+def test_every_run_step_is_local_or_remote() -> None:
+    workflow = load()
+    names = [s.name for job in job_order(workflow) for s in steps(workflow, job) if s.run]
+    assert set(names) == LOCAL | REMOTE
+    assert not LOCAL & REMOTE
+
+
+def test_the_python_is_the_images() -> None:
+    """The build job's Python is 3.11, bookworm's, which the image's wheels are for."""
+    [setup] = [s for s in load()["jobs"]["build"]["steps"]
+               if str(s.get("uses", "")).startswith("actions/setup-python@")]  # fmt: skip
+    assert setup["with"]["python-version"] == "3.11"
+    script = (release_workflow.REPO / "scripts/build-image.sh").read_text()
+    assert "readonly IMAGE_PYTHON=3.11 " in script
+
+
+def test_the_build_step_is_the_documented_release_command() -> None:
+    """The documented release command, which tests/e2e/test_release.py also runs, is the
+    workflow's, the registry aside."""
+    [build] = [s for s in steps(load(), "build") if s.name == "Build"]
+    [documented] = [c for c in doc_commands.run_by(doc_commands.RELEASE)
+                    if "scripts/release.sh" in c.text]  # fmt: skip
+    filled = doc_commands.fill(documented.text, registry="${REGISTRY}")
+    assert filled.removeprefix("sudo ") == "scripts/release.sh dist ${REGISTRY}/neuron-dra"
+    assert build.run.endswith('scripts/release.sh dist "${REGISTRY}/neuron-dra"')
+
+
+def test_the_verification_commands_match_the_signer() -> None:
+    """The documented `cosign verify` commands need the registry and Sigstore; here, their
+    names are the ones the workflow pushes and signs, and their identity accepts the
+    release workflow of the repository on a tag, and nothing else."""
+    version = tomllib.loads((release_workflow.REPO / "pyproject.toml").read_text())["project"]
+    signing = next(s.run for s in steps(load(), "publish") if s.name == "Publish and sign")
+    ran = doc_commands.run_by(doc_commands.VERIFY)
+    assert [c.argv[1] for c in ran] == ["verify", "verify", "verify-blob"], ran
+    signed = f"https://github.com/example/neuron-dra/.github/workflows/release.yml@refs/tags/v{version['version']}"
+    for command in ran:
+        text = doc_commands.fill(command.text, registry="registry.example/ml",
+                                 owner="example", repository="neuron-dra")  # fmt: skip
+        _, verb, target, *rest = shlex.split(text)
+        options = dict(zip(rest[::2], rest[1::2], strict=True))
+        assert (
+            options.pop("--certificate-oidc-issuer")
+            == "https://token.actions.githubusercontent.com"
+        )
+        identity = re.compile(options.pop("--certificate-identity-regexp"))
+        assert identity.search(signed), command
+        for other in (
+            signed.replace("refs/tags/v", "refs/heads/main"),
+            signed.replace("release.yml", "other.yml"),
+            signed.replace("/example/", "/another/"),
+            signed.replace("/neuron-dra/", "/neuron-dra-fork/"),
+            "https://github.com/x/y/.github/workflows/z.yml?https://github.com/example/neuron-dra/",
+        ):
+            assert not identity.search(other), (command, other)
+        if verb == "verify-blob":
+            assert (target, options) == ("SHA256SUMS", {"--bundle": "SHA256SUMS.sigstore.json"})
+            assert "--bundle dist/SHA256SUMS.sigstore.json dist/SHA256SUMS" in signing
+        else:
+            assert options == {}, command
+            repository, _, tag = target.rpartition(":")
+            assert tag == version["version"], command
+            pushed = repository.replace("registry.example/ml", "${REGISTRY}")
+            assert f'cosign sign --yes "{pushed}@' in signing, command
