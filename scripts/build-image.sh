@@ -23,9 +23,9 @@
 #     with io.containerd.image.name) or `skopeo copy oci-archive:...`.
 #
 # IMAGE_NAME defaults to localhost/neuron-dra:<version in pyproject.toml>.
-# Environment: PYTHON (host interpreter, default python3: 3.11 or later with pip
-# 22.3 or later; the wheels are chosen for the image's 3.11 whatever it is), DEBIAN_MIRROR (default
-# http://deb.debian.org/debian), DEBIAN_SECURITY_MIRROR (default
+# Environment: PYTHON (host interpreter, default python3: 3.11 or later, with pip
+# 22.3 or later; the wheels are the image's Python 3.11's whatever it is),
+# DEBIAN_MIRROR (default http://deb.debian.org/debian), DEBIAN_SECURITY_MIRROR (default
 # http://deb.debian.org/debian-security), TMPDIR (scratch space, ~400 MiB).
 #
 # Exit codes: 0 built; 2 bad usage; 3 the host is not ready (not root, a tool

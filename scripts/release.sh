@@ -13,7 +13,8 @@
 # The version is pyproject.toml's; the chart's version and appVersion must be the
 # same (the script refuses otherwise), so the package, the chart and the image tag
 # never disagree. Environment: HELM (default: helm on PATH), and what
-# scripts/build-image.sh reads.
+# scripts/build-image.sh reads (PYTHON, default python3, 3.11 or later, reads the
+# version here too).
 #
 # Exit codes: 0 built; 2 bad usage or versions that disagree; 3 a tool missing; any
 # other: a step failed.
@@ -33,7 +34,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 helm=${HELM:-helm}
 command -v "$helm" >/dev/null || die 3 "no helm ($helm): set HELM"
 
-version=$(python3 -c 'import sys, tomllib
+version=$("${PYTHON:-python3}" -c 'import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     print(tomllib.load(f)["project"]["version"])' "$repo/pyproject.toml")
 chart="$repo/deploy/helm/neuron-dra"
