@@ -269,7 +269,8 @@ def test_the_version_step_refuses_another_tag(tmp_path: Path) -> None:
     script = tmp_path / "script"
     script.write_text(step.run)
     (tmp_path / "env").touch()
-    env = {"PATH": os.environ["PATH"], "GITHUB_REF_NAME": "v9.9.9",
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"  # `python`, as setup-python's
+    env = {"PATH": path, "GITHUB_REF_NAME": "v9.9.9",
            "GITHUB_ENV": str(tmp_path / "env"), "GITHUB_OUTPUT": str(tmp_path / "env")}  # fmt: skip
     done = subprocess.run([*SHELL, str(script)], cwd=REPO, env=env, capture_output=True,
                           text=True, check=False)  # fmt: skip
