@@ -9,8 +9,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from neuron_dra.cli.flags import SubParsers
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
@@ -80,6 +83,44 @@ def add_commands(subparsers: SubParsers) -> None:
     cmd.set_defaults(command=_lint)
 
 
+class Progress:
+    """How far a long step is, on stderr: on a terminal a line rewritten in place once the
+    step has taken a second; elsewhere (a CI log) a line every ten seconds from the tenth."""
+
+    def __init__(
+        self,
+        what: str,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.what = what
+        self.stream = stream or sys.stderr
+        self.clock = clock
+        self.tty = self.stream.isatty()
+        self.start = clock()
+        self.delay, self.every = (1.0, 0.2) if self.tty else (10.0, 10.0)
+        self.shown: float | None = None  # when a line was last written
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tty and self.shown is not None:
+            self.stream.write("\r\x1b[K")  # the terminal's line, cleared for the output
+            self.stream.flush()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if now - self.start < self.delay or (
+            self.shown is not None and now - self.shown < self.every
+        ):
+            return
+        self.shown = now
+        text = f"{self.what}: {done:,} of {total:,} ({now - self.start:.0f} s)"
+        self.stream.write(f"\r{text}\x1b[K" if self.tty else f"{text}\n")
+        self.stream.flush()
+
+
 @contextlib.contextmanager
 def _tools_extra(command: str) -> Iterator[None]:
     """Imports of the tools; a missing `tools` extra becomes a one-line error."""
@@ -97,6 +138,7 @@ def _tools_extra(command: str) -> Iterator[None]:
 def _simulate(args: argparse.Namespace) -> int:
     with _tools_extra("simulate"):
         from neuron_dra.tools import picture, simulate  # noqa: PLC0415
+        from neuron_dra.tools.counted import counted  # noqa: PLC0415
 
     if args.kubeconfig is not None:
         nodes, classes, allocated = simulate.live_cluster(args.kubeconfig)
@@ -104,16 +146,19 @@ def _simulate(args: argparse.Namespace) -> int:
         simulate.take_allocated(cluster, allocated)
     else:
         counts = simulate.parse_node_counts(args.node)
-        nodes = simulate.simulated_nodes(
-            counts,
-            ultraserver_devices=args.ultraserver_devices,
-            driver_version=args.driver_version,
-            cores=args.neuron_cores == "on",
-        )
+        with Progress("simulated nodes built") as progress:
+            nodes = simulate.simulated_nodes(
+                counts,
+                ultraserver_devices=args.ultraserver_devices,
+                driver_version=args.driver_version,
+                cores=args.neuron_cores == "on",
+                progress=progress,
+            )
         cluster = simulate.Cluster(nodes, {})
     for node, device in simulate.parse_taken(args.taken):
         cluster.take(node, device, "--taken")
-    outcomes = simulate.simulate(args.files, cluster)
+    with Progress("claims allocated") as progress:
+        outcomes = simulate.simulate(args.files, cluster, progress)
     views = picture.node_views(cluster, outcomes)
     labels = [f"{o.letter}: {o.claim.key}" for o in outcomes]
     if args.picture is not None:
@@ -142,7 +187,7 @@ def _simulate(args: argparse.Namespace) -> int:
             print(picture.render_text(view, letters))
         hidden = len(views) - len(shown)
         if hidden:
-            print(f"({hidden} more nodes with nothing allocated)")
+            print(f"({counted(hidden, 'more node')} with nothing allocated)")
     # A claim placed but one the driver would refuse to prepare fails as surely as one
     # never placed: the pod would not start either way.
     return 0 if all(o.allocated and not o.prepare_error for o in outcomes) else 1
@@ -155,7 +200,5 @@ def _lint(args: argparse.Namespace) -> int:
     findings = lint.lint_files(args.files, args.instance_type)
     for finding in findings:
         print(finding)
-    errors = sum(f.error for f in findings)
-    warnings = len(findings) - errors
-    print(f"{errors} errors, {warnings} warnings")
-    return 1 if errors else 0
+    print(lint.summary(findings))
+    return 1 if any(f.error for f in findings) else 0

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from consts import (
     ATTR_DEVICE_ID,
     DRIVER_NAME,
@@ -35,9 +33,11 @@ from consts import (
     RESOURCE_TYPE_NODE,
 )
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from neuron_dra.tools import apischema, opaque
+from neuron_dra.tools import apischema, manifests, opaque
 from neuron_dra.tools.cel import CelCompileError, compile_selector
+from neuron_dra.tools.counted import counted
 from neuron_dra.tools.plugin_pods import GROUP_PREFIX, pod_warnings
+from neuron_dra.tools.pod_claims import shared_cores_warnings
 from neuron_dra.tools.published import (
     OUR_DOMAINS,
     cores_by_family,
@@ -78,56 +78,45 @@ RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
 @dataclass(frozen=True)
 class Finding:
     file: str
-    where: str  # kind/name and the part of it
+    where: str  # kind/name and the part of it; empty for the file as a whole
     message: str
     error: bool
+    line: int | None = None  # where the object (or the file's problem) starts
 
     def __str__(self) -> str:
         level = "error" if self.error else "warning"
-        return f"{self.file}: {level}: {self.where}: {self.message}"
+        at = self.file if self.line is None else f"{self.file}:{self.line}"
+        return ": ".join(p for p in (at, level, self.where, self.message) if p)
 
 
 def lint_files(files: Sequence[Path], instance_types: Sequence[str] = ()) -> list[Finding]:
-    loaded = [(path, *_load(path)) for path in files]
-    docs = [doc for _, file_docs, _ in loaded for _, doc in file_docs]
+    """Every finding of every file, file by file in the order given, by line within one."""
+    documents, problems = manifests.read_all(files)
     classes = {c.name: c for c in default_classes()}
-    for doc in docs:
-        if doc.get("kind") == "DeviceClass" and _resource(doc) and _name(doc):
+    for document in documents:
+        doc = document.body
+        if doc.get("kind") == "DeviceClass" and _name(doc):
             device_class = _device_class(doc)
             if device_class is not None:
                 classes[device_class.name] = device_class
-    findings: list[Finding] = []
-    for _, file_docs, problem in loaded:
-        for where, doc in file_docs:
-            findings.extend(lint_document(where, doc, classes, instance_types))
-        findings.extend(problem)  # after the documents read before it
-    return findings
+    findings = [Finding(p.file, "", p.message, True, p.line) for p in problems]
+    for document in documents:
+        findings += lint_document(
+            document.file, document.body, classes, instance_types, document.line
+        )
+    findings += [
+        Finding(document.file, where, message, False, document.line)
+        for document, where, message in shared_cores_warnings(documents, classes)
+    ]
+    order = {str(path): i for i, path in enumerate(files)}
+    # Stable: the findings of one object keep the order they were found in.
+    return sorted(findings, key=lambda f: (order.get(f.file, 0), f.line or 0))
 
 
-def _load(path: Path) -> tuple[list[tuple[str, Json]], list[Finding]]:
-    """A file's documents (Lists unpacked); an unreadable rest of it is one finding."""
-    file = str(path)
-    docs: list[tuple[str, Json]] = []
-    try:
-        for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict) and doc.get("kind"):
-                items = (doc.get("items") or []) if doc.get("kind") == "List" else [doc]
-                docs.extend((file, item) for item in items if isinstance(item, dict))
-    except OSError as err:
-        return docs, [Finding(file, "input", err.strerror or str(err), True)]
-    except UnicodeDecodeError as err:
-        return docs, [Finding(file, "input", f"not UTF-8 text: {err.reason}", True)]
-    except yaml.YAMLError as err:
-        return docs, [Finding(file, "YAML", _yaml_problem(err), True)]
-    return docs, []
-
-
-def _yaml_problem(err: yaml.YAMLError) -> str:
-    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
-        mark = err.problem_mark
-        reason = ", ".join(part for part in (err.context, err.problem) if part)
-        return f"line {mark.line + 1}, column {mark.column + 1}: {reason}"
-    return str(err)
+def summary(findings: Sequence[Finding]) -> str:
+    """`1 error, 2 warnings`."""
+    errors = sum(f.error for f in findings)
+    return f"{counted(errors, 'error')}, {counted(len(findings) - errors, 'warning')}"
 
 
 def _resource(doc: Mapping[str, Any]) -> bool:
@@ -149,15 +138,16 @@ def lint_document(
     doc: Json,
     classes: Mapping[str, DeviceClass],
     instance_types: Sequence[str] = (),
+    line: int | None = None,
 ) -> list[Finding]:
     kind = str(doc.get("kind"))
     if not _resource(doc):
         warnings = pod_warnings(f"{kind} {_name(doc) or '?'}", doc)
-        return [Finding(file, where, message, False) for where, message in warnings]
+        return [Finding(file, where, message, False, line) for where, message in warnings]
     if kind not in KINDS:
         return []
     name = _name(doc)
-    checker = _Checker(file, f"{kind} {name or '?'}", classes, instance_types)
+    checker = _Checker(file, f"{kind} {name or '?'}", classes, instance_types, line)
     for problem in apischema.problems(doc):
         checker.error(problem)
     metadata = doc.get("metadata")
@@ -186,8 +176,10 @@ class _Checker:
         where: str,
         classes: Mapping[str, DeviceClass],
         instance_types: Sequence[str],
+        line: int | None = None,
     ) -> None:
         self.file = file
+        self.line = line
         self.where = where
         self.classes = classes
         self.instance_types = tuple(instance_types)
@@ -199,10 +191,10 @@ class _Checker:
         self.cores: list[str] = []  # requests (alternatives) that can only get NeuronCores
 
     def error(self, message: str, part: str = "") -> None:
-        self.findings.append(Finding(self.file, self._at(part), message, True))
+        self.findings.append(Finding(self.file, self._at(part), message, True, self.line))
 
     def warn(self, message: str, part: str = "") -> None:
-        self.findings.append(Finding(self.file, self._at(part), message, False))
+        self.findings.append(Finding(self.file, self._at(part), message, False, self.line))
 
     def _at(self, part: str) -> str:
         return f"{self.where}: {part}" if part else self.where
@@ -319,7 +311,7 @@ class _Checker:
                 "where the API server serves partitionable devices (Kubernetes 1.36+ by default, "
                 "1.35 with the DRAPartitionableDevices feature gate, not 1.34); elsewhere the "
                 "claim stays pending"
-            ), False))  # fmt: skip
+            ), False, self.line))  # fmt: skip
         counts = [min(a.count for a in r.alternatives) for r in claim.requests]
         if sum(counts) > MAX_CLAIM_DEVICES >= max(counts, default=0):
             self.error(
@@ -495,7 +487,9 @@ class _Checker:
         spec = INSTANCE_TYPES[instance_type]
         sizes = published().group_sizes[instance_type]
         if count > spec.devices:
-            self.error(f"count {count}: {instance_type} has only {spec.devices} devices", part)
+            self.error(
+                f"count {count}: {instance_type} has only {counted(spec.devices, 'device')}", part
+            )
             return
         everywhere = published().names.get(GROUP_ATTRIBUTE_DOMAIN, frozenset())
         for attribute in groups:
@@ -513,14 +507,15 @@ class _Checker:
                 use = f"; use {GROUP_PREFIX}{count}_id" if count in sizes else ""
                 self.error(
                     f"count {count} with matchAttribute {attribute}: each value is shared by "
-                    f"exactly {size} devices, so {count} never share one{use}",
+                    f"exactly {counted(size, 'device')}, so {count} never share one{use}",
                     part,
                 )
             elif count < size:
                 # Name a smaller group only where this instance type publishes one.
                 smaller = f" or devicegroup{count}_id" if count in sizes else ""
+                devices = counted(count, "device")
                 self.warn(
-                    f"count {count} with matchAttribute {attribute}: {count} devices of a "
+                    f"count {count} with matchAttribute {attribute}: {devices} of a "
                     f"connected set of {size}, which are not a connected set themselves; "
                     f"use count {size}{smaller}",
                     part,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from consts import ATTR_DEVICE_ID, DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN
+from neuron_dra.tools.counted import counted
 from neuron_dra.tools.simulate import CORE_CLASS, CORE_RESOURCE, MAX_CLAIM_DEVICES, pod_specs
 
 GROUP_PREFIX = f"{GROUP_ATTRIBUTE_DOMAIN}/devicegroup"
@@ -61,15 +62,17 @@ def _claims(container: Mapping[str, Any]) -> list[str]:
 
 def _messages(name: str, amount: str) -> list[str]:
     if name in DEVICE_RESOURCES:
+        devices = counted(amount, "device")
         return [
             f"{name}: {amount} is served through extended resources on Kubernetes 1.36+ (DRA "
-            f"nodes) and carries no connected-set constraint: any {amount} devices of the node, "
+            f"nodes) and carries no connected-set constraint: any {devices} of the node, "
             "not a connected group; for a connected set use a ResourceClaimTemplate with a "
             f"{GROUP_PREFIX}N_id matchAttribute"
         ]
+    cores = counted(amount, "NeuronCore")
     messages = [
         f"{name}: {amount} is served through extended resources on Kubernetes 1.36+ (DRA "
-        f"nodes) and carries no constraint: any {amount} NeuronCores of the node, which may "
+        f"nodes) and carries no constraint: any {cores} of the node, which may "
         "span Neuron devices; for cores of one device use a ResourceClaimTemplate of "
         f"DeviceClass {CORE_CLASS} with a {DRIVER_NAME}/{ATTR_DEVICE_ID} matchAttribute"
     ]

@@ -3,7 +3,7 @@
 `lint` checks claims against this: the attribute names, per instance type
 and over all of them, the devices selectors are evaluated on, and the sizes of
 the connected sets (`devicegroup{N}_id`). Nothing here is read from a
-cluster; it is the driver's own slice builder run on simulated nodes, with
+cluster; it is the driver's own slice builder run on simulated nodes (`simnode`), with
 each logical NeuronCore a device too (as where partitionable devices are
 served) and at every LNC the instance type has, so a selector on the cores or
 the LNC finds what it asks for. Every attribute a node may carry is there: the
@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import difflib
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 from consts import (
     ATTR_INSTANCE_TYPE,
@@ -37,14 +35,14 @@ from consts import (
     LABEL_NETWORK_NODE_LAYER_PREFIX,
     RESOURCE_TYPE_CORE,
 )
-from neuron_dra.hardware.discovery import discover
-from neuron_dra.hardware.fakenode import Counters, FakeUltraServer, build_fake_node
+from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES, family_of
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodetopology import from_labels
 from neuron_dra.resources.slices import SliceOptions, build_slices
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, DeviceView, compile_selector
 from neuron_dra.tools.cel import referenced_attributes as cel_attributes
+from neuron_dra.tools.simnode import simulated_inventory
 
 Names = Mapping[str, frozenset[str]]  # domain -> attribute names
 
@@ -88,38 +86,31 @@ def published() -> Published:
     devices: dict[str, tuple[DeviceView, ...]] = {}
     sizes: dict[str, frozenset[int]] = {}
     by_type: dict[str, Names] = {}
-    with tempfile.TemporaryDirectory(prefix="neuron-dra-lint-") as tmp:
-        for instance_type, spec in INSTANCE_TYPES.items():
-            unit = FakeUltraServer() if spec.ultraserver else None
-            views = []
-            for lnc in LNCS if spec.has_lnc else (None,):
-                root = build_fake_node(
-                    Path(tmp) / f"{instance_type}-{lnc}",
-                    instance_type,
-                    ultraserver=unit,
-                    lnc=lnc,
-                    pci_parents=True,
-                    counters=Counters.NONE,  # discovery reads none of them
-                )
-                inventory = discover(root).inventory
-                options = SliceOptions(
-                    instance_type,
-                    counter_layout=CounterLayout.OWN_SLICE,
-                    cores=True,
-                    topology=SIMULATED_TOPOLOGY,
-                )
-                views += [
-                    DeviceView.from_slice_device(DRIVER_NAME, device)
-                    for obj in build_slices(inventory, options)
-                    for device in obj["spec"].get("devices") or ()
-                ]
-            devices[instance_type] = tuple(views)
-            sizes[instance_type] = frozenset(inventory.connected_sets())
-            names: dict[str, set[str]] = {}
-            for view in views:
-                for domain, attrs in view.attributes.items():
-                    names.setdefault(domain, set()).update(attrs)
-            by_type[instance_type] = {d: frozenset(n) for d, n in names.items()}
+    for instance_type, spec in INSTANCE_TYPES.items():
+        unit = FakeUltraServer() if spec.ultraserver else None
+        views = []
+        for lnc in LNCS if spec.has_lnc else (None,):
+            inventory = simulated_inventory(
+                f"{instance_type}-{lnc}", instance_type, ultraserver=unit, lnc=lnc, pci_parents=True
+            )
+            options = SliceOptions(
+                instance_type,
+                counter_layout=CounterLayout.OWN_SLICE,
+                cores=True,
+                topology=SIMULATED_TOPOLOGY,
+            )
+            views += [
+                DeviceView.from_slice_device(DRIVER_NAME, device)
+                for obj in build_slices(inventory, options)
+                for device in obj["spec"].get("devices") or ()
+            ]
+        devices[instance_type] = tuple(views)
+        sizes[instance_type] = frozenset(inventory.connected_sets())
+        names: dict[str, set[str]] = {}
+        for view in views:
+            for domain, attrs in view.attributes.items():
+                names.setdefault(domain, set()).update(attrs)
+        by_type[instance_type] = {d: frozenset(n) for d, n in names.items()}
     everywhere: dict[str, frozenset[str]] = {}
     for names_of_type in by_type.values():
         for domain, found in names_of_type.items():

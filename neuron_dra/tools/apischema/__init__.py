@@ -29,18 +29,48 @@ def problems(doc: Mapping[str, Any]) -> list[str]:
     """The unknown fields the API server would refuse in `doc` ('path: unknown field x');
     [] for objects of other kinds or versions."""
     group, _, version = str(doc.get("apiVersion")).rpartition("/")
-    validator = _validator(version, str(doc.get("kind"))) if group == GROUP else None
-    if validator is None:
+    kind = str(doc.get("kind"))
+    if group != GROUP or _validator(version, kind) is None:
         return []
+    return list(_problems(version, kind, json.dumps(_skeleton(doc), sort_keys=True)))
+
+
+def _skeleton(value: object) -> object:
+    """`value` with every key and list length kept and each scalar replaced by one of its
+    type: what the unknown-field check sees, since the schemas branch on types only (no
+    enum, pattern or const). Objects alike but for their values (names, counts,
+    expressions) are checked once: a file of thousands of claims repeats a few shapes,
+    and validating one takes a millisecond or more."""
+    if isinstance(value, Mapping):
+        return {str(k): _skeleton(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_skeleton(v) for v in value]
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return type(value)()
+    return ""
+
+
+@functools.lru_cache(maxsize=256)
+def _problems(version: str, kind: str, skeleton: str) -> tuple[str, ...]:
+    validator = _validator(version, kind)
     found = []
-    for error in validator.iter_errors(doc):
+    for error in validator.iter_errors(json.loads(skeleton)) if validator else ():
         if error.validator != "additionalProperties":
             continue
         path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path)
         unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         fields = f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}"
         found.append(f"{path.replace('.[', '[') or '(top level)'}: {fields}")
-    return sorted(found)
+    return tuple(sorted(found))
+
+
+def versions() -> tuple[str, ...]:
+    """The resource.k8s.io versions there are schemas of: `v1`, `v1beta1`, ..."""
+    return tuple(_versions())
 
 
 @functools.cache

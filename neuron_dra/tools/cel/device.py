@@ -9,6 +9,7 @@ empty map.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,9 +95,16 @@ def _split_qualified(name: str, driver: str) -> tuple[str, str]:
     return (domain, short) if sep else (driver, name)
 
 
+@functools.lru_cache(maxsize=4096)
+def _int(value: int) -> celtypes.IntType:
+    """celpy's IntType, which wraps each construction in a range check costing ~70 us: the
+    same few numbers (core counts, ids) recur on every device of every simulated node."""
+    return celtypes.IntType(value)
+
+
 def _attribute_value(name: str, typed: Mapping[str, Any]) -> Value:
     if "int" in typed:
-        return celtypes.IntType(int(typed["int"]))
+        return _int(int(typed["int"]))
     if "bool" in typed:
         return celtypes.BoolType(bool(typed["bool"]))
     if "string" in typed:

@@ -8,6 +8,7 @@ must be a bool), and `referenced_attributes` for `lint`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -80,8 +81,12 @@ def _finish(fn: Fn, device: DeviceView) -> bool:
     return bool(result)
 
 
+@functools.lru_cache(maxsize=1024)
 def compile_selector(expression: str) -> Selector:
-    """Parse, type-check and prepare a selector; raises CelCompileError."""
+    """Parse, type-check and prepare a selector; raises CelCompileError.
+
+    Kept per expression (a Selector is immutable): a file of many claims repeats a few
+    selectors, and parsing one takes a millisecond or more."""
     size = len(expression.encode())
     if size > MAX_EXPRESSION_BYTES:
         raise CelCompileError(
@@ -113,6 +118,11 @@ def referenced_attributes(expression: str) -> set[tuple[str, str]]:
     Covers `device.attributes['d'].name`, `device.attributes['d']['name']` and
     `'name' in device.attributes['d']`; computed keys are not followed.
     """
+    return set(_referenced(expression))
+
+
+@functools.lru_cache(maxsize=1024)
+def _referenced(expression: str) -> frozenset[tuple[str, str]]:
     tree = _parse(expression)
     found: set[tuple[str, str]] = set()
     for node in _walk(tree):
@@ -135,7 +145,7 @@ def referenced_attributes(expression: str) -> set[tuple[str, str]]:
                     and str(_ident_token(item.children[0]).type) == "STRING_LIT"
                 ):
                     found.add((path[1], str(celstr(_ident_token(item.children[0])))))
-    return found
+    return frozenset(found)
 
 
 def _walk(tree: _Tree) -> Iterator[_Tree]:

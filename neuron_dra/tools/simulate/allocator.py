@@ -12,7 +12,7 @@ driver's own claim planner, for the environment its containers would get.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -22,6 +22,7 @@ from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.plan import ClaimError, plan
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, Selector, compile_selector
+from neuron_dra.tools.counted import counted
 from neuron_dra.tools.simulate.inputs import (
     MAX_CLAIM_DEVICES,
     Alternative,
@@ -42,6 +43,12 @@ from neuron_dra.tools.simulate.search import (
     available,
     tolerated,
 )
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+def _quiet(done: int, total: int) -> None:
+    """No progress shown."""
 
 
 @dataclass(frozen=True)
@@ -170,13 +177,18 @@ class Cluster:
 
     # --- allocation ----------------------------------------------------------
 
-    def allocate(self, claims: Sequence[Claim]) -> list[Outcome]:
-        """Allocate every claim in order; claims of one pod go to one node together."""
+    def allocate(self, claims: Sequence[Claim], progress: Progress = _quiet) -> list[Outcome]:
+        """Allocate every claim in order; claims of one pod go to one node together.
+
+        `progress(claims done, claims)` after each pod's claims."""
         outcomes = [Outcome(c) for c in claims]
         for i, outcome in enumerate(outcomes):
             outcome.letter = _letter(i)
+        done = 0
         for group in _groups(outcomes):
             self._allocate_group(group)
+            done += len(group)
+            progress(done, len(outcomes))
         return outcomes
 
     def _allocate_group(self, group: list[Outcome]) -> None:
@@ -298,7 +310,8 @@ class Cluster:
             )
         tolerable = [d for d in selected if tolerated(d.taints, alt.tolerations)]
         free = [d for d in tolerable if self._free(d, alt.admin)]
-        matching = f"{len(selected)} devices match the selectors"
+        verb = "matches" if len(selected) == 1 else "match"
+        matching = f"{counted(len(selected), 'device')} {verb} the selectors"
         untolerated = len(selected) - len(tolerable)
         if untolerated:
             matching += f" ({untolerated} with taints the request does not tolerate)"
@@ -329,7 +342,7 @@ class Cluster:
                 text = f"{matching}, {free_text}, no {alt.count} of them share "
                 text += constraint.attribute
                 if lacking:
-                    text += f" ({lacking} do not have it)"
+                    text += f" ({lacking} {'does' if lacking == 1 else 'do'} not have it)"
                 return text
         over = self._over_counters(free) if alt.count > 1 else None
         return f"{matching}, {free_text}, and together they {over}" if over else None
@@ -369,9 +382,8 @@ class Cluster:
             if len(kept) < len(left):
                 parts.append(f"{label} excludes {len(left) - len(kept)}")
             left = kept
-        return f"no device matches the selectors: of {len(node.devices)} devices, " + ", ".join(
-            parts
-        )
+        of = counted(len(node.devices), "device")
+        return f"no device matches the selectors: of {of}, " + ", ".join(parts)
 
     def _free(self, device: SimDevice, admin: bool) -> bool:
         return available(self, device, self.used, admin=admin)
@@ -423,7 +435,7 @@ def take_allocated(cluster: Cluster, claims: Sequence[Json]) -> None:
             cluster.take_key((result["driver"], result["pool"], result["device"]), holder)
 
 
-def simulate(files: Sequence[Path], cluster: Cluster) -> list[Outcome]:
+def simulate(files: Sequence[Path], cluster: Cluster, progress: Progress = _quiet) -> list[Outcome]:
     """Allocate the claims the files stand for on `cluster`, in order."""
     docs = load_documents(files)
     for device_class in default_classes():
@@ -431,4 +443,4 @@ def simulate(files: Sequence[Path], cluster: Cluster) -> list[Outcome]:
     inputs = read_inputs(docs, cluster.classes)
     # Classes among the inputs win over the cluster's, as applying them would make them.
     cluster.classes.update(inputs.classes)
-    return cluster.allocate(inputs.claims)
+    return cluster.allocate(inputs.claims, progress)

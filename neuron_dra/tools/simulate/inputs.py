@@ -15,16 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE, RESOURCE_TYPE_DEVICE
-from neuron_dra.tools import apischema
+from neuron_dra.tools import apischema, manifests
 
 Json = dict[str, Any]
 
-RESOURCE_GROUP = "resource.k8s.io"
-# Workloads whose pods come from spec.template (CronJob: spec.jobTemplate.spec.template).
-WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
+RESOURCE_GROUP = manifests.RESOURCE_GROUP
+WORKLOAD_KINDS = manifests.WORKLOAD_KINDS
 # Every DeviceClass also serves this name plus its own name, whatever extendedResourceName says.
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 # The Neuron device plugin's name of logical NeuronCores, served by a DeviceClass of cores.
@@ -191,20 +188,15 @@ class Inputs:
 
 
 def load_documents(paths: Iterable[Path]) -> list[tuple[str, Json]]:
-    """(file, document) for every non-empty YAML document, in order."""
-    docs: list[tuple[str, Json]] = []
-    for path in paths:
-        try:
-            loaded = list(yaml.safe_load_all(path.read_text()))
-        except (OSError, yaml.YAMLError) as err:
-            raise InputError(f"{path}: {err}") from None
-        for doc in loaded:
-            if isinstance(doc, dict) and doc.get("kind"):
-                if doc.get("kind") == "List":
-                    docs.extend((str(path), item) for item in doc.get("items") or [])
-                else:
-                    docs.append((str(path), doc))
-    return docs
+    """(file:line, object) for every object the files give the simulator, in order.
+
+    Anything in them the simulator cannot read (`manifests`) is an InputError naming
+    each problem's file and line: nothing is left out of a simulation in silence.
+    """
+    documents, problems = manifests.read_all(paths)
+    if problems:
+        raise InputError("\n".join(map(str, problems)))
+    return [(d.where, d.body) for d in documents]
 
 
 def read_inputs(

@@ -1,14 +1,14 @@
 """The cluster's nodes as the allocator sees them: devices, counters, labels.
 
 A node comes from its ResourceSlices: those a simulated node would publish
-(built from a fake sysfs tree through the driver's own discovery and slice
-builder, so the attributes are exactly what the driver publishes), or those a
+(the inventory discovery reads from a fake sysfs tree, built in memory by
+`simnode`, through the driver's own slice builder, so the attributes are
+exactly what the driver publishes), or those a
 live API server holds.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -30,23 +30,23 @@ from consts import (
     DRIVER_NAME,
     RESOURCE_TYPE_DEVICE,
 )
-from neuron_dra.hardware.discovery import discover
-from neuron_dra.hardware.fakenode import (
-    DEFAULT_DRIVER_VERSION,
-    Counters,
-    FakeUltraServer,
-    build_fake_node,
-)
+from neuron_dra.hardware.driverformats import format_for
+from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodelabels import ultraserver_labels
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 from neuron_dra.tools.cel import DeviceView, Quantity
+from neuron_dra.tools.simnode import simulated_inventory
 from neuron_dra.tools.simulate.inputs import DeviceClass, InputError, Json, parse_device_class
 
 T = TypeVar("T")
 
+# The fleet scale the project measures (docs/contributors/fleet-scale.md): a simulated
+# trn2.48xlarge with its NeuronCores takes about NODE_MIB MiB, so 5,000 take some 1 GiB.
+MAX_SIMULATED_NODES = 5_000
+NODE_MIB = 0.2
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
@@ -177,44 +177,51 @@ def simulated_nodes(
     ultraserver_devices: UltraServerDevices = UltraServerDevices.BOTH,
     driver_version: str | None = None,
     cores: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[SimNode]:
     """Nodes `<type>-<i>`; UltraServer nodes are grouped 4 to a server in creation order,
     and carry the driver's UltraServer labels.
 
     `cores`: each logical NeuronCore is a device too, as the driver publishes them where
     the API server serves partitionable devices (the counters in a slice of their own, as
-    from Kubernetes 1.35).
+    from Kubernetes 1.35). At most MAX_SIMULATED_NODES in all, else an InputError before
+    any is built; `progress(built, total)` is called after each node.
     """
     nodes = []
     layout = CounterLayout.OWN_SLICE if cores else CounterLayout.BESIDE_DEVICES
-    with tempfile.TemporaryDirectory(prefix="neuron-dra-simulate-") as tmp:
-        for instance_type, count in counts:
-            if instance_type not in INSTANCE_TYPES:
-                known = ", ".join(sorted(INSTANCE_TYPES))
-                raise InputError(f"unknown instance type {instance_type!r}; known: {known}")
-            spec = INSTANCE_TYPES[instance_type]
-            for i in range(count):
-                name = f"{instance_type}-{i}"
-                unit = FakeUltraServer(f"us-{i // 4}", i % 4) if spec.ultraserver else None
-                root = build_fake_node(
-                    Path(tmp) / name,
-                    instance_type,
-                    ultraserver=unit,
-                    driver_version=driver_version or DEFAULT_DRIVER_VERSION,
-                    counters=Counters.NONE,  # discovery reads none of them
-                )
-                inventory = discover(root).inventory
-                options = SliceOptions(
-                    name,
-                    ultraserver_devices=ultraserver_devices,
-                    counter_layout=layout,
-                    cores=cores,
-                )
-                slices = build_slices(inventory, options)
-                # And the labels the driver keeps on its Node, for nodeSelectors and
-                # topology keys on UltraServer units.
-                labels = {k: v for k, v in ultraserver_labels(inventory).items() if v is not None}
-                nodes.append(node_from_slices(name, slices, labels=labels, inventory=inventory))
+    total = sum(count for _, count in counts)
+    if total > MAX_SIMULATED_NODES:
+        raise InputError(
+            f"--node asks for {total:,} nodes; simulate builds at most {MAX_SIMULATED_NODES:,} "
+            f"(about {NODE_MIB} MiB each for a trn2.48xlarge)"
+        )
+    for instance_type, _ in counts:
+        if instance_type not in INSTANCE_TYPES:
+            known = ", ".join(sorted(INSTANCE_TYPES))
+            raise InputError(f"unknown instance type {instance_type!r}; known: {known}")
+    version = driver_version or DEFAULT_DRIVER_VERSION
+    try:
+        format_for(version)
+    except ValueError as err:
+        raise InputError(f"--driver-version {version}: {err}") from None
+    for instance_type, count in counts:
+        spec = INSTANCE_TYPES[instance_type]
+        for i in range(count):
+            name = f"{instance_type}-{i}"
+            unit = FakeUltraServer(f"us-{i // 4}", i % 4) if spec.ultraserver else None
+            inventory = simulated_inventory(
+                name, instance_type, ultraserver=unit, driver_version=version
+            )
+            options = SliceOptions(
+                name, ultraserver_devices=ultraserver_devices, counter_layout=layout, cores=cores
+            )
+            slices = build_slices(inventory, options)
+            # And the labels the driver keeps on its Node, for nodeSelectors and
+            # topology keys on UltraServer units.
+            labels = {k: v for k, v in ultraserver_labels(inventory).items() if v is not None}
+            nodes.append(node_from_slices(name, slices, labels=labels, inventory=inventory))
+            if progress is not None:
+                progress(len(nodes), total)
     return nodes
 
 

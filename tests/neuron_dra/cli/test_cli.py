@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import io
 import json
 import os
 import shlex
@@ -14,6 +15,7 @@ import yaml
 
 from neuron_dra import cli
 from neuron_dra.cli import main
+from neuron_dra.cli.tools import Progress
 from tests.sysfs_tree import write
 
 
@@ -113,7 +115,7 @@ def test_lint_piped_into_head_ends_without_a_traceback(tmp_path: Path) -> None:
         f"{shlex.quote(sys.executable)} -m neuron_dra lint {files} | head -1",
         shell=True, capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
-    assert result.stdout.endswith("missing-0000.yaml: error: input: No such file or directory\n")
+    assert result.stdout.endswith("missing-0000.yaml: error: No such file or directory\n")
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
 
@@ -250,3 +252,28 @@ def test_simulate_refuses_what_the_api_server_refuses(
     code, _, err = run(capsys, "simulate", "--node", "inf2.xlarge=1", str(spec))
     assert code == 2
     assert "ResourceClaimTemplate t: spec: unknown field devices" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_shows_only_on_long_steps(tty: bool) -> None:
+    now = [0.0]
+    stream = _Terminal() if tty else io.StringIO()
+    with Progress("nodes built", stream, clock=lambda: now[0]) as progress:
+        progress(1, 5000)  # at once: nothing
+        now[0] = 1.5
+        progress(100, 5000)  # a terminal shows it from a second, a log from ten
+        now[0] = 12.0
+        progress(4000, 5000)
+        progress(4001, 5000)  # too soon after the last
+    if tty:
+        assert stream.getvalue() == (
+            "\rnodes built: 100 of 5,000 (2 s)\x1b[K\rnodes built: 4,000 of 5,000 (12 s)\x1b[K"
+            "\r\x1b[K"
+        )
+    else:
+        assert stream.getvalue() == "nodes built: 4,000 of 5,000 (12 s)\n"

@@ -119,7 +119,7 @@ def test_seven_devices_on_trn1_is_an_error_in_the_scheduler_extension_words(
     )  # fmt: skip
     assert messages(findings, error=True) == [SEED_ERROR]
     assert cli.main(["lint", str(tmp_path / "broken.yaml")]) == 1
-    assert capsys.readouterr().out.endswith("1 errors, 1 warnings\n")
+    assert capsys.readouterr().out.endswith("1 error, 1 warning\n")
 
 
 def test_instance_type_flag_applies_the_count_rules(tmp_path: Path) -> None:
@@ -247,8 +247,9 @@ def test_broken_file_exits_one(tmp_path: Path, capsys: pytest.CaptureFixture[str
     path.write_text(ROW.replace(".instanceType ==", ".instancetype =="))
     assert cli.main(["lint", str(path)]) == 1
     out = capsys.readouterr().out
-    assert f"{path}: error: ResourceClaimTemplate 1x4-connected-neurons" in out
-    assert out.endswith("1 errors, 0 warnings\n")
+    # The file and the line the object starts on, as compilers name them.
+    assert f"{path}:2: error: ResourceClaimTemplate 1x4-connected-neurons" in out
+    assert out.endswith("1 error, 0 warnings\n")
 
 
 def test_published_names_cover_the_catalogue() -> None:
@@ -328,7 +329,7 @@ def test_a_broken_file_hides_neither_other_files_nor_its_earlier_documents(
     assert [f.file for f in findings] == [str(first), str(second), str(second), str(third),
                                           str(tmp_path / "4.yaml")]  # fmt: skip
     yaml_error = findings[2]
-    assert (yaml_error.where, yaml_error.message.split(":")[0]) == ("YAML", "line 23, column 1")
+    assert (yaml_error.line, yaml_error.message.split(":")[0]) == (23, "invalid YAML at column 1")
     assert "No such file or directory" in findings[4].message
 
 
@@ -451,8 +452,8 @@ def test_a_workload_template_is_read_like_a_pod(
     assert "any 4 devices of the node" in finding.message
     assert cli.main(["lint", str(tmp_path / "docs.yaml")]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"{tmp_path / 'docs.yaml'}: warning: Deployment d: spec.template: ")
-    assert out.endswith("0 errors, 1 warnings\n")
+    assert out.startswith(f"{tmp_path / 'docs.yaml'}:1: warning: Deployment d: spec.template: ")
+    assert out.endswith("0 errors, 1 warning\n")
 
 
 def test_a_container_with_an_extended_resource_and_a_claim_is_warned(tmp_path: Path) -> None:

@@ -509,7 +509,7 @@ def test_neuronnode_and_devices_exclude_each_other_through_counters() -> None:
     single, whole, *_ = run([SPECS / "single-device.yaml", SPECS / "us-4-node-config.yaml"], nodes)
     assert single.allocated
     assert whole.reasons == [
-        "trn2u.48xlarge-0: 1 devices match the selectors, 0 free (1 held through shared "
+        "trn2u.48xlarge-0: 1 device matches the selectors, 0 free (1 held through shared "
         "counters by allocated devices), fewer than the 1 requested"
     ]
     node_first = run([SPECS / "us-4-node-config.yaml", SPECS / "single-device.yaml"], nodes)

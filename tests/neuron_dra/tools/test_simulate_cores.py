@@ -157,7 +157,7 @@ def test_a_core_keeps_the_ultraserver_node_device_out(tmp_path: Path) -> None:
     ]
     _, blocked = run(tmp_path, template("core", 1), whole_spec, node=node)
     assert blocked.reasons == [
-        f"{node}-0: 1 devices match the selectors, 0 free (1 held through shared counters by "
+        f"{node}-0: 1 device matches the selectors, 0 free (1 held through shared counters by "
         "allocated devices), fewer than the 1 requested"
     ]
 

@@ -148,7 +148,8 @@ def test_output_names_the_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert cli.main(["simulate", str(path), "--node", "trn2.48xlarge=1"]) == 0
     out = capsys.readouterr().out
     assert (
-        f"[A] claim default/x-extended-resources (Pod x (aws.amazon.com/neuron: 4), {path})" in out
+        f"[A] claim default/x-extended-resources (Pod x (aws.amazon.com/neuron: 4), {path}:1)"
+        in out
     )
     assert cli.main(["simulate", str(path), "--node", "trn2.48xlarge=1", "-o", "json"]) == 0
     [claim] = json.loads(capsys.readouterr().out)["claims"]
