@@ -85,7 +85,10 @@ def add_commands(subparsers: SubParsers) -> None:
 
 class Progress:
     """How far a long step is, on stderr: on a terminal a line rewritten in place once the
-    step has taken a second; elsewhere (a CI log) a line every ten seconds from the tenth."""
+    step has taken a second; elsewhere (a CI log) a line every ten seconds from the tenth.
+
+    Its own, not tqdm: a dependency of the tools for these few lines, with a bar that
+    would show from the first item rather than only on long runs."""
 
     def __init__(
         self,
