@@ -37,14 +37,13 @@ from api.kubelet.dra.v1beta1 import api_pb2 as dra_v1beta1
 from api.kubelet.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
 from api.kubelet.drahealth.v1 import api_pb2_grpc as drahealth_v1_grpc
 from api.kubelet.drahealth.v1alpha1 import api_pb2_grpc as drahealth_v1alpha1_grpc
-from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from api.kubelet.pluginregistration.v1 import api_pb2 as reg_pb
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from consts import DRIVER_NAME
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.limits import MAX_CLAIMS_PER_CALL
 from neuron_dra.agent.files.dirs import PLUGIN_DIR_MODE, ensure_dir
-from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE, Health
+from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE, Health, probe_server
 from neuron_dra.agent.kubelet.resourcehealth import ResourceHealth, ResourceHealthV1alpha1
 from neuron_dra.agent.kubelet.sockets import is_socket, remove_stale_sockets, socket_paths
 
@@ -234,8 +233,7 @@ class KubeletPlugin:
             remove_stale_sockets, self.registration_socket.parent, self.dra_socket.parent
         )
         if self.health_port is not None:
-            self._health_server = grpc.aio.server()
-            health_grpc.add_HealthServicer_to_server(self.health, self._health_server)
+            self._health_server = probe_server(self.health)
             # Port 0 picks a free port; the bound one is what a probe must use.
             address = self.health_address
             host = f"[{address}]" if ":" in address else address  # IPv6 pod IPs
@@ -269,7 +267,6 @@ class KubeletPlugin:
                     "registration socket gone; serving it again",
                     extra={"socket": str(self.registration_socket)},
                 )
-                await self.health.changed()
                 await self._stop_registration()
                 await self._start_registration()
 

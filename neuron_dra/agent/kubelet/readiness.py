@@ -1,17 +1,27 @@
 """The kubelet's gRPC probes of the plugin pod: liveness and readiness, one
-`grpc.health.v1` service."""
+`grpc.health.v1` service, and the server on the pod IP that answers them.
+
+The kubelet's gRPC probes only ever call `Check`, one connection per probe, so
+that is all the server serves: `Watch` is not registered (the server answers
+UNIMPLEMENTED without running any of ours). The port is reachable from any pod
+that the chart's NetworkPolicy does not keep out, so the server is bounded
+too: connections, calls at once, streams per connection, and how long a
+connection may stay idle or open. Measured by `test_probe_server` on 2 cores:
+unbounded, 2,000 connections held open took the plugin from 38 to 93 MiB, and
+3,000 `Watch` streams to 99 MiB; bounded, 42 and 41 MiB. A flood that fills
+the connections makes the probes fail while it lasts (UNAVAILABLE) instead of
+the plugin's memory limit killing it: keeping other pods off the port is the
+chart's NetworkPolicy's work.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from api.kubelet.grpchealth.v1 import api_pb2 as health_pb
-from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from neuron_dra.agent.kubelet.sockets import is_socket
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -19,9 +29,23 @@ Context = grpc.aio.ServicerContext[Any, Any]
 READINESS_SERVICE = "readiness"
 """grpc.health.v1 service name of the readiness probe; "" (the default) is liveness."""
 HEALTH_SERVICES = ("", READINESS_SERVICE)
+HEALTH_SERVICE_NAME = "grpc.health.v1.Health"
+
+# Bounds of the probe server. The kubelet opens one connection per probe (two probes,
+# every 2 and 10 s) and closes it after one Check; the bounds leave it room for probes
+# that overlap a slow answer, and cap what anyone else can hold open.
+MAX_CONNECTIONS = 128
+MAX_CALLS = 16  # Checks at once over all connections; more are RESOURCE_EXHAUSTED
+MAX_STREAMS_PER_CONNECTION = 4
+# A connection is closed after this long without a call, and any connection after
+# MAX_CONNECTION_AGE_S (its calls get the grace to finish): a client that opens
+# connections and holds them frees its slots within seconds.
+MAX_IDLE_S = 10
+MAX_CONNECTION_AGE_S = 30
+CONNECTION_AGE_GRACE_S = 5
 
 
-class Health(health_grpc.HealthServicer):
+class Health:
     """The kubelet's gRPC probes. Liveness (service ""): serving while the DRA socket is
     up and no long-lived loop of the agent keeps failing. Readiness (service
     READINESS_SERVICE): serving once the kubelet has registered the plugin, until it
@@ -35,7 +59,6 @@ class Health(health_grpc.HealthServicer):
         self._serving = dict.fromkeys(HEALTH_SERVICES, False)
         self._down: set[str] = set()  # loops waiting to be started again: not ready
         self._failing: set[str] = set()  # loops failing again and again: not live
-        self._changed = asyncio.Condition()
 
     def serving(self, service: str = "") -> bool:
         if service == READINESS_SERVICE and (self._down or not self._socket_served()):
@@ -47,55 +70,50 @@ class Health(health_grpc.HealthServicer):
     def _socket_served(self) -> bool:
         return self._registration_socket is None or is_socket(self._registration_socket)
 
-    async def changed(self) -> None:
-        """Wake every Watch: something `serving` reads but does not keep (the socket's
-        file) may have changed."""
-        async with self._changed:
-            self._changed.notify_all()
-
     async def set_serving(self, serving: bool, service: str = "") -> None:
-        async with self._changed:
-            self._serving[service] = serving
-            self._changed.notify_all()
+        self._serving[service] = serving
 
     async def set_loop(self, name: str, *, down: bool, failing: bool) -> None:
         """What the supervisor knows of one loop of the agent."""
-        async with self._changed:
-            for names, member in ((self._down, down), (self._failing, failing)):
-                if member:
-                    names.add(name)
-                else:
-                    names.discard(name)
-            self._changed.notify_all()
+        for names, member in ((self._down, down), (self._failing, failing)):
+            if member:
+                names.add(name)
+            else:
+                names.discard(name)
 
-    def _status(self, service: str) -> health_pb.HealthCheckResponse:
-        if service not in self._serving:
-            return health_pb.HealthCheckResponse(
-                status=health_pb.HealthCheckResponse.SERVICE_UNKNOWN
-            )
-        serving = health_pb.HealthCheckResponse.SERVING
-        not_serving = health_pb.HealthCheckResponse.NOT_SERVING
-        return health_pb.HealthCheckResponse(
-            status=serving if self.serving(service) else not_serving
-        )
-
-    async def Check(  # noqa: N802
+    async def Check(  # noqa: N802 (name fixed by the protocol)
         self, request: health_pb.HealthCheckRequest, context: Context
     ) -> health_pb.HealthCheckResponse:
         if request.service not in self._serving:
             # As grpc.health.v1 says: an unknown service is NOT_FOUND, which a probe
             # reports as a failure naming the status.
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-        return self._status(request.service)
+        serving = health_pb.HealthCheckResponse.SERVING
+        not_serving = health_pb.HealthCheckResponse.NOT_SERVING
+        return health_pb.HealthCheckResponse(
+            status=serving if self.serving(request.service) else not_serving
+        )
 
-    async def Watch(  # noqa: N802
-        self, request: health_pb.HealthCheckRequest, context: Context
-    ) -> AsyncIterator[health_pb.HealthCheckResponse]:
-        service = request.service
-        while True:
-            async with self._changed:
-                status = self._status(service)
-            yield status  # outside the lock, as in ResourceHealth
-            async with self._changed:
-                if self._status(service) == status:
-                    await self._changed.wait()
+
+def probe_server(health: Health) -> grpc.aio.Server:
+    """A server of `health.Check` alone, within the bounds above; the caller adds its port."""
+    server = grpc.aio.server(
+        maximum_concurrent_rpcs=MAX_CALLS,
+        options=(
+            ("grpc.max_allowed_incoming_connections", MAX_CONNECTIONS),
+            ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+            ("grpc.max_connection_idle_ms", MAX_IDLE_S * 1000),
+            ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_S * 1000),
+            ("grpc.max_connection_age_grace_ms", CONNECTION_AGE_GRACE_S * 1000),
+            ("grpc.max_receive_message_length", 1024),  # a request names one service
+        ),
+    )
+    check = grpc.unary_unary_rpc_method_handler(
+        health.Check,
+        request_deserializer=health_pb.HealthCheckRequest.FromString,
+        response_serializer=health_pb.HealthCheckResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(HEALTH_SERVICE_NAME, {"Check": check}),)
+    )
+    return server
