@@ -26,7 +26,7 @@ readonly DEPLOY_DIR
 # manifests are listed apart because a server-side dry run cannot place them in
 # a namespace that does not exist yet.
 readonly CLUSTER_MANIFESTS=(namespace.yaml rbac.yaml admission-policy.yaml config-policy.yaml deviceclass.yaml)
-readonly NAMESPACED_MANIFESTS=(serviceaccount.yaml service.yaml daemonset.yaml)
+readonly NAMESPACED_MANIFESTS=(serviceaccount.yaml service.yaml networkpolicy.yaml daemonset.yaml)
 
 usage() {
     cat <<EOF

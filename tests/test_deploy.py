@@ -72,7 +72,7 @@ def test_the_charts_defaults_are_the_drivers() -> None:
     chosen = {"log_format", "metrics_port"}  # json logs and metrics in a cluster
     assert given - chosen - {"run"} == {
         "log_level", "health_interval", "health_recovery", "unhealthy_effect",
-        "health_heartbeat_timeout",
+        "health_heartbeat_timeout", "metrics_auth", "pod_resources_interval",
         "rediscover_interval", "ultraserver_devices", "neuron_cores",
     }  # fmt: skip
     for dest in given - chosen - {"run"}:
@@ -94,6 +94,23 @@ def test_the_probe_and_the_health_port_agree() -> None:
     # Liveness asks for the default service, readiness for the registration's.
     assert "service" not in container["livenessProbe"]["grpc"]
     assert container["readinessProbe"]["grpc"]["service"] == READINESS_SERVICE
+
+
+def test_the_network_policy_admits_the_scrapers_and_not_the_health_port() -> None:
+    """Pods reach the metrics port alone; the kubelet's probes of the health port come
+    from the pod's own node, which a NetworkPolicy always admits, on the pod network
+    where one applies."""
+    [policy] = [d for d in yaml.safe_load_all((DEPLOY / "networkpolicy.yaml").read_text()) if d]
+    pod = daemonset()["spec"]["template"]
+    assert policy["kind"] == "NetworkPolicy"
+    assert policy["metadata"]["namespace"] == daemonset()["metadata"]["namespace"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= pod["metadata"]["labels"].items()
+    assert pod["spec"]["hostNetwork"] is False
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    ports = {p["name"]: p["containerPort"] for p in plugin_container()["ports"]}
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]
+    assert set(ports) == {"healthz", "metrics"}
 
 
 def test_the_charts_instance_types_are_the_catalogue() -> None:

@@ -36,6 +36,7 @@ from neuron_dra.agent.telemetry.events import EVENT_NAMESPACE, health_event
 from neuron_dra.agent.telemetry.health import Change, health_entries
 from neuron_dra.agent.telemetry.healthpoll import HealthPoll
 from neuron_dra.agent.telemetry.metrics import Metrics, Sample
+from neuron_dra.agent.telemetry.metricsauth import Authorizer
 from neuron_dra.agent.telemetry.mounts import read_only_samples
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
@@ -90,9 +91,14 @@ class Agent:
         # The inventory is read in the metrics thread: rediscovery replaces it whole.
         self.metrics.file_gauges = lambda: stats.samples(self.inventory)
         self.pod_resources = PodResources(
-            options.pod_resources_socket, DRIVER_NAME, options.node_name
+            options.pod_resources_socket,
+            DRIVER_NAME,
+            options.node_name,
+            max_age_s=options.pod_resources_interval_s,
         )
         self.metrics.before_scrape = self.pod_resources.refresh
+        # Scrapers show a token the API server vouches for, of a user allowed /metrics.
+        self._authorize = Authorizer(kube.create).status if options.metrics_auth else None
         self.health = look.health
         self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
@@ -124,7 +130,7 @@ class Agent:
         self.plugin.serve_claims(self.preparer)
         await self._publish_health()
         if self.options.metrics_port is not None:
-            await self.metrics.serve(self.options.metrics_port)
+            await self.metrics.serve(self.options.metrics_port, authorize=self._authorize)
         loops = self.loops
         for name, loop in (
             ("health", self._watch_health),

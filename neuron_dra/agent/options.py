@@ -25,12 +25,16 @@ class RunOptions:
     kmsg: Path | None = None  # default: <sysfs root>/dev/kmsg
     unhealthy_effect: str = "NoSchedule"  # or NoExecute: evict pods using an unhealthy device
     metrics_port: int | None = None
+    # /metrics answers only bearer tokens of users allowed to get it (TokenReview, SAR).
+    metrics_auth: bool = False
     # A still firmware heartbeat marks the device unhealthy after this long; 0: never.
     health_heartbeat_timeout_s: float = 0.0
     # The kubelet's PodResources API, which says which containers hold which devices.
     pod_resources_path: Path | None = None  # default: beside the plugins directory
     # Where the container's mounts are read, to see that the read-only ones are so below.
     mountinfo: Path = Path("/proc/self/mountinfo")
+    # It is asked at most once per this many seconds, however many scrape /metrics.
+    pod_resources_interval_s: float = 15.0
 
     @property
     def pod_resources_socket(self) -> Path:

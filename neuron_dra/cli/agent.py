@@ -109,6 +109,11 @@ def add_command(subparsers: SubParsers) -> None:
         "devices (default: <kubelet plugins directory>/../pod-resources/kubelet.sock)",
     )  # fmt: skip
     cmd.add_argument(
+        "--pod-resources-interval", type=_seconds, default=15.0, metavar="SECONDS",
+        help="ask the kubelet's PodResources API at most once per this many seconds, "
+        "however many scrape /metrics (its server allows 100 calls/s to all its clients)",
+    )  # fmt: skip
+    cmd.add_argument(
         "--unhealthy-effect",
         default="NoSchedule",
         choices=["NoSchedule", "NoExecute"],
@@ -117,6 +122,12 @@ def add_command(subparsers: SubParsers) -> None:
     cmd.add_argument(
         "--metrics-port", type=int, default=-1, help="Prometheus /metrics port; -1 disables"
     )
+    cmd.add_argument(
+        "--metrics-auth", default="none", choices=["none", "kubernetes"],
+        help="kubernetes: /metrics answers only a bearer token the API server authenticates "
+        "(TokenReview), of a user allowed to get the non-resource URL /metrics "
+        "(SubjectAccessReview); none: anyone who reaches the port",
+    )  # fmt: skip
     cmd.set_defaults(command=_run)
 
 
@@ -144,9 +155,18 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         kmsg=args.kmsg_path,
         unhealthy_effect=args.unhealthy_effect,
         metrics_port=args.metrics_port if args.metrics_port >= 0 else None,
+        metrics_auth=args.metrics_auth == "kubernetes",
         health_heartbeat_timeout_s=args.health_heartbeat_timeout,
         pod_resources_path=args.pod_resources_socket,
+        pod_resources_interval_s=args.pod_resources_interval,
     )
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds, 0 or more")
+    return value
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -216,7 +216,7 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
     assert kinds == sorted([
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
         "Service", "DaemonSet", *["DeviceClass"] * 5, *["ValidatingAdmissionPolicy"] * 3,
-        *["ValidatingAdmissionPolicyBinding"] * 3,
+        *["ValidatingAdmissionPolicyBinding"] * 3, "ClusterRole", "NetworkPolicy",
     ])  # fmt: skip
     service = by_key(objects)[("Service", "neuron-dra-metrics")]
     assert service["spec"]["ports"] == [
@@ -293,11 +293,60 @@ def test_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> No
     )
 
 
+def test_metrics_can_ask_for_a_token_and_a_scrapers_namespace(
+    helm_bin: Path, offline: dict[str, str]
+) -> None:
+    """metrics.authorization: the agent reviews tokens, with the RBAC to, and the
+    ServiceMonitor sends Prometheus' token; metrics.networkPolicy: only the monitoring
+    namespace reaches the metrics port."""
+    default = by_key(template(helm_bin, offline, *IMAGE_VALUES))
+    reviews = {"tokenreviews", "subjectaccessreviews"}
+    rules = default[("ClusterRole", "neuron-dra")]["rules"]
+    assert not reviews & {r for rule in rules for r in rule["resources"]}
+    assert parser().parse_args(container_of(list(default.values()))["command"][1:]).metrics_auth \
+        == "none"  # fmt: skip
+    assert default[("ClusterRole", "neuron-dra-metrics-reader")]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
+
+    objects = template(
+        helm_bin, offline, *IMAGE_VALUES, "--set=metrics.authorization.enabled=true",
+        "--set=metrics.serviceMonitor.enabled=true", "--set=metrics.networkPolicy.enabled=true",
+        "--set-json=metrics.podResourcesInterval=30",
+    )  # fmt: skip
+    found = by_key(objects)
+    args = parser().parse_args(container_of(objects)["command"][1:])
+    assert (args.metrics_auth, args.pod_resources_interval) == ("kubernetes", 30.0)
+    granted = {(r, v) for rule in found[("ClusterRole", "neuron-dra")]["rules"]
+               for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+    assert {("tokenreviews", "create"), ("subjectaccessreviews", "create")} <= granted
+    [endpoint] = found[("ServiceMonitor", "neuron-dra")]["spec"]["endpoints"]
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    [rule] = found[("NetworkPolicy", "neuron-dra")]["spec"]["ingress"]
+    assert rule == {
+        "ports": [{"port": "metrics", "protocol": "TCP"}],
+        "from": [{
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {},
+        }],
+    }  # fmt: skip
+    # No metrics: no port open at all; a scrapers' rule without the policy is refused.
+    closed = by_key(template(helm_bin, offline, *IMAGE_VALUES, "--set=metrics.enabled=false"))
+    assert closed[("NetworkPolicy", "neuron-dra")]["spec"]["ingress"] == []
+    refused = run(
+        [str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES,
+         "--set=networkPolicy.enabled=false", "--set=metrics.networkPolicy.enabled=true"],
+        offline,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "metrics.networkPolicy.enabled needs networkPolicy.enabled" in refused.stderr
+
+
 def test_parts_turn_off(helm_bin: Path, offline: dict[str, str]) -> None:
     objects = template(
         helm_bin, offline, *IMAGE_VALUES, "--set=deviceClasses.enabled=false",
         "--set=admissionPolicy.enabled=false", "--set=metrics.enabled=false",
-        "--set=configPolicy.enabled=false",
+        "--set=configPolicy.enabled=false", "--set=networkPolicy.enabled=false",
     )  # fmt: skip
     assert sorted({o["kind"] for o in objects}) == [
         "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "RoleBinding",
@@ -413,7 +462,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 18, keys
+    assert len(keys) == 20, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
         assert {name: labels.get(name) for name in STANDARD_LABELS} == STANDARD_LABELS, k

@@ -34,7 +34,8 @@ def telemetry(e2e_binaries: Binaries) -> Iterator[tuple[Cluster, SimulatedNode, 
         port = free_port()
         node = add_simulated_node(
             cluster, "tel", "trn2.48xlarge", driver_version="2.30.2.0", counters=Counters.READ,
-            extra_args=[f"--health-interval={POLL_S}", f"--metrics-port={port}"],
+            extra_args=[f"--health-interval={POLL_S}", f"--metrics-port={port}",
+                        "--pod-resources-interval=0"],  # the tests wait for the kubelet's changes
         )  # fmt: skip
         yield cluster, node, port
 

@@ -60,7 +60,12 @@ def release(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
         found = {}
         for name, instance_type, us_node in NODES:
             ultraserver = FakeUltraServer("us-v", us_node) if us_node is not None else None
-            metrics = [f"--metrics-port={METRICS_PORTS[name]}"] if name in METRICS_PORTS else []
+            # The kubelet's answer is not kept between scrapes: the tests wait for its changes.
+            metrics = (
+                [f"--metrics-port={METRICS_PORTS[name]}", "--pod-resources-interval=0"]
+                if name in METRICS_PORTS
+                else []
+            )
             found[name] = add_simulated_node(
                 cluster, name, instance_type, ultraserver=ultraserver,
                 extra_args=[f"--health-interval={POLL_S}", *metrics],

@@ -137,6 +137,11 @@ class Kube:
     async def create_event(self, namespace: str, body: Json) -> Json:
         return await self._call("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)
 
+    async def create(self, path: str, body: Json) -> Json:
+        """POST `body` to `path` and return the answer: a review (TokenReview,
+        SubjectAccessReview), which the server answers without storing it."""
+        return await self._call("POST", path, body=body)
+
     async def watch_resource_slices(
         self, node: str, driver: str, resource_version: str
     ) -> AsyncGenerator[Json, None]:

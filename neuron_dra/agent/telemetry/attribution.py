@@ -14,8 +14,10 @@ device's serial number to join series keyed by it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +41,10 @@ ALLOCATION_INFO = "neuron_dra_device_allocation_info"
 MAX_ALLOCATION_SERIES = 2048
 # A scrape waits this long for the kubelet at most; it answers from memory in ~1 ms.
 LIST_TIMEOUT_S = 1.0
+# The kubelet is asked at most once per this many seconds, however many scrape: its
+# PodResources server allows 100 calls a second to all its clients together (device
+# monitors, node agents), and a scrape per scraper per second would take them.
+MAX_AGE_S = 15.0
 
 
 @dataclass(frozen=True, order=True)
@@ -109,13 +115,27 @@ class PodResources:
     """A client of the kubelet's PodResources API; one channel, opened on first use.
 
     `refresh` asks the kubelet and keeps its answer: `holders` (none while it does not
-    answer) and `up`; `samples` are the allocation info series of that answer.
+    answer) and `up`; `samples` are the allocation info series of that answer. An
+    answer (or its failure) is kept `max_age_s`: refreshes until then, from any number
+    of scrapers, at once or one after the other, ask nothing.
     """
 
-    def __init__(self, socket: Path, driver: str, pool: str) -> None:
+    def __init__(
+        self,
+        socket: Path,
+        driver: str,
+        pool: str,
+        *,
+        max_age_s: float = MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._socket = socket
         self._driver = driver
         self._pool = pool
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._asked_at: float | None = None
+        self._asking = asyncio.Lock()  # one List at a time; those waiting take its answer
         self._channel: grpc.aio.Channel | None = None
         self._failing: str | None = None
         self.up = False  # whether the last List was answered
@@ -138,8 +158,13 @@ class PodResources:
         return found
 
     async def refresh(self, timeout_s: float = LIST_TIMEOUT_S) -> None:
-        found = await self.list(timeout_s)
-        self.holders = found if found is not None else ()
+        async with self._asking:
+            now = self._clock()
+            if self._asked_at is not None and now - self._asked_at < self._max_age_s:
+                return
+            self._asked_at = now
+            found = await self.list(timeout_s)
+            self.holders = found if found is not None else ()
 
     async def list(self, timeout_s: float) -> tuple[Holder, ...] | None:
         """The holders of this pool's devices; None (logged once per cause) when the

@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 Labels = tuple[tuple[str, str], ...]
 Gauges = Callable[[], Iterable["Sample"]]
+# The HTTP status of a request with this Authorization header (or none): `metricsauth`.
+Authorize = Callable[[str | None], Awaitable[int]]
+_REFUSED = {
+    401: (b"401 Unauthorized", b"a bearer token is needed\n", b"WWW-Authenticate: Bearer\r\n"),
+    403: (b"403 Forbidden", b"not allowed to get /metrics\n", b""),
+    503: (b"503 Service Unavailable", b"authorization unavailable\n", b""),
+}
 
 # Request bounds of the HTTP endpoint. A scrape is one short GET: its head fits
 # in a few hundred bytes, and Prometheus gives up after its own timeout (10 s).
@@ -104,7 +111,7 @@ METRICS: dict[str, Spec] = {
         "or not_effective (a mount below one is still read-write: the runtime fell back).",
     ),
     "neuron_dra_pod_resources_up": Spec(
-        "gauge", "1 when the kubelet's PodResources API answered at this scrape."
+        "gauge", "1 when the kubelet's PodResources API answered its last call."
     ),
     "neuron_dra_device_allocation_info": Spec(
         "gauge",
@@ -257,12 +264,14 @@ class Metrics:
         *,
         timeout_s: float = TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        authorize: Authorize | None = None,
     ) -> asyncio.Server:
         """GET /metrics and /healthz over plain HTTP/1.1, one request per connection.
 
         Every step of a connection (reading the head, the scrape, writing the
         answer) is bounded by `timeout_s`, the head by MAX_HEAD_BYTES, and the
-        connections served at once by `max_connections`.
+        connections served at once by `max_connections`. With `authorize`, /metrics
+        is answered only when it says 200 of the request's Authorization header.
         """
         open_connections = 0
 
@@ -273,7 +282,7 @@ class Metrics:
                 if open_connections > max_connections:
                     answer = _response(b"503 Service Unavailable", b"busy\n")
                 else:
-                    answer = await self._answer(reader, timeout_s)
+                    answer = await self._answer(reader, timeout_s, authorize)
                 if answer:
                     writer.write(answer)
                     await asyncio.wait_for(writer.drain(), timeout_s)
@@ -289,7 +298,9 @@ class Metrics:
         log.info("metrics served", extra={"port": server.sockets[0].getsockname()[1]})
         return server
 
-    async def _answer(self, reader: asyncio.StreamReader, timeout_s: float) -> bytes:
+    async def _answer(
+        self, reader: asyncio.StreamReader, timeout_s: float, authorize: Authorize | None
+    ) -> bytes:
         """The response to one request; empty when the client is to be dropped unanswered."""
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
@@ -307,6 +318,15 @@ class Metrics:
             return _response(b"405 Method Not Allowed", b"GET only\n", b"Allow: GET\r\n")
         if path == b"/healthz":
             return _response(b"200 OK", b"ok\n")
+        if authorize is not None:
+            try:
+                verdict = await asyncio.wait_for(
+                    authorize(_header(head, b"authorization")), timeout_s
+                )
+            except TimeoutError:
+                verdict = 503  # the API server is slow to review
+            if verdict != 200:
+                return _response(*_REFUSED.get(verdict, _REFUSED[503]))
         try:
             body = await self.scrape(timeout_s)
         except TimeoutError:
@@ -316,6 +336,15 @@ class Metrics:
             log.exception("metrics scrape failed")
             return _response(b"500 Internal Server Error", b"scrape failed\n")
         return _response(b"200 OK", body, kind=CONTENT_TYPE_PLAIN_0_0_4.encode())
+
+
+def _header(head: bytes, name: bytes) -> str | None:
+    """The first value of header `name` (lower case) in a request head."""
+    for line in head.split(b"\r\n")[1:]:
+        key, colon, value = line.partition(b":")
+        if colon and key.strip().lower() == name:
+            return value.strip().decode("latin-1")
+    return None
 
 
 def _without_created(series: Counter | Histogram) -> list[Metric]:

@@ -2,13 +2,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import grpc
 import pytest
 
 from api.kubelet.podresources.v1 import api_pb2
 from neuron_dra.agent.telemetry import attribution
 from neuron_dra.agent.telemetry.attribution import Holder, PodResources, allocation_samples, holders
+from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.discovery import discover
 from tests.sysfs_tree import FakeNode
 
@@ -117,3 +120,103 @@ def test_a_kubelet_that_does_not_answer_is_said_once(
     assert not client.up
     said = [r.getMessage() for r in caplog.records if "PodResources" in r.getMessage()]
     assert len(said) == 1 and "devices are not attributed to pods" in said[0]
+
+
+class CountingKubelet:
+    """The kubelet's PodResources List, counted; one container holding neurondevice3."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+
+    async def List(  # noqa: N802 (name fixed by the protocol)
+        self, request: api_pb2.ListPodResourcesRequest, context: object
+    ) -> api_pb2.ListPodResourcesResponse:
+        self.lists += 1
+        return answer(("ml", "train-0", "main", "gpus", [(DRIVER, "node-a", "neurondevice3")]))
+
+
+async def serve_kubelet(socket: Path, kubelet: CountingKubelet) -> grpc.aio.Server:
+    server = grpc.aio.server()
+    listing = grpc.unary_unary_rpc_method_handler(
+        kubelet.List,
+        request_deserializer=api_pb2.ListPodResourcesRequest.FromString,
+        response_serializer=api_pb2.ListPodResourcesResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("v1.PodResourcesLister", {"List": listing}),)
+    )
+    server.add_insecure_port(f"unix://{socket}")
+    await server.start()
+    return server
+
+
+async def scrape(port: int) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 200 OK"), answer[:100]
+    return answer
+
+
+def scraped_by_many(
+    tmp_path: Path, client: PodResources, test: Callable[[int, CountingKubelet], Awaitable[None]]
+) -> None:
+    """Serve /metrics with the client as the agent wires it, beside a counting kubelet."""
+    kubelet = CountingKubelet()
+
+    async def main() -> None:
+        server = await serve_kubelet(tmp_path / "kubelet.sock", kubelet)
+        metrics = Metrics()
+        metrics.before_scrape = client.refresh
+        endpoint = await metrics.serve(0, "127.0.0.1")
+        try:
+            await test(endpoint.sockets[0].getsockname()[1], kubelet)
+        finally:
+            endpoint.close()
+            await client.close()
+            await server.stop(0)
+
+    asyncio.run(main())
+
+
+SCRAPERS, SCRAPES_EACH = 8, 10
+
+
+def test_scrapers_share_one_kubelet_call_per_interval(tmp_path: Path) -> None:
+    """However many scrape and however often, the kubelet is asked once an interval:
+    its PodResources server allows 100 calls a second to all its clients."""
+    client = PodResources(tmp_path / "kubelet.sock", DRIVER, "node-a")
+
+    async def test(port: int, kubelet: CountingKubelet) -> None:
+        async def scraper() -> None:
+            for _ in range(SCRAPES_EACH):
+                await scrape(port)
+
+        await asyncio.gather(*(scraper() for _ in range(SCRAPERS)))
+        assert kubelet.lists == 1
+        assert client.up
+        assert client.holders == (Holder("ml", "train-0", "main", "gpus", "neurondevice3"),)
+
+    scraped_by_many(tmp_path, client, test)
+
+
+def test_the_kubelet_is_asked_again_once_the_interval_is_over(tmp_path: Path) -> None:
+    now = [100.0]
+    client = PodResources(
+        tmp_path / "kubelet.sock", DRIVER, "node-a", max_age_s=30.0, clock=lambda: now[0]
+    )
+
+    async def test(port: int, kubelet: CountingKubelet) -> None:
+        await asyncio.gather(*(scrape(port) for _ in range(SCRAPERS)))
+        now[0] += 29.9
+        await scrape(port)
+        assert kubelet.lists == 1
+        now[0] += 0.1
+        await asyncio.gather(*(scrape(port) for _ in range(SCRAPERS)))
+        assert kubelet.lists == 2
+
+    scraped_by_many(tmp_path, client, test)

@@ -197,3 +197,44 @@ def test_connections_beyond_the_limit_are_turned_away() -> None:
 
     # The scrape must outlast the test's second request, so the timeout is the test's patience.
     serving(metrics, test, timeout_s=PATIENCE_S, max_connections=1)
+
+
+def test_the_authorization_header_decides_a_scrape_and_not_the_health_path() -> None:
+    """`authorize` gets the request's Authorization header, whatever its case; its
+    verdict is the answer; /healthz asks nothing; a verdict slower than the
+    timeout is 503."""
+    asked: list[str | None] = []
+    verdicts = {None: 401, "Bearer stranger": 403, "Bearer scraper": 200}
+
+    async def authorize(header: str | None) -> int:
+        asked.append(header)
+        if header == "Bearer slow":
+            await asyncio.sleep(PATIENCE_S)
+        return verdicts.get(header, 401)
+
+    async def test(port: int) -> None:
+        def get(path: bytes, header: bytes = b"") -> Awaitable[bytes]:
+            return exchange(port, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n")
+
+        anonymous = await get(b"/metrics")
+        assert anonymous.startswith(b"HTTP/1.1 401") and b"WWW-Authenticate: Bearer" in anonymous
+        assert (await get(b"/metrics", b"authorization: Bearer stranger\r\n")).startswith(
+            b"HTTP/1.1 403"
+        )
+        allowed = await get(b"/metrics", b"AUTHORIZATION:  Bearer scraper \r\n")
+        assert allowed.startswith(b"HTTP/1.1 200") and b"neuron_dra_prepare_duration" in allowed
+        assert (await get(b"/healthz")).startswith(b"HTTP/1.1 200")
+        assert (await get(b"/metrics", b"Authorization: Bearer slow\r\n")).startswith(
+            b"HTTP/1.1 503"
+        )
+        assert asked == [None, "Bearer stranger", "Bearer scraper", "Bearer slow"]
+
+    async def main() -> None:
+        server = await metrics.serve(0, "127.0.0.1", timeout_s=TIMEOUT_S, authorize=authorize)
+        try:
+            await test(server.sockets[0].getsockname()[1])
+        finally:
+            server.close()
+
+    metrics = Metrics()
+    asyncio.run(main())
