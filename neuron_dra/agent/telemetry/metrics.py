@@ -15,15 +15,15 @@ so that a slow or hung device file never stalls a prepare.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import Metric
+
+from neuron_dra.agent.files.offloop import in_daemon_thread
 
 log = logging.getLogger(__name__)
 
@@ -210,34 +210,10 @@ class Metrics:
             except Exception:
                 # The gauges say what is known; the hook reports its own failures.
                 log.debug("before-scrape hook failed", exc_info=True)
-        return await self._in_thread(list(self.gauges()))
-
-    def _in_thread(self, gauges: list[Sample]) -> asyncio.Future[bytes]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bytes] = loop.create_future()
-
-        def settle(result: bytes | None, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                assert result is not None
-                future.set_result(result)
-
-        def work() -> None:
-            try:
-                result, error = self._expose(gauges), None
-            except Exception as err:
-                result, error = None, err
-            # The loop may have closed while a read hung: nothing is waiting then.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, result, error)
-
+        gauges = list(self.gauges())
         # A daemon thread, not an executor's: a read that never returns must not hold up
         # the agent's exit, which joins executor threads.
-        threading.Thread(target=work, name="neuron-dra-metrics", daemon=True).start()
-        return future
+        return await in_daemon_thread(lambda: self._expose(gauges), "neuron-dra-metrics")
 
     def _expose(self, gauges: list[Sample]) -> bytes:
         by_name: dict[str, list[Sample]] = {}
