@@ -115,7 +115,7 @@ def build_fake_node(
         _write(root / discovery.BOOT_ID_FILE, f"{uuid.uuid4()}\n")
     if lnc is not None:
         _write(root / discovery.LNC_CONFIG_FILE, f"{ENV_NEURON_LOGICAL_NC_CONFIG}={lnc}\n")
-    silicon = _SILICON[spec.pci_device_id]
+    silicon = SILICON[spec.pci_device_id]
     # Serial numbers differ between nodes (directory names) yet are stable across runs.
     serial_seed = int(hashlib.sha256(f"{root.name}/{instance_type}".encode()).hexdigest()[:8], 16)
     class_dir = root / discovery.CLASS_DIR
@@ -168,7 +168,10 @@ def _write_standalone(class_dir: Path, driver: DriverFormat) -> None:
 
 
 @dataclass(frozen=True)
-class _Silicon:
+class Silicon:
+    """What the Neuron driver's hardware layer calls one kind of device: the names the
+    fake tree writes, and whether it has serial numbers (generation > 1)."""
+
     generation: int  # the driver's hardware layer: v1 Inferentia ... v4 Trainium3
     device_arch: str  # info/architecture/arch_type of the device
     core_arch: str  # ... of each NeuronCore
@@ -178,17 +181,17 @@ class _Silicon:
 
 
 # PCI device id -> what the driver's hardware layer calls it (v1..v4 dhal tables).
-_SILICON = {
-    0x7064: _Silicon(1, "NDv1", "NCv1", "Inf1", "Inferentia", 1),
-    0x7264: _Silicon(2, "NDv3", "NCv2", "Inf2", "Inferentia2", 1),
-    0x7164: _Silicon(2, "NDv2", "NCv2", "Trn1", "Trainium1", 1),
-    0x7364: _Silicon(3, "NDv3", "NCv3", "Trn2", "Trainium2", 2),
-    0x7564: _Silicon(4, "NDv4", "NCv4", "Trn3", "Trainium3", 2),
+SILICON = {
+    0x7064: Silicon(1, "NDv1", "NCv1", "Inf1", "Inferentia", 1),
+    0x7264: Silicon(2, "NDv3", "NCv2", "Inf2", "Inferentia2", 1),
+    0x7164: Silicon(2, "NDv2", "NCv2", "Trn1", "Trainium1", 1),
+    0x7364: Silicon(3, "NDv3", "NCv3", "Trn2", "Trainium2", 2),
+    0x7564: Silicon(4, "NDv4", "NCv4", "Trn3", "Trainium3", 2),
 }
 
 
 def _write_device_stats(
-    device: Path, silicon: _Silicon, driver: DriverFormat, cores: int, counters: Counters
+    device: Path, silicon: Silicon, driver: DriverFormat, cores: int, counters: Counters
 ) -> None:
     """info/ and stats/ of one device and, as `counters` says, of its NeuronCores; idle."""
     _write(device / "info/notify_delay", "-1\n")

@@ -13,9 +13,9 @@ import hashlib
 
 from neuron_dra.hardware import topology
 from neuron_dra.hardware.fakenode import (
-    _SILICON,  # the fake tree's silicon table: device names, serial numbers or not
     DEFAULT_DRIVER_VERSION,
     FAKE_MAJOR,
+    SILICON,
     FakeUltraServer,
     fake_pci_function,
 )
@@ -52,7 +52,7 @@ def simulated_inventory(
         raise ValueError(f"unknown instance type {instance_type!r}; known: {known}")
     if lnc is not None and not spec.has_lnc:
         raise ValueError(f"{instance_type} has no logical NeuronCores; --lnc does not apply")
-    silicon = _SILICON[spec.pci_device_id]
+    silicon = SILICON[spec.pci_device_id]
     seed = int(hashlib.sha256(f"{name}/{instance_type}".encode()).hexdigest()[:8], 16)
     devices = []
     for index in range(spec.devices):
