@@ -233,6 +233,13 @@ def test_driver_pod_runs_as_deployed(real: RealCluster) -> None:
     writable = sorted(m for m, options in below.items() if "ro" not in options)
     assert not writable, writable
     assert "ro" in mounts["/host/sys"] and "ro" in mounts["/host/dev"]
+    # The agent sees the same from inside its container, and says so on its endpoint.
+    states = {
+        s.labels["state"]: s.value
+        for s in scrape.samples(f"http://{pod['status']['podIP']}:9400/metrics")
+        if s.name == "neuron_dra_recursive_readonly_mounts"
+    }
+    assert states == {"effective": 3, "not_effective": 0}, states
 
 
 def driver_mounts() -> dict[str, set[str]]:
