@@ -29,7 +29,8 @@ def test_fields_the_server_drops_are_named_once_and_rewrite_nothing(
             extra_args=["--ultraserver-devices=both"], start=False,
         )  # fmt: skip
         plugin = start_logging_passes(node)
-        assert len(node.device_names()) == 17
+        # The pool is several slices, created one by one: wait for the whole of it.
+        cluster.wait_for("the whole pool", lambda: len(node.device_names()) == 17 or None)
         assert not any(s["spec"].get("sharedCounters") for s in node.slices())
         published = {s["metadata"]["name"]: s["spec"]["pool"]["generation"] for s in node.slices()}
 
