@@ -54,6 +54,7 @@ UNKNOWN_BOOT = "unknown"
 HELD_SETTLE_S = 1.0
 # Rediscovery takes milliseconds; past this, a sysfs read hangs.
 REDISCOVERY_DEADLINE_S = 30.0
+REVIEW_CONNECTIONS = 1  # metrics authorization reviews one token at a time
 
 
 class Agent:
@@ -98,7 +99,10 @@ class Agent:
         )
         self.metrics.before_scrape = self.pod_resources.refresh
         # Scrapers show a token the API server vouches for, of a user allowed /metrics.
-        self._authorize = Authorizer(kube.create).status if options.metrics_auth else None
+        # Reviews have a connection of their own: scrapers, or anyone who reaches the
+        # port, never hold the ones a prepare's claim read needs.
+        self._reviews = kube.apart(REVIEW_CONNECTIONS) if options.metrics_auth else None
+        self._authorize = Authorizer(self._reviews.create).status if self._reviews else None
         self.health = look.health
         self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
@@ -152,6 +156,8 @@ class Agent:
             await loops.stop()
             await asyncio.gather(ready, return_exceptions=True)
             await self.pod_resources.close()
+            if self._reviews is not None:
+                self._reviews.close()
 
     async def _publish(self) -> None:
         await self.node_watch.tried.wait()  # so that the first write carries the labels

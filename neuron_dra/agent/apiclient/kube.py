@@ -88,6 +88,16 @@ class Kube:
         """Client from a kubeconfig file, or the pod's service account when None."""
         return cls(apiconfig.load(kubeconfig))
 
+    def apart(self, max_connections: int) -> Kube:
+        """A client of the same server and credentials with connections of its own:
+        for calls that must neither wait for this one's connections nor hold them."""
+        return Kube(
+            self._config,
+            max_connections=max_connections,
+            request_timeout_s=self._request_timeout_s,
+            max_response_bytes=self._max_response_bytes,
+        )
+
     def close(self) -> None:
         self._pool.close()
 

@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from http import HTTPStatus
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -33,9 +34,11 @@ Gauges = Callable[[], Iterable["Sample"]]
 # The HTTP status of a request with this Authorization header (or none): `metricsauth`.
 Authorize = Callable[[str | None], Awaitable[int]]
 _REFUSED = {
-    401: (b"401 Unauthorized", b"a bearer token is needed\n", b"WWW-Authenticate: Bearer\r\n"),
-    403: (b"403 Forbidden", b"not allowed to get /metrics\n", b""),
-    503: (b"503 Service Unavailable", b"authorization unavailable\n", b""),
+    HTTPStatus.UNAUTHORIZED: (b"a bearer token is needed\n", b"WWW-Authenticate: Bearer\r\n"),
+    HTTPStatus.FORBIDDEN: (b"not allowed to get /metrics\n", b""),
+    # New tokens come faster than the API server is asked to review them.
+    HTTPStatus.TOO_MANY_REQUESTS: (b"too many new tokens\n", b"Retry-After: 1\r\n"),
+    HTTPStatus.SERVICE_UNAVAILABLE: (b"authorization unavailable\n", b""),
 }
 
 # Request bounds of the HTTP endpoint. A scrape is one short GET: its head fits
@@ -300,9 +303,13 @@ class Metrics:
                     authorize(_header(head, b"authorization")), timeout_s
                 )
             except TimeoutError:
-                verdict = 503  # the API server is slow to review
-            if verdict != 200:
-                return _response(*_REFUSED.get(verdict, _REFUSED[503]))
+                verdict = HTTPStatus.SERVICE_UNAVAILABLE  # the API server is slow to review
+            if verdict != HTTPStatus.OK:
+                if verdict not in _REFUSED:
+                    verdict = HTTPStatus.SERVICE_UNAVAILABLE
+                refused = HTTPStatus(verdict)
+                line = f"{refused.value} {refused.phrase}".encode()
+                return _response(line, *_REFUSED[refused])
         try:
             body = await self.scrape(timeout_s)
         except TimeoutError:

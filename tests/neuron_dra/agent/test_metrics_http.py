@@ -202,9 +202,9 @@ def test_connections_beyond_the_limit_are_turned_away() -> None:
 def test_the_authorization_header_decides_a_scrape_and_not_the_health_path() -> None:
     """`authorize` gets the request's Authorization header, whatever its case; its
     verdict is the answer; /healthz asks nothing; a verdict slower than the
-    timeout is 503."""
+    timeout is 503; too many new tokens, 429 with a Retry-After."""
     asked: list[str | None] = []
-    verdicts = {None: 401, "Bearer stranger": 403, "Bearer scraper": 200}
+    verdicts = {None: 401, "Bearer stranger": 403, "Bearer scraper": 200, "Bearer new": 429}
 
     async def authorize(header: str | None) -> int:
         asked.append(header)
@@ -227,7 +227,11 @@ def test_the_authorization_header_decides_a_scrape_and_not_the_health_path() -> 
         assert (await get(b"/metrics", b"Authorization: Bearer slow\r\n")).startswith(
             b"HTTP/1.1 503"
         )
-        assert asked == [None, "Bearer stranger", "Bearer scraper", "Bearer slow"]
+        flooded = await get(b"/metrics", b"Authorization: Bearer new\r\n")
+        assert (
+            flooded.startswith(b"HTTP/1.1 429 Too Many Requests") and b"Retry-After: 1" in flooded
+        )
+        assert asked == [None, "Bearer stranger", "Bearer scraper", "Bearer slow", "Bearer new"]
 
     async def main() -> None:
         server = await metrics.serve(0, "127.0.0.1", timeout_s=TIMEOUT_S, authorize=authorize)
