@@ -55,6 +55,7 @@ def first_look(options: RunOptions, discover_node: Discover = discover) -> First
         kmsg=options.kmsg or options.sysfs_root / "dev" / "kmsg",
         recovery_s=options.health_recovery_s,
         heartbeat_timeout_s=options.health_heartbeat_timeout_s,
+        serials={d.index: d.serial_number for d in inventory.devices},
     )
     return FirstLook(inventory, found, health, check_root(options.sysfs_root, options.mountinfo))
 

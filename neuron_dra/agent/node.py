@@ -178,9 +178,9 @@ class Agent:
         """Rediscovery, in its daemon thread: the devices found, each watched from now
         on before the slices publish it."""
         inventory = read_inventory(self.options.sysfs_root, self._discover_node)
-        indices = [d.index for d in inventory.devices]
-        if indices != [d.index for d in self.inventory.devices]:
-            self.health.follow(indices)
+        serials = {d.index: d.serial_number for d in inventory.devices}
+        if serials != {d.index: d.serial_number for d in self.inventory.devices}:
+            self.health.follow(serials, serials)
         return inventory
 
     async def _follow_claims(self) -> None:

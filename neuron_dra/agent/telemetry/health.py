@@ -15,8 +15,9 @@ driver that moved them) is unwatched: logged once, counted in `unwatched`. Besid
 - the device's sysfs directory or /dev node vanishing;
 - the kernel's records of `NEURON_HW_ERR=<KIND>` in /dev/kmsg, as the Neuron
   runtime writes them through the driver (`kernellog` says which records count); a
-  record naming a device (its serial number, or neuronN) affects that device, a
-  record naming none affects every device;
+  record naming a device (its serial number, else its index `nd-id=`, else
+  neuronN) affects that device, a record naming none affects every device, one
+  naming a device this node does not have (an unknown serial number) none;
 - optionally, `healthcheck_heartbeat` standing still for `heartbeat_timeout_s`.
 A device returns to service when its cause goes away (the directory or node
 comes back, the subsystem list empties, the counters reset with a driver reload)
@@ -38,7 +39,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -91,7 +92,6 @@ COUNTERS: Mapping[Source, Mapping[str, Kind]] = {
     },
 }
 COMPONENTS_FILE = f"{HEALTH_STATUS_DIR}/unhealthy_components"
-SERIAL_FILE = "info/serial_number"
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,7 @@ class HealthMonitor:
         recovery_s: float = 0.0,  # 0: time never clears a problem
         heartbeat_timeout_s: float = 0.0,  # 0: a still heartbeat is not a problem
         clock: Callable[[], float] = time.time,
+        serials: Mapping[int, str | None] | None = None,
     ) -> None:
         self._root = root
         self._kmsg = kmsg
@@ -138,6 +139,8 @@ class HealthMonitor:
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._clock = clock
         self._devices = sorted(set(devices))
+        # The devices' serial numbers as discovery read them, as kernel records write them.
+        self._serials = kernellog.serial_numbers(serials or {})
         self.problems: dict[int, Problem] = {}
         # As the last poll found them; swapped in whole, as `problems` is.
         self.sources: dict[int, Source | None] = {}
@@ -156,12 +159,16 @@ class HealthMonitor:
         """Devices of which no health file could be read at the last poll."""
         return frozenset(d for d, source in self.sources.items() if source is None)
 
-    def follow(self, devices: Iterable[int]) -> None:
+    def follow(
+        self, devices: Iterable[int], serials: Mapping[int, str | None] | None = None
+    ) -> None:
         """Watch these devices too, from now on; devices already watched stay watched.
+        `serials`: their serial numbers, as rediscovery read them.
 
         Reads the new devices' counters, so call it off the event loop.
         """
         with self._lock:
+            self._serials |= kernellog.serial_numbers(serials or {})
             new = set(devices).difference(self._devices)
             for device in new:
                 self._baseline[device] = self._counters(device)[1]
@@ -351,20 +358,15 @@ class HealthMonitor:
             found += [(d, problem) for d in self._named(error)]
         return found
 
-    def _named(self, error: kernellog.HardwareError) -> list[int]:
-        """The devices an error names: by serial number, else as neuronN, else all."""
-        if error.serial is not None:
-            serials = {d: self._serial(d) for d in self._devices}
-            by_serial = [d for d, serial in serials.items() if serial == error.serial]
-            if by_serial:
-                return by_serial
-        if error.devices:
-            return [d for d in self._devices if d in error.devices]
-        return self._devices
-
-    def _serial(self, device: int) -> str | None:
-        text = self._read(self._root / DEVICES_DIR / f"neuron{device}" / SERIAL_FILE)
-        return text.lower().removeprefix("0x") if text else None
+    def _named(self, error: kernellog.HardwareError) -> Sequence[int]:
+        named = kernellog.devices_named(error, self._devices, self._serials)
+        if named is None:
+            self._report_once(
+                f"unmatched {error.serial}/{error.index}",
+                f"a hardware error names no device of this node (serial-num={error.serial}, "
+                f"nd-id={error.index}): no device taken out of service: {error.detail}",
+            )
+        return named or []
 
     def _report_once(self, source: str, message: str) -> None:
         if source not in self._failing_sources:

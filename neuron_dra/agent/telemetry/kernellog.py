@@ -30,6 +30,7 @@ same ioctl with any text; such a record is the kernel's and has the runtime's sh
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 LOG_KERN = 0
@@ -43,6 +44,7 @@ _HW_ERROR = re.compile(
 )
 _DEVICE = re.compile(r"\bneuron(\d{1,4})\b")
 _SERIAL = re.compile(r" serial-num=([0-9a-fA-F]{1,32})(?: |$)")
+_INDEX = re.compile(r" nd-id=(\d{1,4})(?: |$)")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,13 @@ class HardwareError:
     detail: str  # the message, cut to MAX_DETAIL characters from its end
     devices: frozenset[int]  # the devices the message names as `neuronN`
     serial: str | None  # the device's serial number (`serial-num=`), lower case
+    # `nd-id=`: the device's index as the runtime numbers them, which is the driver's
+    # neuronN: the container sees the host's /dev/neuronN, CDI passes them unchanged.
+    index: int | None = None
+
+    @property
+    def names_a_device(self) -> bool:
+        return self.serial is not None or self.index is not None or bool(self.devices)
 
 
 @dataclass(frozen=True)
@@ -86,11 +95,13 @@ def hardware_error(rec: Record) -> HardwareError | None:
     if match is None:
         return None
     serial = _SERIAL.search(rec.text)
+    index = _INDEX.search(rec.text)
     return HardwareError(
         kind=match.group(1),
         detail=rec.text.strip()[-MAX_DETAIL:],
         devices=frozenset(int(n) for n in _DEVICE.findall(rec.text)),
         serial=serial.group(1).lower() if serial else None,
+        index=int(index.group(1)) if index else None,
     )
 
 
@@ -108,3 +119,26 @@ def scan(text: str) -> Scan:
         elif (error := hardware_error(rec)) is not None:
             errors.append(error)
     return Scan(tuple(errors), not_records)
+
+
+def serial_numbers(serials: Mapping[int, str | None]) -> dict[int, str]:
+    """Devices' serial numbers (as sysfs gives them) as records write them: hex, lower
+    case, no 0x; devices without one left out."""
+    return {d: s.lower().removeprefix("0x") for d, s in serials.items() if s}
+
+
+def devices_named(
+    error: HardwareError, devices: Sequence[int], serials: Mapping[int, str]
+) -> Sequence[int] | None:
+    """The devices of `devices` an error names: by serial number (`serials`, from
+    `serial_numbers`), else by index (`nd-id=`), else as neuronN; a record that names
+    none, every device; None when it names only devices not here."""
+    if error.serial is not None:
+        by_serial = [d for d in devices if serials.get(d) == error.serial]
+        if by_serial:
+            return by_serial
+    if error.index is not None and error.index in devices:
+        return [error.index]
+    if error.devices:
+        return [d for d in devices if d in error.devices] or None
+    return None if error.names_a_device else devices

@@ -24,10 +24,17 @@ def ecc(root: Path, device: int, value: int, counter: str = "mem_ecc_uncorrected
           f"{value}\n")  # fmt: skip
 
 
-def monitor(root: Path, clock: Clock, recovery: float = 0.0) -> HealthMonitor:
+def monitor(
+    root: Path, clock: Clock, recovery: float = 0.0, serials: dict[int, str | None] | None = None
+) -> HealthMonitor:
+    """A monitor of 16 devices and their serial numbers (as discovery read them)."""
     kmsg = root / "dev/kmsg"
     kmsg.touch()
-    return HealthMonitor(root, range(16), kmsg=kmsg, recovery_s=recovery, clock=clock)
+    if serials is None:
+        serials = {d: serial(root, d) for d in range(16)}
+    return HealthMonitor(
+        root, range(16), kmsg=kmsg, recovery_s=recovery, clock=clock, serials=serials
+    )
 
 
 def test_an_uncorrectable_ecc_increase_marks_exactly_that_device(fake_node: FakeNode) -> None:
@@ -74,12 +81,13 @@ def serial(root: Path, device: int) -> str:
     return path.read_text().strip()
 
 
-def hw_error(kind: str, serial: str = "", pri: int = 3) -> str:
+def hw_error(kind: str, serial: str = "", pri: int = 3, nd_id: int | None = 0) -> str:
     """A /dev/kmsg record as the Neuron runtime writes it through the driver (KERN_ERR)."""
+    index = f" nd-id={nd_id} nc-id=0" if nd_id is not None else ""
     fields = f" serial-num={serial}" if serial else ""
     return (
         f"{pri},1234,5678,-;NEURON_HW_ERR={kind} instance-id=i-0592464924bd45322 "
-        f"hostname=ip-172-31-61-252 nd-id=0 nc-id=0{fields} action=TERMINATE_INSTANCE\n"
+        f"hostname=ip-172-31-61-252{index}{fields} action=TERMINATE_INSTANCE\n"
     )
 
 
@@ -97,12 +105,42 @@ def test_kernel_error_lines(fake_node: FakeNode) -> None:
         kmsg.write("3,1236,5680,-;NEURON_HW_ERR=DMA_ERROR neuron7\n")  # named the old way
     assert [(c.device, c.problem and c.problem.kind) for c in health.poll()] == [(7, "DMA_ERROR")]
     with (root / "dev/kmsg").open("a") as kmsg:
-        kmsg.write(hw_error("DMA_ERROR"))  # no device: all of them
+        kmsg.write(hw_error("DMA_ERROR", nd_id=None))  # no device: all of them
     changes = health.poll()
     assert sorted(c.device for c in changes) == sorted(set(range(16)) - {7})  # 3: new kind
     assert {c.problem.kind for c in changes if c.problem} == {"DMA_ERROR"}
     clock.now += 30
     assert len(health.poll()) == 16 and health.problems == {}
+
+
+def test_a_runtime_error_names_its_device_by_index_when_its_serial_is_not_known(
+    fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """inf1 has no serial numbers, and a serial file can be unreadable: the record's
+    nd-id (the runtime's device index, the driver's neuronN) names the device then.
+    A serial number no device has, with no index here, takes no device out."""
+    root = fake_node("trn2.48xlarge")
+    health = monitor(root, Clock(), serials={d: None for d in range(16)})
+    with (root / "dev/kmsg").open("a") as kmsg:
+        kmsg.write(hw_error("DMA_ERROR", "19fcda00f5ff6eb9", nd_id=9))
+    assert [(c.device, c.problem and c.problem.kind) for c in health.poll()] == [(9, "DMA_ERROR")]
+    with caplog.at_level(logging.WARNING), (root / "dev/kmsg").open("a") as kmsg:
+        kmsg.write(hw_error("HBM_UNCORRECTABLE_ERROR", "19fcda00f5ff6eb9", nd_id=None))
+        kmsg.write(hw_error("HBM_UNCORRECTABLE_ERROR", "19fcda00f5ff6eb9", nd_id=40))
+        kmsg.flush()
+        assert health.poll() == [] and set(health.problems) == {9}
+    assert sum("names no device of this node" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_a_serial_number_wins_over_the_index(fake_node: FakeNode) -> None:
+    """...the serial number discovery read: the file is not read again."""
+    root = fake_node("trn2.48xlarge")
+    health = monitor(root, Clock())
+    known = serial(root, 4)
+    (root / "sys/devices/virtual/neuron_device/neuron4/info/serial_number").unlink()
+    with (root / "dev/kmsg").open("a") as kmsg:
+        kmsg.write(hw_error("DMA_ERROR", known, nd_id=2))
+    assert [c.device for c in health.poll()] == [4]
 
 
 def test_kernel_lines_a_process_can_write_take_no_device_out(

@@ -19,10 +19,14 @@ def test_a_record_header_gives_facility_and_level() -> None:
 
 def test_the_runtimes_line_is_an_error_of_the_device_it_names() -> None:
     assert hardware_error(Record(0, 3, GENUINE)) == HardwareError(
-        "SRAM_UNCORRECTABLE_ERROR", GENUINE[-200:], frozenset(), "19fcda00f5ff6eb9"
+        "SRAM_UNCORRECTABLE_ERROR", GENUINE[-200:], frozenset(), "19fcda00f5ff6eb9", 0
     )
     dated = hardware_error(Record(0, 3, "2026-11-28T00:01:02.345Z NEURON_HW_ERR=DMA_ERROR"))
-    assert dated is not None and (dated.kind, dated.serial) == ("DMA_ERROR", None)
+    assert dated is not None and (dated.kind, dated.serial, dated.index) == (
+        "DMA_ERROR",
+        None,
+        None,
+    )
     named = hardware_error(Record(0, 3, "NEURON_HW_ERR=NC_UNCORRECTABLE_ERROR neuron12"))
     assert named is not None and named.devices == {12}
 
