@@ -25,7 +25,14 @@ _SIGNED = re.compile(r"-?[0-9]+")
 def read_text(path: Path, limit: int = MAX_BYTES) -> str:
     """The file's text. Raises OSError for anything but a regular file of at most
     `limit` bytes (EINVAL, EFBIG), never blocking; UnicodeDecodeError if not UTF-8."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    return read_bytes(path, limit).decode("utf-8")
+
+
+def read_bytes(path: Path, limit: int = MAX_BYTES, *, nofollow: bool = False) -> bytes:
+    """The file's bytes, as `read_text`; with `nofollow`, a symbolic link is not
+    followed but refused (ELOOP)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
+    fd = os.open(path, flags)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
@@ -37,7 +44,7 @@ def read_text(path: Path, limit: int = MAX_BYTES) -> str:
                 raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8")
+    return b"".join(chunks)
 
 
 def read_if_present(path: Path, limit: int = MAX_BYTES) -> str | None:

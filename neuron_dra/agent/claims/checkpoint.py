@@ -41,6 +41,7 @@ from neuron_dra.agent.claims.limits import MAX_CHECKPOINT_BYTES
 from neuron_dra.agent.files.atomicfile import atomic_write
 from neuron_dra.agent.files.dirs import PLUGIN_DIR_MODE, ensure_dir, open_lock_file
 from neuron_dra.agent.files.filestamp import Stamp, stamp
+from neuron_dra.hardware.sysfsfile import read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,10 @@ Claims = dict[str, ClaimRecord]
 
 class CheckpointError(ValueError):
     """The checkpoint cannot be trusted; the message says why."""
+
+
+class CheckpointTooLargeError(ValueError):
+    """A write refused: the file would be larger than a checkpoint may be."""
 
 
 def encode(boot_id: str, claims: Mapping[str, ClaimRecord]) -> bytes:
@@ -144,8 +149,10 @@ class CheckpointStore:
             try:
                 marker = read_regular(self.boot_path, MARKER_BYTES)
             except CheckpointError as err:
-                # Replaced below; the checkpoint's own boot id decides meanwhile.
-                log.error("boot marker %s ignored: %s", self.boot_path, err)
+                # Replaced below (a rename cannot replace a directory, so it is moved
+                # first); the checkpoint's own boot id decides meanwhile.
+                aside = _set_aside(self.boot_path)
+                log.error("boot marker %s ignored: %s; moved to %s", self.boot_path, err, aside)
                 marker = None
             previous = None if marker is None else marker.decode(errors="replace").strip()
             if previous == boot_id:
@@ -183,6 +190,12 @@ class CheckpointStore:
                 # holds no claims.
                 return claims
             data = encode(boot_id, claims)
+            if len(data) > MAX_CHECKPOINT_BYTES:
+                # The next read would set the whole file aside, every claim in it.
+                raise CheckpointTooLargeError(
+                    f"the checkpoint would take {len(data)} bytes with this claim, more "
+                    f"than {MAX_CHECKPOINT_BYTES} bytes: not recorded"
+                )
             atomic_write(
                 self.path, data, mode=0o600, dir_mode=PLUGIN_DIR_MODE, durable=self.durable
             )
@@ -202,8 +215,7 @@ class CheckpointStore:
             else:
                 saved_boot, claims = decode(data)
         except CheckpointError as err:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-            self.path.replace(aside)
+            aside = _set_aside(self.path)
             return Loaded({}, f"checkpoint {self.path} is corrupt: {err}; moved to {aside}")
         if saved_boot != boot_id:
             self.path.unlink()
@@ -226,26 +238,25 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     """The bytes of `path`; None when it does not exist; CheckpointError when it is not
     a regular file of at most `limit` bytes. Never blocks (a FIFO) or follows a link."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return read_bytes(path, limit, nofollow=True)
     except FileNotFoundError:
         return None
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise CheckpointError("a symbolic link, not a regular file") from None
+        if err.errno == errno.EINVAL:
+            mode = stat.filemode(path.lstat().st_mode)
+            raise CheckpointError(f"not a regular file (mode {mode})") from None
+        if err.errno == errno.EFBIG:
+            raise CheckpointError(err.strerror) from None
         raise
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise CheckpointError(f"not a regular file (mode {stat.filemode(mode)})")
-        chunks, size = [], 0
-        while chunk := os.read(fd, limit + 1 - size):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise CheckpointError(f"larger than {limit} bytes")
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename whatever is at `path` out of the way, kept for a look; its new path."""
+    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+    path.replace(aside)
+    return aside
 
 
 def _checksum(body: Mapping[str, Any]) -> str:

@@ -16,6 +16,7 @@ from neuron_dra.agent.claims import cdi
 from neuron_dra.agent.claims.checkpoint import (
     CheckpointError,
     CheckpointStore,
+    CheckpointTooLargeError,
     ClaimRecord,
     Loaded,
     RecordedDevice,
@@ -278,6 +279,29 @@ def test_a_fifo_as_the_boot_marker_is_replaced(tmp_path: Path) -> None:
     # No marker to trust: the checkpoint's own boot id decides, and it is this boot's.
     assert rebooted is False
     assert store.boot_path.read_text() == BOOT
+    assert store.load(BOOT) == Loaded(CLAIMS)
+
+
+def test_a_directory_as_the_boot_marker_is_set_aside(tmp_path: Path) -> None:
+    store = store_in(tmp_path)
+    store.apply(BOOT, CLAIMS)
+    store.boot_path.mkdir()
+    (store.boot_path / "inside").write_text("kept")
+
+    assert store.begin_boot(BOOT) is False
+    assert store.boot_path.read_text() == BOOT
+    [aside] = store.boot_path.parent.glob(f"{store.boot_path.name}.corrupt-*")
+    assert (aside / "inside").read_text() == "kept"
+    assert store.load(BOOT) == Loaded(CLAIMS)
+
+
+def test_a_write_past_the_size_bound_is_refused_and_the_file_kept(tmp_path: Path) -> None:
+    """The next load would set such a file aside, and every claim in it with it."""
+    store = store_in(tmp_path)
+    store.apply(BOOT, CLAIMS)
+    huge = RecordedDevice(("neurons",), "node-a", "neurondevice0", ("x" * MAX_CHECKPOINT_BYTES,))
+    with pytest.raises(CheckpointTooLargeError, match=f"more than {MAX_CHECKPOINT_BYTES} bytes"):
+        store.apply(BOOT, {"uid-3": ClaimRecord("uid-3", "default", "big", (huge,))})
     assert store.load(BOOT) == Loaded(CLAIMS)
 
 
