@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from neuron_dra.agent.files.offloop import bounded
+from neuron_dra.agent.files.offloop import READ_DEADLINE_S, bounded
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.telemetry.health import HealthMonitor
 from neuron_dra.agent.telemetry.mounts import Check, check_root
@@ -20,9 +20,6 @@ from neuron_dra.hardware.discovery import Discovery, boot_id, discover, log_find
 from neuron_dra.hardware.inventory import NodeInventory
 
 log = logging.getLogger("neuron_dra")
-
-# Reading the node takes milliseconds; past this, a sysfs read hangs.
-FIRST_LOOK_DEADLINE_S = 30.0
 
 Discover = Callable[[Path], Discovery]
 
@@ -69,7 +66,7 @@ def read_inventory(root: Path, discover_node: Discover) -> NodeInventory:
 async def look_at_node(
     options: RunOptions,
     discover_node: Discover = discover,
-    deadline_s: float = FIRST_LOOK_DEADLINE_S,
+    deadline_s: float = READ_DEADLINE_S,
 ) -> FirstLook:
     """`first_look` off the event loop; NodeUnreadableError past `deadline_s`."""
     try:

@@ -20,7 +20,7 @@ from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
-from neuron_dra.agent.files.offloop import OneAtATime
+from neuron_dra.agent.files.offloop import Watched
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
@@ -52,8 +52,6 @@ CLAIMS_FOLLOW_S = 2.0
 UNKNOWN_BOOT = "unknown"
 # How long after a claim is prepared or unprepared the slices follow what claims hold.
 HELD_SETTLE_S = 1.0
-# Rediscovery takes milliseconds; past this, a sysfs read hangs.
-REDISCOVERY_DEADLINE_S = 30.0
 REVIEW_CONNECTIONS = 1  # metrics authorization reviews one token at a time
 
 
@@ -76,7 +74,14 @@ class Agent:
         self._started = started
         self._discover_node = discover_node
         self.inventory = look.inventory
-        self._rediscovery = OneAtATime(self._look_again, "neuron-dra-rediscovery")
+        self._rediscovery = Watched(
+            self._look_again,
+            "neuron-dra-rediscovery",
+            what="rediscovery",
+            cause="a sysfs read hangs",
+            meanwhile="the devices stay as last found until it ends",
+            recovered="the devices are followed again",
+        )
         self.read_only_mounts = look.read_only_mounts
         # The Node's EC2 network topology labels, followed with the Node.
         self.topology = NodeTopology()
@@ -244,16 +249,8 @@ class Agent:
     async def _rediscover(self) -> None:
         while True:
             await asyncio.sleep(self.options.rediscover_interval_s)
-            try:
-                inventory = await self._rediscovery.run(REDISCOVERY_DEADLINE_S)
-            except TimeoutError:
-                # Awaited again next time; the devices stay as last found.
-                log.error(
-                    "rediscovery stalled: running for %.0f s (a sysfs read hangs)",
-                    self._rediscovery.running_s,
-                )
-                continue
-            if inventory != self.inventory:
+            inventory = await self._rediscovery()
+            if inventory is not None and inventory != self.inventory:
                 log.info("Neuron hardware changed; republishing")
                 # UltraServer membership decides whether the pool has counters to lay out.
                 reprobe = inventory.ultraserver != self.inventory.ultraserver
@@ -307,6 +304,7 @@ class Agent:
         samples.append(Sample("neuron_dra_registered", (), float(registered)))
         samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)
         samples += read_only_samples(self.read_only_mounts)
+        samples += self.health_poll.samples(node)
         up = float(self.pod_resources.up)
         samples.append(Sample("neuron_dra_pod_resources_up", (("node", node),), up))
         samples += self.pod_resources.samples(self.inventory, node)

@@ -6,6 +6,7 @@ not against that. Such a read runs in a daemon thread, never an executor's: a
 thread that never returns must not hold up the agent's exit, which joins
 executor threads. The caller awaits it with a deadline and is told when it
 passes; the thread is left to finish, and nothing starts a second one beside it.
+`Watched` also says so in the log, once, and once more when it ends.
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# A read of the node takes milliseconds; past this, one hangs in the kernel driver.
+READ_DEADLINE_S = 30.0
 
 
 def in_daemon_thread(work: Callable[[], T], name: str) -> asyncio.Future[T]:
@@ -80,3 +87,51 @@ class OneAtATime(Generic[T]):
         finally:
             if running.done():
                 self._running = None
+
+
+class Watched(Generic[T]):
+    """`work` one run at a time (`OneAtATime`), watched: a run past `deadline_s` is
+    logged once as stalled, naming `cause` and what happens `meanwhile`, and its end
+    once more (`recovered`); callers get None while it goes on."""
+
+    def __init__(
+        self,
+        work: Callable[[], T],
+        name: str,
+        *,
+        what: str,
+        cause: str,
+        meanwhile: str,
+        recovered: str,
+        deadline_s: float = READ_DEADLINE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._run = OneAtATime(work, name, clock)
+        self._deadline_s = deadline_s
+        self._what, self._cause = what, cause
+        self._meanwhile, self._recovered = meanwhile, recovered
+        self.stalled = False
+
+    async def __call__(self) -> T | None:
+        """The result of the run going on or of a new one; None while it hangs."""
+        try:
+            result = await self._run.run(self._deadline_s)
+        except TimeoutError:
+            if not self.stalled:
+                log.error(
+                    "%s stalled: running for %.0f s (%s); %s",
+                    self._what, self._run.running_s, self._cause, self._meanwhile,
+                    extra={"deadline_s": self._deadline_s},
+                )  # fmt: skip
+            self.stalled = True
+            return None
+        except Exception:
+            self._ended()
+            raise
+        self._ended()
+        return result
+
+    def _ended(self) -> None:
+        if self.stalled:
+            log.warning("%s answered again; %s", self._what, self._recovered)
+        self.stalled = False

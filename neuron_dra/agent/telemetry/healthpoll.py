@@ -14,52 +14,37 @@ returned as any poll's are, and the recovery is logged.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 
-from neuron_dra.agent.files.offloop import OneAtATime
+from neuron_dra.agent.files.offloop import READ_DEADLINE_S, Watched
 from neuron_dra.agent.telemetry.health import Change
-
-log = logging.getLogger(__name__)
-
-# A poll takes milliseconds; this is a hang, not a slow disk.
-POLL_DEADLINE_S = 30.0
+from neuron_dra.agent.telemetry.metrics import Sample
 
 
-class HealthPoll:
+class HealthPoll(Watched[list[Change]]):
     def __init__(
         self,
         poll: Callable[[], list[Change]],
         *,
-        deadline_s: float = POLL_DEADLINE_S,
+        deadline_s: float = READ_DEADLINE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._poll = OneAtATime(poll, "neuron-dra-health", clock)
-        self._deadline_s = deadline_s
-        self.stalled = False
+        super().__init__(
+            poll,
+            "neuron-dra-health",
+            what="device health poll",
+            cause="a sysfs read or the kernel log hangs",
+            meanwhile="devices keep their last known health until it ends",
+            recovered="health follows the devices",
+            deadline_s=deadline_s,
+            clock=clock,
+        )
 
     async def __call__(self) -> list[Change]:
         """The changes of the poll going on or of a new one; none while it hangs."""
-        try:
-            changes = await self._poll.run(self._deadline_s)
-        except TimeoutError:
-            if not self.stalled:
-                log.error(
-                    "device health poll stalled: running for %.0f s (a sysfs read or the "
-                    "kernel log hangs); devices keep their last known health until it ends",
-                    self._poll.running_s,
-                    extra={"deadline_s": self._deadline_s},
-                )
-            self.stalled = True
-            return []
-        except Exception:
-            self._recovered()
-            raise
-        self._recovered()
-        return changes
+        return await super().__call__() or []
 
-    def _recovered(self) -> None:
-        if self.stalled:
-            log.warning("device health poll answered again; health follows the devices")
-        self.stalled = False
+    def samples(self, node: str) -> list[Sample]:
+        """The gauge that says whether the poll hangs (`metrics.METRICS`)."""
+        return [Sample("neuron_dra_health_poll_stalled", (("node", node),), float(self.stalled))]

@@ -108,6 +108,11 @@ METRICS: dict[str, Spec] = {
         "Devices with no sysfs health source the driver can read (neither "
         "stats/hardware/health_status nor ECC counters).",
     ),
+    "neuron_dra_health_poll_stalled": Spec(
+        "gauge",
+        "1 while the device health poll runs past its deadline (a sysfs read or the "
+        "kernel log hangs): devices keep their last known health until it ends.",
+    ),
     "neuron_dra_recursive_readonly_mounts": Spec(
         "gauge",
         "Host mounts the DaemonSet asks to be recursively read-only, by state: effective, "

@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from neuron_dra.agent.telemetry.health import HealthMonitor, Kind
 from neuron_dra.agent.telemetry.healthpoll import HealthPoll
+from neuron_dra.agent.telemetry.metrics import Sample
 from tests.neuron_dra.agent.test_health import Clock, ecc
 from tests.sysfs_tree import FakeNode
 
 DEADLINE_S = 0.2
+STALLED = Sample("neuron_dra_health_poll_stalled", (("node", "node-a"),), 1.0)
 
 
 class HangingRead(HealthMonitor):
@@ -58,6 +61,7 @@ def test_a_hung_poll_is_reported_once_and_its_changes_are_kept(
         # Past the deadline: no changes, the last state kept, said once.
         assert await poll() == []
         assert poll.stalled
+        assert poll.samples("node-a") == [STALLED]
         assert ticks > 10  # the event loop ran meanwhile
         assert await poll() == []  # the same poll awaited again, none started beside it
         assert health.reads == 1
@@ -70,6 +74,7 @@ def test_a_hung_poll_is_reported_once_and_its_changes_are_kept(
         assert change.problem is not None
         assert change.problem.kind == Kind.MEM_ECC_UNCORRECTED
         assert not poll.stalled
+        assert poll.samples("node-a") == [replace(STALLED, value=0.0)]
         assert await poll() == []  # a new poll, which finds nothing new
 
     caplog.set_level(logging.INFO)
