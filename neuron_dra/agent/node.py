@@ -20,7 +20,7 @@ from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
-from neuron_dra.agent.files.offloop import Watched
+from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
@@ -133,7 +133,13 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`; the kubelet's sockets are served already (see `run.run`)."""
-        await asyncio.to_thread(self.preparer.start)
+        # A daemon thread: a checkpoint read that hangs must not hold up a SIGTERM's exit.
+        start = in_daemon_thread(self.preparer.start, "neuron-dra-checkpoint")
+        try:
+            await unless_stopped(start, stop)
+        except StoppedError:
+            log.info("stopped before the checkpoint was read")
+            return
         self._claims_changed()  # the devices restored claims hold
         # The kubelet can prepare from here while the publisher probes the API server.
         self.plugin.serve_claims(self.preparer)
@@ -342,13 +348,20 @@ async def serve(
     started: float,
     stop: asyncio.Event,
     after_step: StepHook | None = None,
+    *,
+    discover_node: Discover = discover,
 ) -> None:
-    """The agent behind `plugin`'s sockets until `stop`."""
+    """The agent behind `plugin`'s sockets until `stop`, which ends the first look too."""
     kube = Kube.connect(options.kubeconfig)
     try:
-        look = await look_at_node(options)
+        try:
+            look = await unless_stopped(look_at_node(options, discover_node), stop)
+        except StoppedError:
+            log.info("stopped before the node was read")
+            return
+        hook = after_step or no_step_hook
         agent = Agent(
-            options, kube, plugin, started, look=look, after_step=after_step or no_step_hook
+            options, kube, plugin, started, look=look, after_step=hook, discover_node=discover_node
         )
         await agent.run(stop)
     finally:

@@ -17,7 +17,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -55,6 +55,25 @@ def in_daemon_thread(work: Callable[[], T], name: str) -> asyncio.Future[T]:
 async def bounded(work: Callable[[], T], deadline_s: float, name: str) -> T:
     """`work()` in a daemon thread; TimeoutError once `deadline_s` passed without it."""
     return await asyncio.wait_for(in_daemon_thread(work, name), deadline_s)
+
+
+class StoppedError(Exception):
+    """The agent was told to stop before the work it waited for ended."""
+
+
+async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
+    """`work`'s result; StoppedError once `stop` is set first (a SIGTERM during a read
+    that hangs): `work` is cancelled, a daemon thread under it left to finish."""
+    running = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not running.done():
+        running.cancel()
+        raise StoppedError
+    return running.result()
 
 
 class OneAtATime(Generic[T]):

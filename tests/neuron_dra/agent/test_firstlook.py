@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -17,11 +18,14 @@ from api.kubelet.pluginregistration.v1 import api_pb2 as reg
 from api.kubelet.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from neuron_dra.agent.firstlook import NodeUnreadableError, look_at_node
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
+from neuron_dra.agent.node import serve
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.hardware.discovery import Discovery, discover
+from tests.neuron_dra.agent.test_apiconfig import kubeconfig
 from tests.sysfs_tree import FakeNode
 
 UID = "7f0e6b2c-0000-4000-8000-000000000001"
+PATIENCE_S = 5.0
 
 
 def options(tmp_path: Path, root: Path) -> RunOptions:
@@ -70,6 +74,42 @@ def test_a_first_look_that_hangs_ends_the_start_and_answers_the_kubelet(
             await plugin.stop(grace=1.0)
             answer = await asyncio.wait_for(call, 5.0)
         assert answer.claims[UID].error == "the plugin stopped before it could serve claims"
+        assert not plugin.registration_socket.exists()
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
+
+
+def test_a_sigterm_during_a_first_look_that_hangs_ends_the_agent_at_once(
+    tmp_path: Path, fake_node: FakeNode
+) -> None:
+    """`serve` returns when told to stop, not at the first look's deadline; `run` then
+    removes the sockets."""
+    root = fake_node("trn2.48xlarge")
+    entered, gate = threading.Event(), threading.Event()
+
+    def hanging(at: Path) -> Discovery:
+        entered.set()
+        gate.wait()
+        return discover(at)
+
+    async def main() -> None:
+        opts = replace(
+            options(tmp_path, root),
+            kubeconfig=kubeconfig(tmp_path / "kubeconfig", {"server": "http://127.0.0.1:9"}),
+        )
+        plugin = KubeletPlugin(
+            None, pool="node-a", registrar_dir=opts.registrar_dir, plugins_dir=opts.plugins_dir
+        )
+        await plugin.start()
+        stop = asyncio.Event()
+        serving = asyncio.ensure_future(serve(opts, plugin, 0.0, stop, discover_node=hanging))
+        await asyncio.to_thread(entered.wait, PATIENCE_S)
+        stop.set()
+        await asyncio.wait_for(serving, PATIENCE_S)  # the deadline is 30 s
+        await plugin.stop(grace=1.0)
         assert not plugin.registration_socket.exists()
 
     try:
