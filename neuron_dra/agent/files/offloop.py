@@ -42,6 +42,9 @@ def in_daemon_thread(work: Callable[[], T], name: str) -> asyncio.Future[T]:
             result = work()
         except Exception as err:
             outcome = functools.partial(future.set_exception, err)
+        except BaseException as err:  # SystemExit, say: the thread ends, the caller hears of it
+            failed = RuntimeError(f"{name} ended by {type(err).__name__}: {err}")
+            outcome = functools.partial(future.set_exception, failed)
         else:
             outcome = functools.partial(future.set_result, result)
         # The loop may have closed while a read hung: nothing is waiting then.
