@@ -40,7 +40,7 @@ class Mount:
 @dataclass(frozen=True)
 class Check:
     point: str  # a mount asked to be recursively read-only
-    writable: tuple[str, ...]  # mounts below it that are still read-write
+    writable: tuple[str, ...]  # it, or mounts below it, still read-write
 
     @property
     def effective(self) -> bool:
@@ -61,19 +61,21 @@ def parse(text: str) -> tuple[Mount, ...]:
 
 
 def check(mounts: Iterable[Mount], points: Iterable[str]) -> tuple[Check, ...]:
-    """For each of `points` that is a mount, the mounts below it still read-write.
+    """For each of `points` that is a mount, the mounts there or below it still
+    read-write (a runtime that made none of it read-only, the top included).
     A point that is not a mount (a test's plain directory) is left out."""
     mounts = tuple(mounts)
     checks = []
     for point in points:
         top = point.rstrip("/") or "/"
-        if not any(m.point == top for m in mounts):
+        at_top = [m for m in mounts if m.point == top]
+        if not at_top:
             continue
         below = top.rstrip("/") + "/"
-        writable = sorted(
-            {m.point for m in mounts if m.point.startswith(below) and not m.read_only}
-        )
-        checks.append(Check(top, tuple(writable)))
+        writable = {m.point for m in mounts if m.point.startswith(below) and not m.read_only}
+        if not at_top[-1].read_only:  # the top itself (the last mount there is the one seen)
+            writable.add(top)
+        checks.append(Check(top, tuple(sorted(writable))))
     return tuple(checks)
 
 

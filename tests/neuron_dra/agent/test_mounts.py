@@ -72,6 +72,12 @@ def test_recursive_read_only_that_fell_back_names_what_stays_writable() -> None:
     }
 
 
+def test_a_top_left_read_write_is_named_too() -> None:
+    """A runtime that ignored `readOnly` altogether: the top is writable as well."""
+    text = EFFECTIVE.replace("/host/opt/aws/neuron ro,", "/host/opt/aws/neuron rw,")
+    assert check(parse(text), POINTS)[2] == Check("/host/opt/aws/neuron", ("/host/opt/aws/neuron",))
+
+
 def test_a_fallback_is_a_warning_naming_mounts_and_runtimes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
