@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# The kubelet's PodResources API is asked at most once per this many seconds, however
+# many scrape: its server allows 100 calls a second to all its clients together (device
+# monitors, node agents), and a scrape per scraper per second would take them.
+POD_RESOURCES_INTERVAL_S = 15.0
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -34,7 +39,7 @@ class RunOptions:
     # Where the container's mounts are read, to see that the read-only ones are so below.
     mountinfo: Path = Path("/proc/self/mountinfo")
     # It is asked at most once per this many seconds, however many scrape /metrics.
-    pod_resources_interval_s: float = 15.0
+    pod_resources_interval_s: float = POD_RESOURCES_INTERVAL_S
 
     @property
     def pod_resources_socket(self) -> Path:

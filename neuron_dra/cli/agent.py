@@ -16,6 +16,7 @@ from consts import (
     ENV_NODE_NAME,
     ENV_POD_UID,
 )
+from neuron_dra.agent.options import POD_RESOURCES_INTERVAL_S
 from neuron_dra.cli.flags import SubParsers, add_sysfs_root
 
 if TYPE_CHECKING:
@@ -109,7 +110,8 @@ def add_command(subparsers: SubParsers) -> None:
         "devices (default: <kubelet plugins directory>/../pod-resources/kubelet.sock)",
     )  # fmt: skip
     cmd.add_argument(
-        "--pod-resources-interval", type=_seconds, default=15.0, metavar="SECONDS",
+        "--pod-resources-interval", type=_seconds, default=POD_RESOURCES_INTERVAL_S,
+        metavar="SECONDS",
         help="ask the kubelet's PodResources API at most once per this many seconds, "
         "however many scrape /metrics (its server allows 100 calls/s to all its clients)",
     )  # fmt: skip

@@ -25,6 +25,7 @@ import grpc
 
 from api.kubelet.podresources.v1 import api_pb2, api_pb2_grpc
 from consts import NODE_DEVICE_NAME
+from neuron_dra.agent.options import POD_RESOURCES_INTERVAL_S
 from neuron_dra.agent.telemetry.devicemetrics import device_labels
 from neuron_dra.agent.telemetry.metrics import Sample
 from neuron_dra.hardware import cores
@@ -41,10 +42,6 @@ ALLOCATION_INFO = "neuron_dra_device_allocation_info"
 MAX_ALLOCATION_SERIES = 2048
 # A scrape waits this long for the kubelet at most; it answers from memory in ~1 ms.
 LIST_TIMEOUT_S = 1.0
-# The kubelet is asked at most once per this many seconds, however many scrape: its
-# PodResources server allows 100 calls a second to all its clients together (device
-# monitors, node agents), and a scrape per scraper per second would take them.
-MAX_AGE_S = 15.0
 
 
 @dataclass(frozen=True, order=True)
@@ -126,7 +123,7 @@ class PodResources:
         driver: str,
         pool: str,
         *,
-        max_age_s: float = MAX_AGE_S,
+        max_age_s: float = POD_RESOURCES_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._socket = socket
