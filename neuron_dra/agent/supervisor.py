@@ -61,7 +61,7 @@ class Supervisor:
                 if not run.done():
                     backoff.reset()
                     failures = 0
-                    await self._health.set_loop(name, down=False, failing=False)
+                    self._health.set_loop(name, down=False, failing=False)
                     await run
                 else:
                     run.result()
@@ -75,7 +75,7 @@ class Supervisor:
                 log.exception("%s loop failed", name, extra={"loop": name})
             failures += 1
             failing = failures >= FAILURES_NOT_LIVE
-            await self._health.set_loop(name, down=True, failing=failing)
+            self._health.set_loop(name, down=True, failing=failing)
             self.restarts[name] = self.restarts.get(name, 0) + 1
             delay = backoff.delay()
             log.warning(
@@ -84,4 +84,4 @@ class Supervisor:
                 extra={"loop": name, "failures": failures},
             )  # fmt: skip
             await asyncio.sleep(delay)
-            await self._health.set_loop(name, down=False, failing=failing)
+            self._health.set_loop(name, down=False, failing=failing)

@@ -166,14 +166,14 @@ class Registration(reg_grpc.RegistrationServicer):
         self._health = health
         self.registered = asyncio.Event()
 
-    async def set_registered(self, registered: bool) -> None:
+    def set_registered(self, registered: bool) -> None:
         """The kubelet's verdict, mirrored in the readiness service."""
         if registered:
             self.registered.set()
         else:
             self.registered.clear()
         if self._health is not None:
-            await self._health.set_serving(registered, READINESS_SERVICE)
+            self._health.set_serving(registered, READINESS_SERVICE)
 
     async def GetInfo(  # noqa: N802
         self, request: reg_pb.InfoRequest, context: Context
@@ -192,7 +192,7 @@ class Registration(reg_grpc.RegistrationServicer):
             log.info("registered with the kubelet", extra={"socket": str(self._dra_socket)})
         else:
             log.error("the kubelet refused registration: %s", request.error)
-        await self.set_registered(request.plugin_registered)
+        self.set_registered(request.plugin_registered)
         return reg_pb.RegistrationStatusResponse()
 
 
@@ -254,7 +254,7 @@ class KubeletPlugin:
             ResourceHealthV1alpha1(self.resource_health), self._dra_server
         )
         await asyncio.to_thread(_serve_unix, self._dra_server, self.dra_socket)
-        await self.health.set_serving(True)
+        self.health.set_serving(True)
         await self._start_registration()
 
     async def supervise(self) -> None:
@@ -272,8 +272,8 @@ class KubeletPlugin:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Registration first, so the kubelet stops sending calls before DRA goes away."""
-        await self.health.set_serving(False)
-        await self.health.set_serving(False, READINESS_SERVICE)
+        self.health.set_serving(False)
+        self.health.set_serving(False, READINESS_SERVICE)
         await self._stop_registration()
         # Calls that wait for an agent that never started: answered, not left hanging.
         self._dra.refuse("the plugin stopped before it could serve claims")
@@ -294,7 +294,7 @@ class KubeletPlugin:
 
     async def _stop_registration(self) -> None:
         # First: whatever fails below, the kubelet must register the plugin anew.
-        await self.registration.set_registered(False)
+        self.registration.set_registered(False)
         if self._registration_server is not None:
             await self._registration_server.stop(0)
             self._registration_server = None

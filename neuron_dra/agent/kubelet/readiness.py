@@ -70,10 +70,10 @@ class Health:
     def _socket_served(self) -> bool:
         return self._registration_socket is None or is_socket(self._registration_socket)
 
-    async def set_serving(self, serving: bool, service: str = "") -> None:
+    def set_serving(self, serving: bool, service: str = "") -> None:
         self._serving[service] = serving
 
-    async def set_loop(self, name: str, *, down: bool, failing: bool) -> None:
+    def set_loop(self, name: str, *, down: bool, failing: bool) -> None:
         """What the supervisor knows of one loop of the agent."""
         for names, member in ((self._down, down), (self._failing, failing)):
             if member:

@@ -226,7 +226,7 @@ def test_a_registry_path_briefly_not_a_directory_does_not_end_registration(
     plugin again."""
 
     async def body(plugin: KubeletPlugin) -> None:
-        await plugin.health.set_serving(True, READINESS_SERVICE)
+        plugin.health.set_serving(True, READINESS_SERVICE)
         loops = Supervisor(plugin.health, backoff=lambda: Backoff(0.05, 0.2))
         loops.start("registration", plugin.supervise)
         registry = plugin.registration_socket.parent
@@ -288,7 +288,7 @@ def test_a_failed_loop_is_not_ready_until_restarted_and_not_live_once_it_keeps_f
     tmp_path: Path, fake_node: FakeNode
 ) -> None:
     async def body(plugin: KubeletPlugin) -> None:
-        await plugin.health.set_serving(True, READINESS_SERVICE)
+        plugin.health.set_serving(True, READINESS_SERVICE)
 
         def probes() -> tuple[bool, bool]:
             return plugin.health.serving(""), plugin.health.serving(READINESS_SERVICE)
@@ -328,7 +328,7 @@ def test_health_service_for_the_liveness_probe(tmp_path: Path, fake_node: FakeNo
             stub = health_grpc.HealthStub(channel)
             check = await stub.Check(health.HealthCheckRequest())
             assert check.status == health.HealthCheckResponse.SERVING
-            await plugin.health.set_serving(False)
+            plugin.health.set_serving(False)
             check = await stub.Check(health.HealthCheckRequest())
             assert check.status == health.HealthCheckResponse.NOT_SERVING
             # The probes only Check: a stream held open per caller is not served.
