@@ -1,8 +1,11 @@
 """Health and metrics: what the node's devices say, and who holds them.
 
-Owns: device health (sysfs health files, ECC counters, presence, kernel log),
+Owns: device health (sysfs health files, ECC counters, presence, the kernel log's
+hardware error records and which device each names) and its poll's watchdog,
 per-device series from sysfs, which pod and container hold each device (the
-kubelet's PodResources API), the Node Events, and the Prometheus endpoint.
-May use: `files`, `hardware`, `api`, `consts`; nothing that talks to the API
-server.
+kubelet's PodResources API), the Node Events' bodies, the check that the host
+mounts are read-only all the way down, and the Prometheus endpoint with who may
+read it (TokenReview and SubjectAccessReview).
+May use: `files`, `options`, `hardware`, `api`, `consts`. It imports no API client:
+the reviews go through a call the agent injects, and the agent sends the Events.
 """
