@@ -1,8 +1,8 @@
 """The agent's first look at the node: its devices, its boot id, the health counters'
 baselines. Blocking reads of sysfs, run off the event loop with a deadline: a read
 that hangs there ends the start with an error naming it (the kubelet restarts the
-container, and its log says why), where it used to stall the event loop, the
-kubelet's registration and probes with it, for good.
+container, and its log says why) instead of holding up the event loop, and the
+kubelet's registration and probes with it.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def test_a_first_look_that_hangs_ends_the_start_and_answers_the_kubelet(
             with pytest.raises(NodeUnreadableError, match=f"a read under {root} hangs"):
                 await looking
             # As `run` does when the agent fails: the sockets go, the waiting call is
-            # answered (before, it was left waiting, and the process could not exit).
+            # answered, not left waiting (the process could not exit then).
             await plugin.stop(grace=1.0)
             answer = await asyncio.wait_for(call, 5.0)
         assert answer.claims[UID].error == "the plugin stopped before it could serve claims"
@@ -122,5 +122,8 @@ def test_the_first_look_reads_the_node(tmp_path: Path, fake_node: FakeNode) -> N
     root = fake_node("trn2.48xlarge")
     look = asyncio.run(look_at_node(options(tmp_path, root)))
     assert look.inventory == discover(root).inventory
-    assert sorted(look.health.sources) == []  # no poll yet
+    # Every device found is watched, its counters' baselines read: nothing is news.
+    assert look.health.poll() == []
+    assert sorted(look.health.sources) == [d.index for d in look.inventory.devices]
+    assert len(look.inventory.devices) == 16
     assert look.boot_id is not None

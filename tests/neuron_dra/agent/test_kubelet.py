@@ -415,9 +415,9 @@ def test_a_served_again_registration_socket_is_not_ready_until_registered(
 
 def test_readiness_follows_the_registration_socket(tmp_path: Path, fake_node: FakeNode) -> None:
     """Whenever the registration socket's file is gone or not a socket, the kubelet
-    cannot find the plugin, and the readiness probe says so at once: before, it said
-    SERVING until the loop served the socket again, and for good where that failed
-    (the registry path not a directory: the unlink before the new socket raised)."""
+    cannot find the plugin, and the readiness probe says so at once, not when the loop
+    serves the socket again, and so where that fails (the registry path not a
+    directory: the unlink before the new socket raises)."""
     not_serving = health.HealthCheckResponse.NOT_SERVING
     ready = health.HealthCheckRequest(service=READINESS_SERVICE)
 
