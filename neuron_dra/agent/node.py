@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from http import HTTPStatus
 
 from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
@@ -36,7 +37,7 @@ from neuron_dra.agent.telemetry.events import EVENT_NAMESPACE, health_event
 from neuron_dra.agent.telemetry.health import Change, health_entries
 from neuron_dra.agent.telemetry.healthpoll import HealthPoll
 from neuron_dra.agent.telemetry.metrics import Metrics, Sample
-from neuron_dra.agent.telemetry.metricsauth import Authorizer
+from neuron_dra.agent.telemetry.metricsauth import RESULTS, REVIEWS_METRIC, Authorizer
 from neuron_dra.agent.telemetry.mounts import read_only_samples
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
@@ -107,7 +108,11 @@ class Agent:
         # Reviews have a connection of their own: scrapers, or anyone who reaches the
         # port, never hold the ones a prepare's claim read needs.
         self._reviews = kube.apart(REVIEW_CONNECTIONS) if options.metrics_auth else None
-        self._authorize = Authorizer(self._reviews.create).status if self._reviews else None
+        self._authorize = (
+            Authorizer(self._reviews.create, on_review=self._count_review).status
+            if self._reviews
+            else None
+        )
         self.health = look.health
         self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
@@ -318,6 +323,9 @@ class Agent:
             last = self.publisher.last_publish
             samples.append(Sample("neuron_dra_slice_last_publish_timestamp_seconds", (), last))
         return samples
+
+    def _count_review(self, result: HTTPStatus) -> None:
+        self.metrics.inc(REVIEWS_METRIC, result=RESULTS[result])
 
     async def _report_ready(self) -> None:
         await self.plugin.registration.registered.wait()

@@ -97,6 +97,13 @@ METRICS: dict[str, Spec] = {
     "neuron_dra_health_events_total": Spec(
         "counter", "Devices marked unhealthy, by error kind.", ("kind",)
     ),
+    "neuron_dra_metrics_token_reviews_total": Spec(
+        "counter",
+        "Bearer tokens of /metrics requests not known yet, by result: allowed, "
+        "unauthorized, forbidden, unavailable (the API server did not answer) or limited "
+        "(too many new tokens: not sent for review).",
+        ("result",),
+    ),
     "neuron_dra_registered": Spec(
         "gauge", "1 once the kubelet has registered the plugin, 0 before and after."
     ),

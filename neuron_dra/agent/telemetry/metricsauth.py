@@ -35,6 +35,17 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 Create = Callable[[str, Json], Awaitable[Json]]
 Clock = Callable[[], float]
+# Told the outcome of each token not kept: a review's verdict, UNAVAILABLE, or TOO_MANY
+# (not reviewed), for `REVIEWS_METRIC`.
+OnReview = Callable[[HTTPStatus], None]
+REVIEWS_METRIC = "neuron_dra_metrics_token_reviews_total"
+RESULTS = {
+    HTTPStatus.OK: "allowed",
+    HTTPStatus.UNAUTHORIZED: "unauthorized",
+    HTTPStatus.FORBIDDEN: "forbidden",
+    HTTPStatus.SERVICE_UNAVAILABLE: "unavailable",
+    HTTPStatus.TOO_MANY_REQUESTS: "limited",
+}
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -101,8 +112,10 @@ class Authorizer:
         *,
         reviews_per_s: float = REVIEWS_PER_S,
         review_burst: int = REVIEW_BURST,
+        on_review: OnReview = lambda _: None,
     ) -> None:
         self._create = create
+        self._on_review = on_review
         self._grants, self._refusals = _Kept(MAX_KEPT, clock), _Kept(MAX_KEPT, clock)
         self._bucket = TokenBucket(reviews_per_s, review_burst, clock)
         self._reviewing = asyncio.Lock()
@@ -127,6 +140,7 @@ class Authorizer:
             return kept
         if not self._bucket.take():
             self._reviewing.release()
+            self._on_review(TOO_MANY)
             return TOO_MANY
         review = asyncio.get_running_loop().create_task(self._review_and_keep(key, token))
         self._running.add(review)
@@ -144,12 +158,13 @@ class Authorizer:
                 self._grants.put(key, verdict, ALLOWED_TTL_S)
             else:
                 self._refusals.put(key, verdict, DENIED_TTL_S)
-            return verdict
         except Exception as err:
             log.warning("metrics authorization unavailable: %s", err)
-            return UNAVAILABLE
+            verdict = UNAVAILABLE
         finally:
             self._reviewing.release()
+        self._on_review(verdict)
+        return verdict
 
     async def _review(self, token: str) -> HTTPStatus:
         review = await self._create(

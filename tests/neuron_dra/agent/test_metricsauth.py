@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from neuron_dra.agent.telemetry.metricsauth import (
     ACCESS_REVIEWS,
     DENIED_TTL_S,
     MAX_KEPT,
+    RESULTS,
     REVIEW_BURST,
     REVIEWS_PER_S,
     TOKEN_REVIEWS,
@@ -72,6 +74,25 @@ def test_a_flood_of_made_up_tokens_costs_at_most_the_bucket_of_reviews() -> None
 
     asyncio.run(more())
     assert len(api.token_reviews) == REVIEW_BURST + REVIEWS_PER_S
+
+
+def test_each_token_not_kept_is_counted_by_result() -> None:
+    api, counted = ApiServer(), Counter[str]()
+    authorizer = Authorizer(
+        api.create, Clock(), review_burst=5, on_review=lambda r: counted.update([RESULTS[r]])
+    )
+
+    async def main() -> None:
+        for token in ("scraper", "scraper", "stranger", "bogus", "new-1"):
+            await authorizer.status(f"Bearer {token}")
+        api.failing = 1
+        assert await authorizer.status("Bearer new-2") == 503
+        assert await authorizer.status("Bearer new-3") == 429
+
+    asyncio.run(main())
+    assert counted == {
+        "allowed": 1, "forbidden": 1, "unauthorized": 2, "unavailable": 1, "limited": 1
+    }  # fmt: skip
 
 
 def test_a_refusal_is_kept_until_it_expires() -> None:
