@@ -12,7 +12,10 @@ with the sha256 of each of that version's files on the index, for ``pip install
   (``requirements/uv.in``).
 
 Resolved for the image's Python (3.11, Debian bookworm's) on Linux, whatever
-runs the script. It asks the package index, so it needs the network.
+runs the script. It asks the package index, so it needs the network; it sees the
+index as it was at EXCLUDE_NEWER, so a file uploaded later to a pinned version
+does not make a lock stale. Move EXCLUDE_NEWER past the publication of a new pin
+when constraints.txt changes.
 
     python scripts/lock.py           # rewrite the locks after editing constraints.txt
     python scripts/lock.py --check   # fail, showing the difference, if one is stale
@@ -32,6 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTHON_VERSION = "3.11"  # the image's: python3 of Debian bookworm
 PLATFORM = "x86_64-manylinux_2_28"  # Neuron instances are x86_64
 COMMAND = "python scripts/lock.py"
+EXCLUDE_NEWER = "2026-11-28T00:00:00Z"  # after every pin in constraints.txt was published
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,8 @@ def compile_lock(lock: Lock, output: Path) -> None:
         sys.executable, "-m", "uv", "pip", "compile", lock.source,
         "--constraint", "constraints.txt", "--generate-hashes",
         "--python-version", PYTHON_VERSION, "--python-platform", PLATFORM,
-        "--custom-compile-command", COMMAND, "--no-progress", "--quiet",
+        "--custom-compile-command", COMMAND, "--exclude-newer", EXCLUDE_NEWER,
+        "--no-progress", "--quiet",
         "--output-file", str(output),
     ]  # fmt: skip
     done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
