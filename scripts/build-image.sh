@@ -29,7 +29,7 @@
 # http://deb.debian.org/debian-security), TMPDIR (scratch space, ~400 MiB).
 #
 # Exit codes: 0 built; 2 bad usage; 3 the host is not ready (not root, a tool
-# missing); any other: a step failed (its own exit code).
+# missing, not x86_64); any other: a step failed (its own exit code).
 set -euo pipefail
 
 readonly SUITE=bookworm
@@ -59,6 +59,11 @@ python=${PYTHON:-python3}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 
+# requirements/image.txt holds the hashes of the x86_64 wheels only (scripts/lock.py's
+# PLATFORM): Neuron instances are x86_64.
+arch=$(uname -m)
+[[ $arch == x86_64 ]] ||
+    die 3 "the host is $arch: the locked wheels are x86_64 ones, so build on an x86_64 host"
 [[ $(id -u) -eq 0 ]] || die 3 "must run as root (mmdebstrap builds the rootfs in root mode, umoci keeps file owners)"
 missing=()
 for tool in mmdebstrap umoci; do
@@ -71,7 +76,6 @@ command -v "$python" >/dev/null || die 3 "no host Python '$python' (set PYTHON)"
     die 3 "host $python is older than Python 3.11 (set PYTHON)"
 "$python" -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))' 2>/dev/null ||
     die 3 "$python has no pip, or one older than 22.3 (no --python)"
-arch=$(uname -m)
 
 version=$("$python" -c 'import sys, tomllib
 with open(sys.argv[1], "rb") as f:

@@ -7,6 +7,7 @@ Building the images themselves takes a minute and root; the end-to-end tests do 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,20 @@ def test_script_rejects_bad_arguments(args: tuple[str, ...]) -> None:
     done = run_script(*args)
     assert done.returncode == 2, done.stderr
     assert done.stderr
+
+
+def test_script_refuses_another_architecture(tmp_path: Path) -> None:
+    """The locks hold the x86_64 wheels' hashes only: another host is refused before
+    anything is fetched (and before the root check, so this runs as any user)."""
+    (tmp_path / "uname").write_text("#!/bin/sh\necho aarch64\n")
+    (tmp_path / "uname").chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "a.tar")], capture_output=True, text=True,
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert "the host is aarch64: the locked wheels are x86_64 ones" in done.stderr
+    assert not (tmp_path / "a.tar").exists()
 
 
 def test_driver_hash_covers_every_input() -> None:
