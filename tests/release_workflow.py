@@ -3,8 +3,8 @@ run here.
 
 GitHub runs a `run:` step as a file given to `bash --noprofile --norc -eo pipefail`
 (the workflow's default shell is bash), with the job's and the step's `env:` after
-expanding their `${{ }}` expressions; a step adds variables for the next ones by writing
-NAME=value lines to the file named by GITHUB_ENV and outputs to GITHUB_OUTPUT. The
+expanding their `${{ }}` expressions; a step gives outputs to the next ones by writing
+NAME=value lines to the file named by GITHUB_OUTPUT. The
 steps that need no registry, no credentials and no change to the machine are LOCAL;
 the others are REMOTE. Every run step is one or the other, so a new step is placed by
 whoever adds it.
@@ -82,7 +82,7 @@ def has_expression(text: str) -> bool:
 
 
 def read_assignments(path: Path) -> dict[str, str]:
-    """The NAME=value lines a step wrote to GITHUB_ENV or GITHUB_OUTPUT."""
+    """The NAME=value lines a step wrote to GITHUB_OUTPUT."""
     found = {}
     for line in path.read_text().splitlines():
         assert "<<" not in line, f"multi-line values are not read here: {line}"

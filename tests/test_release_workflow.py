@@ -4,8 +4,11 @@ of the release either run by tests/e2e/test_release.py or named as needing a reg
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -37,15 +40,53 @@ def test_every_action_is_pinned_by_commit(path: Path) -> None:
     in_yaml = [s.uses for job in workflow["jobs"] for s in steps(workflow, job) if s.uses]
     assert [ref for ref, _ in found] == in_yaml, "a `uses:` the line reader missed"
     assert found, path
-    for ref, comment in found:
-        assert _PINNED.fullmatch(ref), f"{path.name}: {ref} is not pinned by a 40-hex commit"
-        assert re.fullmatch(r"v\d+(\.\d+)*", comment), f"{path.name}: {ref} names no release"
+    assert unpinned(path) == [], f"{path.name}: not pinned by a 40-hex commit with its release"
 
 
-def test_a_tag_is_refused() -> None:
-    assert not _PINNED.fullmatch("actions/checkout@v4")
-    assert not _PINNED.fullmatch("actions/checkout@" + "0" * 39)
-    assert uses_lines(release_workflow.RELEASE)[0][1].startswith("v")
+def unpinned(path: Path) -> list[str]:
+    """The `uses:` of `path` not pinned by a 40-hex commit with its release in a comment."""
+    return [ref for ref, comment in uses_lines(path)
+            if not (_PINNED.fullmatch(ref) and re.fullmatch(r"v\d+(\.\d+)*", comment))]  # fmt: skip
+
+
+def test_a_tag_is_refused(tmp_path: Path) -> None:
+    """The release workflow with one action pinned by tag, one by a short commit."""
+    text = release_workflow.RELEASE.read_text()
+    [checkout] = re.findall(r"actions/checkout@[0-9a-f]{40}", text)
+    [helm, _] = re.findall(r"azure/setup-helm@[0-9a-f]{40}", text)
+    copy = tmp_path / "release.yml"
+    copy.write_text(text.replace(checkout, "actions/checkout@v7").replace(helm, helm[:-1]))
+    assert unpinned(release_workflow.RELEASE) == []
+    assert unpinned(copy) == ["actions/checkout@v7", helm[:-1], helm[:-1]]
+
+
+def run_version_step(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The build job's version step as GitHub runs it, with `env` (and `python`)."""
+    [step] = [s for s in steps(load(), "build") if s.id == "version"]
+    script = tmp_path / "script"
+    script.write_text(step.run)
+    (tmp_path / "output").touch()
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"  # `python`, as setup-python's
+    return subprocess.run(
+        [*release_workflow.SHELL, str(script)], cwd=release_workflow.REPO, capture_output=True,
+        env={"PATH": path, "GITHUB_OUTPUT": str(tmp_path / "output"), **env}, text=True,
+        check=False,
+    )  # fmt: skip
+
+
+def test_the_version_step_refuses_an_unset_registry(tmp_path: Path) -> None:
+    """An unset vars.REGISTRY would name the image "/neuron-dra:<version>"."""
+    version = tomllib.loads((release_workflow.REPO / "pyproject.toml").read_text())
+    tag = "v" + version["project"]["version"]
+    for registry in ("", None):
+        env = {"GITHUB_REF_NAME": tag} | ({} if registry is None else {"REGISTRY": registry})
+        done = run_version_step(tmp_path, **env)
+        assert done.returncode == 1, done.stdout
+        assert "the repository variable REGISTRY is not set" in done.stdout
+        assert (tmp_path / "output").read_text() == ""
+    done = run_version_step(tmp_path, GITHUB_REF_NAME=tag, REGISTRY="registry.example/ml")
+    assert done.returncode == 0, done.stdout
+    assert (tmp_path / "output").read_text() == f"version={tag[1:]}\n"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
