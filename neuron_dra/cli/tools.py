@@ -143,6 +143,8 @@ def _simulate(args: argparse.Namespace) -> int:
         from neuron_dra.tools import picture, simulate  # noqa: PLC0415
         from neuron_dra.tools.counted import counted  # noqa: PLC0415
 
+    # The files first: a bad one fails before minutes of building nodes.
+    documents = simulate.load_documents(args.files)
     if args.kubeconfig is not None:
         nodes, classes, allocated = simulate.live_cluster(args.kubeconfig)
         cluster = simulate.Cluster(nodes, classes)
@@ -161,7 +163,7 @@ def _simulate(args: argparse.Namespace) -> int:
     for node, device in simulate.parse_taken(args.taken):
         cluster.take(node, device, "--taken")
     with Progress("claims allocated") as progress:
-        outcomes = simulate.simulate(args.files, cluster, progress)
+        outcomes = simulate.simulate_documents(documents, cluster, progress)
     views = picture.node_views(cluster, outcomes)
     labels = [f"{o.letter}: {o.claim.key}" for o in outcomes]
     if args.picture is not None:

@@ -2,19 +2,14 @@
 
 Inputs are the manifests users apply (`inputs`); the cluster is either
 simulated or read from a live API server (`nodes`); claims are allocated with
-the scheduler's rules (`allocator`, `search`) and printed (`output`).
+the scheduler's rules (`allocator`, `search`; `run` from documents to outcomes) and
+printed (`output`).
 
 Owns: `neuron-dra simulate`'s model and allocator. May use: `tools.cel`, the
 agent's claim planner and API client, `resources` and `hardware`.
 """
 
-from neuron_dra.tools.simulate.allocator import (
-    Cluster,
-    Outcome,
-    Prepared,
-    simulate,
-    take_allocated,
-)
+from neuron_dra.tools.simulate.allocator import Cluster, Outcome, Prepared
 from neuron_dra.tools.simulate.inputs import (
     CORE_CLASS,
     CORE_RESOURCE,
@@ -44,6 +39,7 @@ from neuron_dra.tools.simulate.nodes import (
     simulated_nodes,
 )
 from neuron_dra.tools.simulate.output import describe, outcome_json
+from neuron_dra.tools.simulate.run import simulate, simulate_documents, take_allocated
 from neuron_dra.tools.simulate.search import Placement
 
 __all__ = [
@@ -77,6 +73,7 @@ __all__ = [
     "pod_specs",
     "read_inputs",
     "simulate",
+    "simulate_documents",
     "simulated_nodes",
     "take_allocated",
 ]

@@ -12,10 +12,9 @@ driver's own claim planner, for the environment its containers would get.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE
@@ -30,12 +29,9 @@ from neuron_dra.tools.simulate.inputs import (
     DeviceClass,
     InputError,
     Json,
-    default_classes,
-    load_documents,
-    namespace_of,
-    read_inputs,
 )
 from neuron_dra.tools.simulate.nodes import CounterKey, DeviceKey, SimDevice, SimNode
+from neuron_dra.tools.simulate.progress import Progress, quiet
 from neuron_dra.tools.simulate.search import (
     NodeFailedError,
     Placement,
@@ -43,12 +39,6 @@ from neuron_dra.tools.simulate.search import (
     available,
     tolerated,
 )
-
-Progress = Callable[[int, int], None]  # (done, total)
-
-
-def _quiet(done: int, total: int) -> None:
-    """No progress shown."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +167,7 @@ class Cluster:
 
     # --- allocation ----------------------------------------------------------
 
-    def allocate(self, claims: Sequence[Claim], progress: Progress = _quiet) -> list[Outcome]:
+    def allocate(self, claims: Sequence[Claim], progress: Progress = quiet) -> list[Outcome]:
         """Allocate every claim in order; claims of one pod go to one node together.
 
         `progress(claims done, claims)` after each pod's claims."""
@@ -423,24 +413,3 @@ def _groups(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:
 def _letter(index: int) -> str:
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
     return letters[index] if index < len(letters) else f"{letters[index % 26]}{index // 26}"
-
-
-def take_allocated(cluster: Cluster, claims: Sequence[Json]) -> None:
-    for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        holder = f"{namespace_of(claim)}/{claim['metadata']['name']}"
-        for result in (allocation.get("devices") or {}).get("results") or []:
-            if result.get("adminAccess"):
-                continue  # holds nothing: others may have the device too
-            cluster.take_key((result["driver"], result["pool"], result["device"]), holder)
-
-
-def simulate(files: Sequence[Path], cluster: Cluster, progress: Progress = _quiet) -> list[Outcome]:
-    """Allocate the claims the files stand for on `cluster`, in order."""
-    docs = load_documents(files)
-    for device_class in default_classes():
-        cluster.classes.setdefault(device_class.name, device_class)
-    inputs = read_inputs(docs, cluster.classes)
-    # Classes among the inputs win over the cluster's, as applying them would make them.
-    cluster.classes.update(inputs.classes)
-    return cluster.allocate(inputs.claims, progress)

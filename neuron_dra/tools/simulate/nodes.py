@@ -40,6 +40,7 @@ from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_
 from neuron_dra.tools.cel import DeviceView, Quantity
 from neuron_dra.tools.simnode import simulated_inventory
 from neuron_dra.tools.simulate.inputs import DeviceClass, InputError, Json, parse_device_class
+from neuron_dra.tools.simulate.progress import Progress, quiet
 
 T = TypeVar("T")
 
@@ -177,7 +178,7 @@ def simulated_nodes(
     ultraserver_devices: UltraServerDevices = UltraServerDevices.BOTH,
     driver_version: str | None = None,
     cores: bool = True,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress = quiet,
 ) -> list[SimNode]:
     """Nodes `<type>-<i>`; UltraServer nodes are grouped 4 to a server in creation order,
     and carry the driver's UltraServer labels.
@@ -220,8 +221,7 @@ def simulated_nodes(
             # topology keys on UltraServer units.
             labels = {k: v for k, v in ultraserver_labels(inventory).items() if v is not None}
             nodes.append(node_from_slices(name, slices, labels=labels, inventory=inventory))
-            if progress is not None:
-                progress(len(nodes), total)
+            progress(len(nodes), total)
     return nodes
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from neuron_dra import cli
 from neuron_dra.tools import published as published_module
+from neuron_dra.tools import simulate as simulate_module
 from neuron_dra.tools.lint import lint_files
-from neuron_dra.tools.simulate import InputError, load_documents, simulated_nodes
+from neuron_dra.tools.simulate import InputError, SimNode, load_documents, simulated_nodes
 
 REPO = Path(__file__).resolve().parents[3]
 SINGLE = (REPO / "examples" / "specs" / "single-device.yaml").read_text()
@@ -197,6 +199,31 @@ def test_too_many_simulated_nodes_are_refused_before_any_is_built(
     assert "--node asks for 100,000 nodes; simulate builds at most 5,000" in captured.err
     built: list[tuple[int, int]] = []
     with pytest.raises(InputError, match="5,001 nodes"):
-        simulated_nodes([("inf1.xlarge", 5_000), ("trn2.48xlarge", 1)], progress=lambda *a: None)
+        simulated_nodes([("inf1.xlarge", 5_000), ("trn2.48xlarge", 1)],
+                        progress=lambda *a: built.append(a))  # fmt: skip
+    assert built == []
     simulated_nodes([("inf1.xlarge", 2)], progress=lambda *a: built.append(a))
     assert built == [(1, 2), (2, 2)]
+
+
+def test_a_bad_file_is_refused_before_any_node_is_built(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt kind with 5,000 trn2.48xlarge nodes asked for fails at once: the files
+    are read before the nodes are built (which would take minutes)."""
+    path = write(
+        tmp_path, SINGLE.replace("kind: ResourceClaimTemplate", "kind: ResourceClaimTemplat")
+    )
+    built: list[int] = []
+    real = simulate_module.simulated_nodes
+
+    def counting(*args: Any, **kwargs: Any) -> list[SimNode]:
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(simulate_module, "simulated_nodes", counting)
+    code = cli.main(["simulate", str(path), "--node", "trn2.48xlarge=5000"])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (2, "")
+    assert "kind ResourceClaimTemplat is not one these tools read" in captured.err
+    assert built == []

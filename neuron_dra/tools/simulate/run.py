@@ -1,0 +1,45 @@
+"""A simulation from start to end: the cluster's allocations so far, then the claims
+the input documents stand for, allocated in order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from neuron_dra.tools.simulate.allocator import Cluster, Outcome
+from neuron_dra.tools.simulate.inputs import (
+    Json,
+    default_classes,
+    load_documents,
+    namespace_of,
+    read_inputs,
+)
+from neuron_dra.tools.simulate.progress import Progress, quiet
+
+
+def take_allocated(cluster: Cluster, claims: Sequence[Json]) -> None:
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        holder = f"{namespace_of(claim)}/{claim['metadata']['name']}"
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("adminAccess"):
+                continue  # holds nothing: others may have the device too
+            cluster.take_key((result["driver"], result["pool"], result["device"]), holder)
+
+
+def simulate(files: Sequence[Path], cluster: Cluster, progress: Progress = quiet) -> list[Outcome]:
+    """Allocate the claims the files stand for on `cluster`, in order."""
+    return simulate_documents(load_documents(files), cluster, progress)
+
+
+def simulate_documents(
+    docs: Sequence[tuple[str, Json]], cluster: Cluster, progress: Progress = quiet
+) -> list[Outcome]:
+    """`simulate` of documents already read (`load_documents`): the command line reads
+    its files before it builds any node, so a bad file fails at once."""
+    for device_class in default_classes():
+        cluster.classes.setdefault(device_class.name, device_class)
+    inputs = read_inputs(docs, cluster.classes)
+    # Classes among the inputs win over the cluster's, as applying them would make them.
+    cluster.classes.update(inputs.classes)
+    return cluster.allocate(inputs.claims, progress)
