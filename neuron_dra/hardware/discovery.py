@@ -31,6 +31,7 @@ from neuron_dra.hardware.inventory import (
     NeuronDevice,
     NodeInventory,
     UltraServer,
+    with_runtime_modes,
 )
 from neuron_dra.hardware.sysfsfile import ascii_int, read_text
 
@@ -246,10 +247,8 @@ class _Reader:
             return None
         if runtime_modes is None:
             self.note(CLASS_DIR, "UltraServer modes unknown: only single-node use is advertised")
-            return replace(found, modes=(1,))
-        sizes = {RUNTIME_MODE_NODES[m] for m in runtime_modes}
-        modes = tuple(n for n in (1, 2, 4) if n == 1 or (n in sizes and found.unit(n)))
-        return replace(found, modes=modes, runtime_modes=runtime_modes)
+            return found
+        return with_runtime_modes(found, runtime_modes)
 
     def elected_ultraserver(self) -> UltraServer | None:
         """trn2u, trn3p: ids of the node's units of 2 and 4 nodes, from the driver's election."""
@@ -275,7 +274,6 @@ class _Reader:
             server_id_4=server_4 if in_4 else None,
             node_id_2=node_2 if in_2 else None,
             node_id_4=node_4 if in_4 else None,
-            modes=(1,),
         )
 
     def reserved_ultraserver(self) -> UltraServer | None:
@@ -302,7 +300,6 @@ class _Reader:
             server_id_4=reservation if four else None,
             node_id_2=node if pair else None,
             node_id_4=node if four else None,
-            modes=(1,),
             reservation_id=reservation,
         )
 

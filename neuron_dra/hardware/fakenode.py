@@ -244,6 +244,14 @@ _HEALTH_IDLE = {
 }
 POWER_NO_LOAD = f"POWER_STATUS_VALID,{POWER_SAMPLED_AT},0.00,0.00,0.00"
 
+# The `ultraserver_mode` written when the unit names none (runtime modes: X4=1, X2V=3,
+# X1=4). An elected unit (trn2u) is what a healthy trn2u offers: X4, X2V (its 2-node
+# units are vertical pairs) and X1; X2H ("1,2,4") is written where a test asks for it.
+# A reserved unit (trn3), by its node count: X4 and X2V for 4 nodes; 2 nodes are joined
+# by their vertical links only.
+ELECTED_MODES = (1, 3, 4)
+RESERVED_MODES = {4: (1, 3, 4), 2: (3, 4)}
+
 
 def _counter(directory: Path, files: tuple[str, ...]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
@@ -256,17 +264,15 @@ def _write_ultraserver(class_dir: Path, unit: FakeUltraServer, *, reservation: b
         _write(class_dir / "reservation_id", unit.server_id + "\n")
         _write(class_dir / "node_id", f"{unit.node_id}\n")
         _write(class_dir / "node_cnt", f"{unit.nodes}\n")
-        # X4 and X2V for 4 nodes; 2 nodes are joined by their vertical links only.
-        modes = "1,3,4" if unit.nodes == 4 else "3,4"
+        modes = RESERVED_MODES[unit.nodes]
     else:
         _write(class_dir / "server_id_4", unit.server_id + "\n")
         _write(class_dir / "node_id_4", f"{unit.node_id}\n")
         _write(class_dir / "server_id_2", f"{unit.server_id}-{unit.node_id // 2}\n")
         _write(class_dir / "node_id_2", f"{unit.node_id % 2}\n")
-        # What a healthy trn2u offers: X4, X2V (its 2-node units are vertical pairs)
-        # and X1. X2H ("1,2,4") is written where a test asks for it.
-        modes = "1,3,4"
-    _write(class_dir / "ultraserver_mode", (unit.modes or modes) + "\n")
+        modes = ELECTED_MODES
+    written = unit.modes or ",".join(map(str, modes))
+    _write(class_dir / "ultraserver_mode", written + "\n")
 
 
 def fake_pci_function(index: int) -> tuple[str, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from consts import DEVICE_NAME_PREFIX
 from neuron_dra.hardware import topology
@@ -27,7 +27,9 @@ class UltraServer:
     server_id_4: str | None
     node_id_2: int | None
     node_id_4: int | None
-    modes: tuple[int, ...]  # unit sizes in nodes a claim may ask for, e.g. (1, 2, 4)
+    # Unit sizes in nodes a claim may ask for, e.g. (1, 2, 4): the node alone until the
+    # runtime's modes are known (`with_runtime_modes`).
+    modes: tuple[int, ...] = (1,)
     runtime_modes: tuple[int, ...] = ()  # the driver's list: runtime mode numbers, e.g. (1, 3, 4)
     reservation_id: str | None = None  # trn3: shared by the nodes of one reservation
 
@@ -48,6 +50,15 @@ class UltraServer:
         if nodes == 2:
             return 3 if 3 in self.runtime_modes else 2
         return {4: 1, 1: 4}[nodes]
+
+
+def with_runtime_modes(membership: UltraServer, runtime_modes: tuple[int, ...]) -> UltraServer:
+    """`membership` with the runtime's modes (the driver's `ultraserver_mode` list) and the
+    unit sizes they offer a claim: the node alone always; 2 or 4 nodes where a mode of that
+    size is offered and the node is in a unit of it."""
+    sizes = {RUNTIME_MODE_NODES[m] for m in runtime_modes}
+    modes = tuple(n for n in (1, 2, 4) if n == 1 or (n in sizes and membership.unit(n)))
+    return replace(membership, modes=modes, runtime_modes=runtime_modes)
 
 
 @dataclass(frozen=True)

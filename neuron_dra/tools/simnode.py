@@ -14,22 +14,20 @@ import hashlib
 from neuron_dra.hardware import topology
 from neuron_dra.hardware.fakenode import (
     DEFAULT_DRIVER_VERSION,
+    ELECTED_MODES,
     FAKE_MAJOR,
+    RESERVED_MODES,
     SILICON,
     FakeUltraServer,
     fake_pci_function,
 )
 from neuron_dra.hardware.instance_types import DEFAULT_LNC, INSTANCE_TYPES, InstanceType
 from neuron_dra.hardware.inventory import (
-    RUNTIME_MODE_NODES,
     NeuronDevice,
     NodeInventory,
     UltraServer,
+    with_runtime_modes,
 )
-
-# What build_fake_node writes as `ultraserver_mode` when the unit says nothing.
-_ELECTED_MODES = (1, 3, 4)  # X4, X2V, X1
-_RESERVED_MODES = {4: (1, 3, 4), 2: (3, 4)}
 
 
 def simulated_inventory(
@@ -52,6 +50,8 @@ def simulated_inventory(
         raise ValueError(f"unknown instance type {instance_type!r}; known: {known}")
     if lnc is not None and not spec.has_lnc:
         raise ValueError(f"{instance_type} has no logical NeuronCores; --lnc does not apply")
+    if ultraserver is not None and ultraserver.modes is not None:
+        raise ValueError("a simulated inventory has the modes the driver offers its unit")
     silicon = SILICON[spec.pci_device_id]
     seed = int(hashlib.sha256(f"{name}/{instance_type}".encode()).hexdigest()[:8], 16)
     devices = []
@@ -83,37 +83,22 @@ def simulated_inventory(
 
 
 def _ultraserver(spec: InstanceType, unit: FakeUltraServer) -> UltraServer:
+    """What discovery reads from the `ultraserver_mode` and unit files build_fake_node
+    writes for `unit` when the unit names no modes."""
     if spec.reservation:
         pair, four = unit.nodes == 2, unit.nodes == 4
-        found = UltraServer(
+        membership = UltraServer(
             server_id_2=unit.server_id if pair else None,
             server_id_4=unit.server_id if four else None,
             node_id_2=unit.node_id if pair else None,
             node_id_4=unit.node_id if four else None,
-            modes=(1,),
             reservation_id=unit.server_id,
         )
-        written = _RESERVED_MODES[unit.nodes]
-    else:
-        found = UltraServer(
-            server_id_2=f"{unit.server_id}-{unit.node_id // 2}",
-            server_id_4=unit.server_id,
-            node_id_2=unit.node_id % 2,
-            node_id_4=unit.node_id,
-            modes=(1,),
-        )
-        written = _ELECTED_MODES
-    if unit.modes is not None:
-        raise ValueError("a simulated inventory has the modes the driver offers its unit")
-    runtime = written
-    sizes = {RUNTIME_MODE_NODES[m] for m in runtime}
-    modes = tuple(n for n in (1, 2, 4) if n == 1 or (n in sizes and found.unit(n)))
-    return UltraServer(
-        found.server_id_2,
-        found.server_id_4,
-        found.node_id_2,
-        found.node_id_4,
-        modes,
-        runtime,
-        found.reservation_id,
+        return with_runtime_modes(membership, RESERVED_MODES[unit.nodes])
+    membership = UltraServer(
+        server_id_2=f"{unit.server_id}-{unit.node_id // 2}",
+        server_id_4=unit.server_id,
+        node_id_2=unit.node_id % 2,
+        node_id_4=unit.node_id,
     )
+    return with_runtime_modes(membership, ELECTED_MODES)

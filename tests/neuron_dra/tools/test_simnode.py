@@ -51,3 +51,5 @@ def test_what_a_fake_tree_refuses_it_refuses() -> None:
         simulated_inventory("n", "trn9.xlarge")
     with pytest.raises(ValueError, match=r"inf2\.xlarge has no logical NeuronCores"):
         simulated_inventory("n", "inf2.xlarge", lnc=2)
+    with pytest.raises(ValueError, match="has the modes the driver offers its unit"):
+        simulated_inventory("n", "trn2u.48xlarge", ultraserver=FakeUltraServer("u", 0, modes="4"))
