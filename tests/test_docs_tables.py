@@ -43,9 +43,24 @@ def values() -> dict[str, Any]:
     return found
 
 
+LABEL_SELECTOR = "#/$defs/labelSelector"
+
+
+def resolve(node: dict[str, Any]) -> dict[str, Any]:
+    """`node`, or the definition its local `$ref` names."""
+    while "$ref" in node:
+        ref = node["$ref"]
+        assert ref.startswith("#/"), f"only local references are read here: {ref}"
+        node = schema()
+        for part in ref[2:].split("/"):
+            node = node[part]
+    return node
+
+
 def leaves(value: Any, node: dict[str, Any], path: str = "") -> Iterator[str]:
     """The values one sets: values.yaml's paths down to a scalar, a list, or a map whose
     keys are the user's (the schema names no properties) or that is empty by default."""
+    node = resolve(node)
     if isinstance(value, dict) and value and "properties" in node:
         for name, child in value.items():
             yield from leaves(child, node["properties"][name], f"{path}{name}.")
@@ -53,10 +68,23 @@ def leaves(value: Any, node: dict[str, Any], path: str = "") -> Iterator[str]:
         yield path.removesuffix(".")
 
 
+def schema_node(path: str) -> dict[str, Any] | None:
+    """The schema's node for the value at `path`, unresolved (None: no such value, or a key
+    inside a map of the user's)."""
+    node: dict[str, Any] = {"properties": schema()["properties"]}
+    for name in re.split(r"(?<!\\)\.", path):
+        properties = resolve(node).get("properties", {})
+        if name not in properties:
+            return None
+        node = properties[name]
+    return node
+
+
 def takes(path: str) -> bool:
     """Whether the schema takes a value at `path` (a map of the user's takes any key)."""
     node = schema()
     for name in re.split(r"(?<!\\)\.", path):
+        node = resolve(node)
         if "properties" in node:
             if name not in node["properties"]:
                 return False
@@ -64,6 +92,28 @@ def takes(path: str) -> bool:
         else:
             return node.get("type") == "object" and not node.get("properties")
     return True
+
+
+def documents_inside(name: str) -> bool:
+    """Whether a row naming `name` documents the values inside it too: a label selector,
+    or a map whose keys are the user's."""
+    node = schema_node(name)
+    if node is None:
+        return False
+    if node.get("$ref") == LABEL_SELECTOR:
+        return True
+    node = resolve(node)
+    return node.get("type") == "object" and not node.get("properties")
+
+
+def undocumented(paths: Iterator[str] | list[str], documented: set[str]) -> list[str]:
+    """The value paths no row names: by its own path, or inside a row's selector or map."""
+    return [
+        path
+        for path in paths
+        if path not in documented
+        and not any(path.startswith(f"{name}.") and documents_inside(name) for name in documented)
+    ]
 
 
 def tables(page: Path, header: str) -> Iterator[list[str]]:
@@ -103,13 +153,22 @@ def documented_values(page: Path) -> list[str]:
 
 def test_every_chart_value_is_in_the_values_table() -> None:
     documented = set(documented_values(VALUES_TABLE))
-    # A row naming a map (a label selector) documents what is inside it.
-    missing = [
-        path
-        for path in leaves(values(), schema())
-        if not any(path == name or path.startswith(f"{name}.") for name in documented)
-    ]
+    missing = undocumented(leaves(values(), schema()), documented)
     assert not missing, f"{VALUES_TABLE.relative_to(REPO)} lacks rows for {missing}"
+
+
+def test_a_row_naming_a_parent_does_not_document_its_values() -> None:
+    """Only a label selector or a map of the user's keys covers what is inside it."""
+    assert undocumented(["metrics.port", "metrics.enabled"], {"metrics"}) == [
+        "metrics.port", "metrics.enabled",
+    ]  # fmt: skip
+    selector = "metrics.networkPolicy.namespaceSelector"
+    assert schema_node(selector) == {"$ref": LABEL_SELECTOR}
+    assert undocumented([f"{selector}.matchLabels"], {selector}) == []
+    assert undocumented([f"{selector}.matchLabels"], {"metrics.networkPolicy"}) == [
+        f"{selector}.matchLabels"
+    ]
+    assert takes(f"{selector}.matchLabels.team") and not takes(f"{selector}.matchLabelz")
 
 
 @pytest.mark.parametrize("page", VALUE_TABLES, ids=lambda p: p.name)

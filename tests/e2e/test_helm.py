@@ -151,6 +151,11 @@ def test_lint(helm_bin: Path, offline: dict[str, str]) -> None:
          "at '/securityContext': additional properties 'privilege' not allowed"),
         ("deviceClasses.extendedResourceNames.neuron=neuron",
          "at '/deviceClasses/extendedResourceNames/neuron': 'neuron' does not match pattern"),
+        # Both selectors are the schema's one labelSelector definition ($ref).
+        ("metrics.networkPolicy.podSelector.matchLabelz.a=b",
+         "at '/metrics/networkPolicy/podSelector': additional properties 'matchLabelz'"),
+        ("metrics.networkPolicy.namespaceSelector.matchLabels.a=1",
+         "at '/metrics/networkPolicy/namespaceSelector/matchLabels/a': got number, want string"),
     ],
 )  # fmt: skip
 def test_bad_values_are_refused_with_a_clear_message(
