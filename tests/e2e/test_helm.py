@@ -310,9 +310,8 @@ def test_metrics_can_ask_for_a_token_and_a_scrapers_namespace(
     assert not reviews & {r for rule in rules for r in rule["resources"]}
     assert parser().parse_args(container_of(list(default.values()))["command"][1:]).metrics_auth \
         == "none"  # fmt: skip
-    assert default[("ClusterRole", "neuron-dra-metrics-reader")]["rules"] == [
-        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
-    ]
+    # The scrapers' role only where scrapes need it.
+    assert ("ClusterRole", "neuron-dra-metrics-reader") not in default
 
     objects = template(
         helm_bin, offline, *IMAGE_VALUES, "--set=metrics.authorization.enabled=true",
@@ -325,6 +324,9 @@ def test_metrics_can_ask_for_a_token_and_a_scrapers_namespace(
     granted = {(r, v) for rule in found[("ClusterRole", "neuron-dra")]["rules"]
                for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
     assert {("tokenreviews", "create"), ("subjectaccessreviews", "create")} <= granted
+    assert found[("ClusterRole", "neuron-dra-metrics-reader")]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
     [endpoint] = found[("ServiceMonitor", "neuron-dra")]["spec"]["endpoints"]
     assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
     [rule] = found[("NetworkPolicy", "neuron-dra")]["spec"]["ingress"]
@@ -467,7 +469,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 20, keys
+    assert len(keys) == 19, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
         assert {name: labels.get(name) for name in STANDARD_LABELS} == STANDARD_LABELS, k

@@ -1,11 +1,13 @@
 """/metrics behind the API server's word: with --metrics-auth=kubernetes the plugin
 answers a scrape only with a bearer token the real kube-apiserver authenticates
 (TokenReview), of a user its RBAC lets get /metrics (SubjectAccessReview), the
-ClusterRole the chart gives scrapers (deploy/rbac.yaml)."""
+ClusterRole the chart gives scrapers when metrics.authorization is on."""
 
 from __future__ import annotations
 
 import http.client
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +28,17 @@ READER = "neuron-dra-metrics-reader"
 NAMESPACE = "default"
 
 
-def reader_role() -> dict[str, Any]:
+def reader_role(helm_bin: Path) -> dict[str, Any]:
+    """The chart's role for scrapers, which it renders with metrics.authorization on."""
+    rendered = subprocess.run(
+        [str(helm_bin), "template", "neuron-dra", str(REPO / "deploy/helm/neuron-dra"),
+         "--set=image.repository=registry.invalid/neuron-dra",
+         "--set=metrics.authorization.enabled=true", "--show-only=templates/rbac.yaml"],
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")},
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
     [role] = [
-        d for d in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text())
+        d for d in yaml.safe_load_all(rendered)
         if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == READER
     ]  # fmt: skip
     return dict(role)
@@ -44,10 +54,12 @@ def token_of(cluster: Cluster, account: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def secured(e2e_binaries: Binaries) -> Iterator[tuple[Cluster, int, dict[str, str]]]:
+def secured(
+    e2e_binaries: Binaries, helm_bin: Path
+) -> Iterator[tuple[Cluster, int, dict[str, str]]]:
     """A plugin serving /metrics with --metrics-auth=kubernetes, and tokens by name."""
     with Cluster(e2e_binaries) as cluster:
-        cluster.apply(reader_role())
+        cluster.apply(reader_role(helm_bin))
         tokens = {name: token_of(cluster, name) for name in ("scraper", "stranger")}
         cluster.create({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
