@@ -24,9 +24,9 @@ from neuron_dra.tools import apischema
 
 Json = dict[str, Any]
 
-# Far above any manifest (the API server takes at most 3 MiB a request), and read in
-# seconds: 8 MiB of claims, some 14,000, took `lint` 6 s (2 cores, 2026-11-28), 16 MiB
-# twice that. A larger file is refused before it is parsed.
+# Far above any manifest (the API server takes at most 3 MiB a request), and small
+# enough to read in seconds (docs/contributors/performance.md). A larger file is refused
+# before it is parsed.
 MAX_FILE_BYTES = 8 * 1024 * 1024
 RESOURCE_GROUP = apischema.GROUP
 RESOURCE_KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
@@ -158,7 +158,9 @@ class _Reader:
         if kind == "List" and isinstance(body.get("items"), list):
             items = _value_node(node, "items")
             lines = [i.start_mark.line + 1 for i in items.value] if items else []
-            for item, item_line in zip(body["items"], lines, strict=False):
+            if len(lines) != len(body["items"]):  # no node of them found: the List's line
+                lines = [line] * len(body["items"])
+            for item, item_line in zip(body["items"], lines, strict=True):
                 self.object(item, item_line)
             return
         self.object(body, line)
@@ -204,10 +206,13 @@ def _null(node: yaml.Node) -> bool:
 
 
 def _value_node(node: yaml.Node, key: str) -> yaml.Node | None:
+    """The sequence `key` maps to in the mapping `node`, as constructed: the last of its
+    keys, since a merge key's pairs come before the mapping's own, which win."""
+    found = None
     for key_node, value_node in node.value:
         if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
-            return value_node if isinstance(value_node, yaml.SequenceNode) else None
-    return None
+            found = value_node if isinstance(value_node, yaml.SequenceNode) else None
+    return found
 
 
 def _yaml_problem(err: yaml.YAMLError) -> tuple[int | None, str]:

@@ -153,6 +153,20 @@ def test_list_items_are_read_each_with_its_line(tmp_path: Path) -> None:
     )
 
 
+def test_list_items_beside_a_merge_key_are_all_read_each_with_its_line(tmp_path: Path) -> None:
+    """A List's own `items` win over those a merge key (`<<:`) brings, as YAML says: every
+    one of them is read (none dropped), each at its line."""
+    claim = "{apiVersion: resource.k8s.io/v1, kind: DeviceClass, metadata: {name: %s}}"
+    text = (
+        "apiVersion: v1\nkind: List\n"
+        f"<<: {{items: [{claim % 'merged'}]}}\n"
+        f"items:\n- {claim % 'a'}\n- {claim % 'b'}\n"
+    )
+    path = write(tmp_path, text)
+    found = [(where, d["metadata"]["name"]) for where, d in load_documents([path])]
+    assert found == [(f"{path}:5", "a"), (f"{path}:6", "b")]
+
+
 def test_a_file_over_the_size_limit_is_refused_unread(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
