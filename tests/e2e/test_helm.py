@@ -221,7 +221,7 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
     assert kinds == sorted([
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
         "Service", "DaemonSet", *["DeviceClass"] * 5, *["ValidatingAdmissionPolicy"] * 3,
-        *["ValidatingAdmissionPolicyBinding"] * 3, "ClusterRole", "NetworkPolicy",
+        *["ValidatingAdmissionPolicyBinding"] * 3, "NetworkPolicy",
     ])  # fmt: skip
     service = by_key(objects)[("Service", "neuron-dra-metrics")]
     assert service["spec"]["ports"] == [
@@ -298,57 +298,6 @@ def test_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> No
     )
 
 
-def test_metrics_can_ask_for_a_token_and_a_scrapers_namespace(
-    helm_bin: Path, offline: dict[str, str]
-) -> None:
-    """metrics.authorization: the agent reviews tokens, with the RBAC to, and the
-    ServiceMonitor sends Prometheus' token; metrics.networkPolicy: only the monitoring
-    namespace reaches the metrics port."""
-    default = by_key(template(helm_bin, offline, *IMAGE_VALUES))
-    reviews = {"tokenreviews", "subjectaccessreviews"}
-    rules = default[("ClusterRole", "neuron-dra")]["rules"]
-    assert not reviews & {r for rule in rules for r in rule["resources"]}
-    assert parser().parse_args(container_of(list(default.values()))["command"][1:]).metrics_auth \
-        == "none"  # fmt: skip
-    # The scrapers' role only where scrapes need it.
-    assert ("ClusterRole", "neuron-dra-metrics-reader") not in default
-
-    objects = template(
-        helm_bin, offline, *IMAGE_VALUES, "--set=metrics.authorization.enabled=true",
-        "--set=metrics.serviceMonitor.enabled=true", "--set=metrics.networkPolicy.enabled=true",
-        "--set-json=metrics.podResourcesInterval=30",
-    )  # fmt: skip
-    found = by_key(objects)
-    args = parser().parse_args(container_of(objects)["command"][1:])
-    assert (args.metrics_auth, args.pod_resources_interval) == ("kubernetes", 30.0)
-    granted = {(r, v) for rule in found[("ClusterRole", "neuron-dra")]["rules"]
-               for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
-    assert {("tokenreviews", "create"), ("subjectaccessreviews", "create")} <= granted
-    assert found[("ClusterRole", "neuron-dra-metrics-reader")]["rules"] == [
-        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
-    ]
-    [endpoint] = found[("ServiceMonitor", "neuron-dra")]["spec"]["endpoints"]
-    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    [rule] = found[("NetworkPolicy", "neuron-dra")]["spec"]["ingress"]
-    assert rule == {
-        "ports": [{"port": "metrics", "protocol": "TCP"}],
-        "from": [{
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-            "podSelector": {},
-        }],
-    }  # fmt: skip
-    # No metrics: no port open at all; a scrapers' rule without the policy is refused.
-    closed = by_key(template(helm_bin, offline, *IMAGE_VALUES, "--set=metrics.enabled=false"))
-    assert closed[("NetworkPolicy", "neuron-dra")]["spec"]["ingress"] == []
-    refused = run(
-        [str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES,
-         "--set=networkPolicy.enabled=false", "--set=metrics.networkPolicy.enabled=true"],
-        offline,
-    )  # fmt: skip
-    assert refused.returncode != 0
-    assert "metrics.networkPolicy.enabled needs networkPolicy.enabled" in refused.stderr
-
-
 def test_parts_turn_off(helm_bin: Path, offline: dict[str, str]) -> None:
     objects = template(
         helm_bin, offline, *IMAGE_VALUES, "--set=deviceClasses.enabled=false",
@@ -410,50 +359,6 @@ def helm(helm_bin: Path, cluster: Cluster, *args: str) -> subprocess.CompletedPr
 def upgrade(helm_bin: Path, cluster: Cluster, *values: str) -> str:
     return ok(helm(helm_bin, cluster, "upgrade", RELEASE, str(CHART), "--wait",
                    "--timeout=60s", *values))  # fmt: skip
-
-
-def test_notes_warn_of_a_namespace_that_refuses_the_pods(helm_bin: Path, cluster: Cluster) -> None:
-    """The pods mount host paths: a namespace enforcing "baseline" refuses them, and the
-    notes say how to allow them; a namespace that allows them gets no warning. Before the
-    module's install: a dry run of a second release would meet the first one's objects."""
-    strict = "baseline-ns"
-    if cluster.get_or_none("v1", "Namespace", strict) is None:
-        cluster.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {
-                    "name": strict,
-                    "labels": {"pod-security.kubernetes.io/enforce": "baseline"},
-                },
-            }
-        )
-    env = helm_env(cluster.workdir, cluster.kubeconfig)
-    dry_run = [str(helm_bin), "install", "second", str(CHART), "--dry-run=server", *IMAGE_VALUES]
-    notes = ok(run([*dry_run, f"--namespace={strict}"], env))
-    assert f'WARNING: namespace {strict} enforces Pod Security "baseline"' in notes
-    allow = "--overwrite pod-security.kubernetes.io/enforce=privileged"
-    assert f"kubectl label namespace {strict} {allow}" in notes
-    assert "WARNING" not in ok(run([*dry_run, "--namespace=default"], env))
-
-
-def test_the_notes_say_a_privileged_plugin_is_host_root(helm_bin: Path, cluster: Cluster) -> None:
-    """securityContext.privileged (what reading /dev/kmsg takes) makes every plugin pod
-    root on its node: helm's notes say so when it is set, and only then. helm's client
-    dry run still asks the server for its version; before the module's install, as above."""
-    env = helm_env(cluster.workdir, cluster.kubeconfig)
-    install = [str(helm_bin), "install", "second", str(CHART), "--dry-run=client", *IMAGE_VALUES]
-    privileged = (
-        "--set=securityContext.privileged=true,securityContext.allowPrivilegeEscalation=true"
-    )
-    notes = ok(run([*install, privileged], env)).split("NOTES:", 1)[1]
-    assert "WARNING: securityContext.privileged is set: every plugin pod is root on its node" in (
-        " ".join(notes.split())
-    ), notes
-    assert "securityContext.privileged" not in ok(run(install, env))
-    assert "securityContext.privileged" not in ok(run(
-        [*install, "--set=securityContext.seLinuxOptions.type=spc_t"], env
-    ))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
