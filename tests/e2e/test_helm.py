@@ -79,12 +79,42 @@ def helm_env(home: Path, kubeconfig: Path | None = None) -> dict[str, str]:
 
 
 def run(
-    args: list[str], env: dict[str, str], stdin: str | None = None, cwd: Path | None = None
+    args: list[str],
+    env: dict[str, str],
+    stdin: str | None = None,
+    cwd: Path | None = None,
+    timeout: float = 180,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        args, check=False, env=env, input=stdin, capture_output=True, text=True, timeout=180,
-        cwd=cwd,
+        args, check=False, env=env, input=stdin, capture_output=True, text=True,
+        timeout=timeout, cwd=cwd,
     )  # fmt: skip
+
+
+def rollout(cluster: Cluster) -> str:
+    """The DaemonSet's rollout as its controller and helm see it: generation, status, and
+    each plugin pod's revision, node, phase, readiness, with the events about each."""
+
+    def events(name: str) -> list[str]:
+        return [
+            f"{e.get('reason')}: {e.get('message')}" for e in cluster.events_for(name, NAMESPACE)
+        ]
+
+    ds = cluster.get_or_none(*DS_KEY) or {"metadata": {}}
+    lines = [f"DaemonSet generation={ds['metadata'].get('generation')} "
+             f"status={ds.get('status')} events={events('neuron-dra')}"]  # fmt: skip
+    for pod in cluster.list_objects("v1", "Pod", NAMESPACE):
+        meta, status = pod["metadata"], pod.get("status", {})
+        conditions = [
+            c for c in status.get("conditions", []) if c["type"] in ("Ready", "PodScheduled")
+        ]
+        lines.append(
+            f"pod {meta['name']} rev={meta.get('labels', {}).get('controller-revision-hash')} "
+            f"node={pod['spec'].get('nodeName')} phase={status.get('phase')} "
+            f"deleting={meta.get('deletionTimestamp')} conditions={conditions} "
+            f"events={events(meta['name'])}"
+        )
+    return "\n".join(lines)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -610,7 +640,11 @@ def test_the_documented_helm_commands_run(helm_bin: Path, cluster: Cluster) -> N
 
     def go(command: doc_commands.DocCommand) -> str:
         argv = shlex.split(doc_commands.fill(command.text, registry="registry.invalid"))
-        return ok(run([str(helm_bin), *argv[1:], "--timeout=120s"], env, cwd=REPO))
+        # helm waits on the DaemonSet's rollout: minReadySeconds, scheduling and the kubelet
+        # stand-in on a loaded machine. A wait that still ends says what it was waiting on.
+        result = run([str(helm_bin), *argv[1:], "--timeout=300s"], env, cwd=REPO, timeout=360)
+        assert result.returncode == 0, f"{command.text}\n{result.stderr}\n{rollout(cluster)}"
+        return result.stdout
 
     for install in [c for c in ran if c.argv[1] == "install"]:
         assert "STATUS: deployed" in go(install), install
