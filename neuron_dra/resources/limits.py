@@ -13,7 +13,7 @@ Shared counters are the one place where releases disagree, so those rules come
 per `CounterLayout`: Kubernetes 1.34 wants a device's counters in the device's
 own slice, 1.35 and later refuse a slice that holds both counters and devices.
 Every other rule is the strictest of the releases the driver supports (1.34 to
-1.37): a node without counters publishes the same slices whatever the release,
+1.38): a node without counters publishes the same slices whatever the release,
 and those slices must stay valid across a control-plane upgrade.
 """
 
@@ -101,10 +101,13 @@ _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_LABEL_PART = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL_PART}(?:\.{_DNS_LABEL_PART})*")
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Numbers of at most 18 digits, so they fit an int64 (1.38; earlier releases take any).
+_SEMVER_NUMBER = r"(?:0|[1-9]\d{0,17})"
+_SEMVER_PRE = rf"(?:{_SEMVER_NUMBER}|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
 _SEMVER = re.compile(
-    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?"
+    rf"{_SEMVER_NUMBER}\.{_SEMVER_NUMBER}\.{_SEMVER_NUMBER}"
+    rf"(?:-{_SEMVER_PRE}(?:\.{_SEMVER_PRE})*)?"
+    r"(?:\+[0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*)?"
 )
 _QUANTITY = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?")
 
@@ -339,6 +342,9 @@ def _at_most(path: str, found: int, limit: int | None, what: str, errors: list[s
 
 
 def _check_qualified_name(path: str, name: str, errors: list[str]) -> None:
+    if name.count("/") > 1:  # refused from 1.38; earlier releases take it
+        errors.append(f"{path}: {name!r} has more than one slash")
+        return
     domain, _, identifier = name.rpartition("/")
     if domain and (len(domain) > MAX_DOMAIN_LENGTH or not _DNS_SUBDOMAIN.fullmatch(domain)):
         errors.append(f"{path}: domain {domain!r} is not a DNS subdomain of at most 63 characters")
@@ -362,7 +368,9 @@ def _check_attribute(path: str, value: dict[str, Any], errors: list[str]) -> Non
     elif not isinstance(item, str) or len(item) > MAX_VALUE_LENGTH:
         errors.append(f"{path}.{kind}: not a string of at most {MAX_VALUE_LENGTH} characters")
     elif kind == "version" and not _SEMVER.fullmatch(item):
-        errors.append(f"{path}.version: {item!r} is not a semantic version")
+        errors.append(
+            f"{path}.version: {item!r} is not a semantic version with numbers of at most 18 digits"
+        )
 
 
 def _check_counter(path: str, name: str, value: dict[str, Any], errors: list[str]) -> None:

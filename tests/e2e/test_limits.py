@@ -186,6 +186,12 @@ CASES = [
     Case("version", attribute("v", {"version": "2.24.7.0"}), "is not a semantic version"),
     Case("version length", attribute("v", {"version": "1.0.0-" + "a" * 60}),
          "at most 64 characters"),
+    # 1.38 refuses what earlier releases take: a version number over 18 digits (it would
+    # not fit an int64), a qualified name with two slashes.
+    Case("version digits", attribute("v", {"version": "1.0." + "9" * 19}),
+         "is not a semantic version", accepted_until=37),
+    Case("two slashes", attribute(f"{DRIVER_NAME}/a/b", {"int": 1}), "more than one slash",
+         accepted_until=37),
     Case("capacity", lambda p: device(p)["capacity"].update({"c": {"value": "eight"}}),
          "is not a quantity"),
     # 1.34 allows 4 taints on a device, 1.35 16: a pool must survive a downgrade too.
