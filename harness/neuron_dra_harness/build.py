@@ -39,6 +39,16 @@ KUBELET_ONLY_RELEASES = ("v1.33.13",)
 """Releases whose kubelet side runs under the oldest control plane, as Kubernetes'
 version skew policy allows (``NEURON_DRA_KUBELET_VERSION``)."""
 
+NEXT_RELEASES = ("v1.38.0-beta.0",)
+"""Pre-releases of the next minor, run whole like ``RELEASES`` by ``make
+test-versions`` but never the default, and built only when asked for."""
+
+TOOLCHAINS = {"v1.38.0-beta.0": "go1.27.3"}
+"""Releases that need a newer Go than the local one: the ``GOTOOLCHAIN`` their
+build (and only theirs) runs with, which the go command fetches from the module
+proxy the first time (k8s.io/kubernetes v1.38 requires Go 1.27). Every other
+build runs with ``GOTOOLCHAIN=local``."""
+
 GO_DIR = Path(__file__).resolve().parents[1] / "go"  # harness/go
 K8S_MODULE_DIR = GO_DIR / "k8s"
 ETCD_MODULE_DIR = GO_DIR / "etcd"
@@ -84,6 +94,16 @@ STAGING_MODULES = (
     "sample-cli-plugin",
     "sample-controller",
 )
+
+STAGING_MODULES_SINCE = {38: ("apiextensions-api", "ktesting", "streaming")}
+"""Staging modules a release split out, by the minor that first has them."""
+
+
+def staging_modules(version: str) -> tuple[str, ...]:
+    """The staging modules of Kubernetes ``version``."""
+    since = [ms for first, ms in STAGING_MODULES_SINCE.items() if minor(version) >= first]
+    return (*STAGING_MODULES, *(m for ms in since for m in ms))
+
 
 _K8S_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
 # Programs of the k8s wrapper module itself: the kubelet stand-in and a
@@ -155,9 +175,16 @@ class Binaries:
 
 
 def _checked(version: str) -> str:
-    if not re.fullmatch(r"v1\.\d+\.\d+", version):
-        raise ValueError(f"Kubernetes version must look like v1.Y.Z, got {version!r}")
+    if not re.fullmatch(r"v1\.\d+\.\d+(-(alpha|beta|rc)\.\d+)?", version):
+        raise ValueError(
+            f"Kubernetes version must look like v1.Y.Z or v1.Y.Z-beta.N, got {version!r}"
+        )
     return version
+
+
+def toolchain(version: str | None = None) -> str:
+    """The ``GOTOOLCHAIN`` that builds ``version`` (default: the local Go)."""
+    return TOOLCHAINS.get(version, "local") if version else "local"
 
 
 def k8s_version() -> str:
@@ -184,10 +211,12 @@ def staging_version(version: str) -> str:
     return "v0." + version.split(".", 1)[1]
 
 
-def go_version() -> str:
+def go_version(version: str | None = None) -> str:
+    """The Go release that builds Kubernetes ``version`` (default: the local one)."""
     out = subprocess.run(
-        ["go", "env", "GOVERSION"], check=True, capture_output=True, text=True
-    ).stdout.strip()
+        ["go", "env", "GOVERSION"],
+        env=_go_env(toolchain(version)), check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
     if not out.startswith("go"):
         raise RuntimeError(f"unexpected `go env GOVERSION` output: {out!r}")
     return out
@@ -203,16 +232,16 @@ def bin_dir(
     version: str | None = None, go: str | None = None, *, kubelet_only: bool = False
 ) -> Path:
     version = version or k8s_version()
-    go = go or go_version()
+    go = go or go_version(version)
     kind = "kubelet" if kubelet_only else "k8s"
     return cache_root() / f"{kind}-{version}-{go}" / "bin"
 
 
-def _requirements(module: Path) -> list[dict[str, str]]:
-    """The `require` entries of the module's go.mod."""
+def _requirements(module: Path, go: str = "local") -> list[dict[str, str]]:
+    """The `require` entries of the module's go.mod (read with toolchain `go`)."""
     out = subprocess.run(
         ["go", "mod", "edit", "-json"],
-        cwd=module, env=_go_env(), check=True, capture_output=True, text=True,
+        cwd=module, env=_go_env(go), check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     return list(json.loads(out).get("Require") or [])
 
@@ -276,29 +305,35 @@ def _log(message: str) -> None:
     print(f"[e2e-build] {message}", file=sys.stderr, flush=True)
 
 
-def _go_env() -> dict[str, str]:
+def _go_env(go: str = "local") -> dict[str, str]:
+    """The go command's environment. The pinned go directive must never trigger a
+    toolchain download: ``GOTOOLCHAIN`` is ``local`` unless a release's build asks
+    for its own (``TOOLCHAINS``)."""
     env = dict(os.environ)
-    # The pinned go directive must never trigger a toolchain download.
-    env["GOTOOLCHAIN"] = "local"
+    env["GOTOOLCHAIN"] = go
     env.setdefault("CGO_ENABLED", "0")
     return env
 
 
-def _run(cmd: list[str], cwd: Path) -> None:
-    proc = subprocess.run(cmd, check=False, cwd=cwd, env=_go_env(), capture_output=True, text=True)
+def _run(cmd: list[str], cwd: Path, *, go: str = "local") -> None:
+    proc = subprocess.run(
+        cmd, check=False, cwd=cwd, env=_go_env(go), capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(
             f"{' '.join(cmd)} failed in {cwd} (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
         )
 
 
-def _go_build(target: Path, name: str, module: Path, package: str, flags: list[str]) -> None:
-    """`go build` of `package` in `module` to `target`/`name`. Built next to the target
-    and renamed, so a binary is either complete or absent."""
+def _go_build(
+    target: Path, name: str, module: Path, package: str, flags: list[str], *, go: str = "local"
+) -> None:
+    """`go build` of `package` in `module` to `target`/`name` with toolchain `go`. Built
+    next to the target and renamed, so a binary is either complete or absent."""
     t0 = time.monotonic()
     _log(f"building {name} ...")
     tmp_out = target / f".{name}.tmp"
-    _run(["go", "build", "-trimpath", *flags, "-o", str(tmp_out), package], module)
+    _run(["go", "build", "-trimpath", *flags, "-o", str(tmp_out), package], module, go=go)
     tmp_out.replace(target / name)
     _log(f"built {name} in {time.monotonic() - t0:.1f}s")
 
@@ -334,14 +369,15 @@ def _k8s_module(version: str) -> Iterator[Path]:
 def pin_release(module: Path, version: str) -> None:
     """Point the module in ``module`` at Kubernetes ``version`` and tidy it."""
     staging = staging_version(version)
+    go = toolchain(version)
     # Start from no requirements: versions another release needed (a newer
     # kube-openapi, say) must not be carried into an older one by MVS.
-    edits = [f"-droprequire={r['Path']}" for r in _requirements(module)]
+    edits = [f"-droprequire={r['Path']}" for r in _requirements(module, go)]
     edits.append(f"-require=k8s.io/kubernetes@{version}")
-    edits += [f"-replace=k8s.io/{m}=k8s.io/{m}@{staging}" for m in STAGING_MODULES]
+    edits += [f"-replace=k8s.io/{m}=k8s.io/{m}@{staging}" for m in staging_modules(version)]
     _log(f"generating go.mod for Kubernetes {version} in {module}")
-    _run(["go", "mod", "edit", *edits], module)
-    _run(["go", "mod", "tidy"], module)
+    _run(["go", "mod", "edit", *edits], module, go=go)
+    _run(["go", "mod", "tidy"], module, go=go)
 
 
 @contextmanager
@@ -377,7 +413,7 @@ def build(force: bool = False) -> Binaries:
 def build_release(version: str, *, kubelet_only: bool = False, force: bool = False) -> Binaries:
     """Build one release's binaries (only the kubelet side's with
     ``kubelet_only``) unless an up-to-date set is cached; return them."""
-    go = go_version()
+    go = go_version(version)
     target = bin_dir(version, go, kubelet_only=kubelet_only)
     expected = stamp(version, go, kubelet_only=kubelet_only)
     names = KUBELET_BINARIES if kubelet_only else BINARIES
@@ -402,7 +438,7 @@ def build_release(version: str, *, kubelet_only: bool = False, force: bool = Fal
             if not kubelet_only:
                 jobs.append(("etcd", ETCD_MODULE_DIR, "go.etcd.io/etcd/server/v3", []))
             for name, module, package, extra in jobs:
-                _go_build(target, name, module, package, flags + extra)
+                _go_build(target, name, module, package, flags + extra, go=toolchain(version))
         if stamp(version, go, kubelet_only=kubelet_only) != expected:
             # Sources changed while building: leave the set marked stale.
             _log("sources changed during the build; the next run rebuilds")

@@ -1,6 +1,6 @@
 """Run the tests marked `versions` on every supported release and tabulate them.
 
-    python -m tests.e2e.versions                      # all releases
+    python -m tests.e2e.versions                      # all releases, the next one's beta too
     python -m tests.e2e.versions --release v1.34.4    # one (repeatable)
     python -m tests.e2e.versions --oldest             # the oldest, as `make test` does
     python -m tests.e2e.versions --table docs/operators/kubernetes-releases.md  # and its table
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from neuron_dra_harness.build import KUBELET_ONLY_RELEASES, RELEASES
+from neuron_dra_harness.build import KUBELET_ONLY_RELEASES, NEXT_RELEASES, RELEASES
 
 REPO = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- compatibility:begin -->", "<!-- compatibility:end -->"
@@ -44,7 +44,7 @@ class Combination:
 
 
 COMBINATIONS = (
-    *(Combination(v, v) for v in RELEASES),
+    *(Combination(v, v) for v in (*RELEASES, *NEXT_RELEASES)),
     *(Combination(RELEASES[0], v) for v in KUBELET_ONLY_RELEASES),
 )
 

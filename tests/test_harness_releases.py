@@ -1,0 +1,46 @@
+"""The Kubernetes releases the harness builds: versions, tags, modules, toolchains."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from neuron_dra_harness import build
+from tests.e2e import versions
+
+NEXT = "v1.38.0-beta.0"
+
+
+def test_a_beta_is_a_release_version_of_its_minor() -> None:
+    assert build.minor(NEXT) == 38
+    assert build.release_tags(NEXT).split(",")[-1] == "k8s1.38"
+    assert build.staging_version(NEXT) == "v0.38.0-beta.0"
+    assert build.ldflags(NEXT).count(f"gitVersion={NEXT}") == 2
+
+
+@pytest.mark.parametrize("bad", ["v1.38", "1.38.0", "v1.38.0-beta", "v1.38.0-preview.1"])
+def test_other_spellings_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"must look like v1\.Y\.Z"):
+        build.minor(bad)
+
+
+def test_staging_modules_split_out_in_1_38_are_pinned_from_1_38_only() -> None:
+    new = {"apiextensions-api", "ktesting", "streaming"}
+    assert not new & set(build.staging_modules("v1.37.2"))
+    assert new <= set(build.staging_modules(NEXT))
+    assert set(build.STAGING_MODULES) <= set(build.staging_modules(NEXT))
+
+
+def test_only_the_next_release_builds_with_another_go() -> None:
+    assert build.toolchain(NEXT) == "go1.27.3"
+    assert all(build.toolchain(v) == "local" for v in build.RELEASES)
+    assert build.toolchain() == "local"
+    assert all(re.fullmatch(r"go\d+\.\d+\.\d+", go) for go in build.TOOLCHAINS.values())
+
+
+def test_the_next_release_runs_in_test_versions_but_is_never_the_default() -> None:
+    assert versions.Combination(NEXT, NEXT) in versions.COMBINATIONS
+    assert build.K8S_VERSION not in build.NEXT_RELEASES
+    # `make test` runs the oldest of RELEASES; the upgrade test goes to the newest.
+    assert not set(build.NEXT_RELEASES) & set(build.RELEASES)
