@@ -32,6 +32,12 @@ def scheduler_patch() -> str | None:
     return os.environ.get(PATCH_ENV) or None
 
 
+def admin_skips_counters() -> bool:
+    """Whether the end-to-end tests' allocator exempts adminAccess requests from shared
+    counters (the release's checks them)."""
+    return "counters-fail-closed" in (scheduler_patch() or "").split("+")
+
+
 def patched_binaries(name: str) -> Binaries:
     """The release's binaries, with a kube-scheduler whose allocator has the patches
     `name` names (`a+b`: a, then b)."""

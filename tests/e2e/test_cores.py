@@ -33,7 +33,7 @@ from neuron_dra_harness.nodes import (
     env_of,
     trn2_and_ultraserver,
 )
-from neuron_dra_harness.patched import scheduler_patch
+from neuron_dra_harness.patched import admin_skips_counters
 from neuron_dra_harness.workloads import unschedulable_reason
 from tests.e2e.test_extended_resources import add_device_plugin_node
 from tests.e2e.test_extended_resources import submit as submit_extended
@@ -476,11 +476,6 @@ def alone(node: SimulatedNode, device: str) -> bool:
 
     mine = counters(device)
     return bool(mine) and not any(counters(n) & mine for n in devices if n != device)
-
-
-def admin_skips_counters() -> bool:
-    """Whether the scheduler's allocator exempts admin requests from shared counters."""
-    return scheduler_patch() == "counters-fail-closed"
 
 
 def submit_admin(node: SimulatedNode, spec: Obj) -> str:

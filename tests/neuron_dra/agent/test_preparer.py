@@ -24,7 +24,7 @@ from neuron_dra.agent.claims.preparer import (
     StepHook,
     no_step_hook,
 )
-from neuron_dra.agent.node import held_whole
+from neuron_dra.agent.node import held_whole, prepared_here
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from tests.claim_objects import allocated_claim, neuron_config, opaque
@@ -699,3 +699,19 @@ def test_the_node_device_is_held_whole(node: Node, fake_node: FakeNode) -> None:
     claims = {ref.uid: ClaimRecord(ref.uid, "default", "whole", recorded(ref.uid, ["neuronnode"]))}
     assert held_whole(inventory, POOL, claims) == {"neuronnode"}
     assert held_whole(inventory, "other-pool", claims) == frozenset()
+
+
+def test_what_an_admin_claim_has_is_kept_though_not_held(fake_node: FakeNode) -> None:
+    """An admin claim holds nothing whole, yet what it has stays published: the slices
+    never withdraw a device a prepared claim on the node has."""
+    inventory = discover(fake_node("trn2.48xlarge")).inventory
+    whole, monitor = ClaimRef("default", "whole", uid(1)), ClaimRef("admin", "m", uid(2))
+    claims = {
+        whole.uid: record_of(whole, ["neurondevice4"]),
+        monitor.uid: ClaimRecord(
+            monitor.uid, "admin", "m", recorded(monitor.uid, ["neuroncore17"], admin=True)
+        ),
+    }
+    assert held_whole(inventory, POOL, claims) == {"neurondevice4"}
+    assert prepared_here(POOL, claims) == {"neurondevice4", "neuroncore17"}
+    assert prepared_here("other-pool", claims) == frozenset()
