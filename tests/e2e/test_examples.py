@@ -481,7 +481,8 @@ def test_admin_access_has_devices_in_use_and_holds_none(nodes: dict[str, Simulat
         # checks admin requests against counters: the row's devices wait until it is gone.
         reason = unschedulable_reason(cluster, "neuron-monitor", admin)
         assert "cannot allocate all claims" in reason, reason
-        delete_and_check_clean(cluster, ns, using, set())
+        cluster.delete("v1", "Pod", "pod0", ns)
+        cluster.wait_for_pod_gone("pod0", ns, timeout=60)
         using = {}
     monitor = cluster.wait_for_pod_running("neuron-monitor", admin, timeout=60)
     claim = claim_of(cluster, admin, monitor)
