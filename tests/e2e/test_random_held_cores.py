@@ -3,17 +3,18 @@ plugin killed and started again between them: no physical core ever reaches two
 containers, and the pool never offers a core beside its device without the counter
 between them.
 
-The plugin withdraws the cores of devices a prepared claim holds whole and drops such a
-device's counter (`SliceOptions.held`), and publishes both again when the claim is
-unprepared; its knowledge of what is held comes from its checkpoint after a restart.
+The plugin withdraws the cores of devices a prepared claim holds whole
+(`SliceOptions.held`), and publishes them again when the claim is unprepared; the held
+device keeps drawing on its counter throughout. Its knowledge of what is held comes from
+its checkpoint after a restart.
 That is what a bug could break, so after every step, on a trn2.48xlarge (LNC 2) of the
 real scheduler and the kubelet's own DRA manager:
 
 - containers: the logical cores every running container got (NEURON_RT_VISIBLE_CORES)
   are disjoint, and each container's device nodes are exactly its cores' devices;
 - the pool, once whole: no core of a device a prepared claim holds whole is published;
-  every published core's device draws on that core's counter; a device draws on no
-  counter only while held whole.
+  every published core's device draws on that core's counter; every published device
+  always draws on its counters.
 
 NEURON_DRA_RANDOM_SEED sets the seed (default a fixed one), NEURON_DRA_HELD_STEPS the
 number of steps (default 24).
@@ -84,11 +85,12 @@ def check_containers(node: SimulatedNode, running: list[str]) -> None:
 
 
 def check_pool(node: SimulatedNode) -> None:
-    """At once: no core is offered beside its device without the counter between them.
-    Once the plugin has caught up with its checkpoint: held devices have no cores and
-    no counter, the others both."""
+    """At once: every device draws on its counters, and no core is offered beside its
+    device without the counter between them. Once the plugin has caught up with its
+    checkpoint: held devices have no cores, the others all theirs."""
     devices = whole_pool(node)
     for name, device in devices.items():
+        assert device.get("consumesCounters"), f"seed {SEED}: {name} draws on no counter"
         if name.startswith(CORE_NAME_PREFIX):
             owner = f"{DEVICE_NAME_PREFIX}{int(name.removeprefix(CORE_NAME_PREFIX)) // PER_DEVICE}"
             assert "consumesCounters" in devices[owner], f"seed {SEED}: {name} beside {owner}"
@@ -108,9 +110,10 @@ def follows_checkpoint(node: SimulatedNode) -> bool:
     for index in range(16):
         device = devices[f"{DEVICE_NAME_PREFIX}{index}"]
         cores = {f"{CORE_NAME_PREFIX}{index * PER_DEVICE + c}" for c in range(PER_DEVICE)}
-        if index in held and ("consumesCounters" in device or cores & set(devices)):
+        assert device.get("consumesCounters"), f"seed {SEED}: device {index} without counters"
+        if index in held and cores & set(devices):
             return False
-        if index not in held and ("consumesCounters" not in device or cores - set(devices)):
+        if index not in held and cores - set(devices):
             return False
     return True
 
