@@ -30,9 +30,14 @@ ADMIN_NAMESPACE_LABEL = "resource.kubernetes.io/admin-access"
 Obj = dict[str, Any]
 
 
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+def rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {str(k): rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
 
 
 def rss_mib(pid: int) -> float:

@@ -1,12 +1,8 @@
 """The simulated fleet of bench/scale.py: Node objects with the slices the driver
-lays out for each, published as an agent would, and claims that fill nodes by holding
-every device, allocated by hand through the status subresource as the scheduler would
-(upstream's scheduler_perf fills its clusters the same way).
+lays out for each, published as an agent would (bench/fill.py fills them).
 
 A `Layout` is one way of publishing NeuronCores; the agent's current one is
-`partitions`. Where a layout withholds the cores of devices held whole, a filled node is
-published again without them, as the agent does once the kubelet has prepared the
-claim, and again with them when it is emptied.
+`partitions`.
 """
 
 from __future__ import annotations
@@ -16,13 +12,12 @@ import json
 import ssl
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_DEVICE
+from consts import DRIVER_NAME
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import CoreLayout, SliceOptions, build_slices
@@ -157,6 +152,10 @@ class Fleet:
     generations: dict[str, int] = field(default_factory=dict)
     slice_names: dict[str, list[str]] = field(default_factory=dict)
     published: dict[str, int] = field(default_factory=dict)  # node -> devices it publishes
+    # Per rewrite of a published node: seconds from its first slice write's answer to
+    # its last one's, while the pool's slices are of two generations.
+    incomplete_s: list[float] = field(default_factory=list)
+    held: dict[str, frozenset[str]] = field(default_factory=dict)  # node -> held whole
 
     def instance_type(self, index: int) -> str:
         # Every k-th node an UltraServer node, spread evenly over the fleet.
@@ -215,7 +214,8 @@ class Fleet:
         # As the agent's publisher: each slice replaces the stored one of its place, in
         # place; places no longer wanted are deleted.
         old = self.slice_names.get(name, [])
-        names = []
+        self.held[name] = held
+        names, answered = [], []
         for index, obj in enumerate(slices):
             if index < len(old):
                 obj["metadata"]["name"] = old[index]
@@ -223,8 +223,12 @@ class Fleet:
                 names.append(old[index])
             else:
                 names.append(self.api.call("POST", slice_path(), obj)["metadata"]["name"])
+            answered.append(time.monotonic())
         for gone in old[len(slices) :]:
             self.api.call("DELETE", slice_path(gone))
+            answered.append(time.monotonic())
+        if old:
+            self.incomplete_s.append(answered[-1] - answered[0])
         self.slice_names[name] = names
         return slices
 
@@ -236,72 +240,6 @@ class Fleet:
                 pass
         self.nodes += [f"n{i:05d}" for i in range(first, size)]
         return time.monotonic() - started
-
-
-@dataclass
-class Filler:
-    """Claims holding every whole device of a node, allocated by hand."""
-
-    api: Api
-    fleet: Fleet
-    held: set[str] = field(default_factory=set)  # nodes
-
-    def fill(self, share: float) -> float:
-        """Hold every device of the first `share` of the nodes (the free ones are spread
-        over the fleet: every tenth node)."""
-        started = time.monotonic()
-        want = [n for i, n in enumerate(self.fleet.nodes)
-                if i % 10 < round(share * 10) and n not in self.held]  # fmt: skip
-        with ThreadPoolExecutor(WORKERS) as pool:
-            for _ in pool.map(self._hold, want):
-                pass
-        self.held.update(want)
-        return time.monotonic() - started
-
-    def _hold(self, node: str) -> None:
-        devices = [
-            d
-            for d in self.fleet.devices[self.fleet.kinds[node]]
-            if d["attributes"][ATTR_RESOURCE_TYPE]["string"] == RESOURCE_TYPE_DEVICE
-        ]
-        name = f"fill-{node}"
-        spec = {"devices": {"requests": [{"name": "neurons", "exactly": {
-            "deviceClassName": DRIVER_NAME, "count": len(devices)}}]}}  # fmt: skip
-        claim = self.api.call("POST", claim_path(), {"apiVersion": RESOURCE,
-            "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec})  # fmt: skip
-        results = []
-        for device in devices:
-            result: Obj = {"request": "neurons", "driver": DRIVER_NAME, "pool": node,
-                           "device": device["name"]}  # fmt: skip
-            if device.get("allowMultipleAllocations"):
-                # A whole device taken as one share of all its capacity.
-                result["shareID"] = str(uuid.uuid4())
-                result["consumedCapacity"] = {
-                    k: c["requestPolicy"]["default"] if "requestPolicy" in c else c["value"]
-                    for k, c in device["capacity"].items()
-                }
-            results.append(result)
-        claim["status"] = {"allocation": {"devices": {"results": results}, "nodeSelector": {
-            "nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}  # fmt: skip
-        self.api.call("PUT", claim_path(name) + "/status", claim)
-        if self.fleet.withholds:
-            # The kubelet prepares the claim; the agent withdraws the devices' cores.
-            inventory = self.fleet.inventories[self.fleet.kinds[node]]
-            self.fleet.publish(node, frozenset(d.name for d in inventory.devices))
-
-    def empty(self) -> float:
-        started = time.monotonic()
-        with ThreadPoolExecutor(WORKERS) as pool:
-            for _ in pool.map(self._release, sorted(self.held)):
-                pass
-        self.held.clear()
-        return time.monotonic() - started
-
-    def _release(self, node: str) -> None:
-        self.api.call("DELETE", claim_path(f"fill-{node}"))
-        if self.fleet.withholds:
-            self.fleet.publish(node, frozenset())
 
 
 def core_capacity_class() -> Obj:

@@ -30,12 +30,12 @@ from common import (
     allocated_claim,
     dra_socket,
     kubelet_roots,
-    percentile,
     prepare_latency,
     rss_mib,
     stop_and_forget,
     time_startup,
 )
+from stats import percentile
 
 from neuron_dra_harness.build import build
 from neuron_dra_harness.cluster import Cluster

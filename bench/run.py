@@ -52,12 +52,12 @@ from common import (
     dra_socket,
     filesystem,
     kubelet_roots,
-    percentile,
     rss_mib,
     stop_and_forget,
     time_startup,
 )
 from gobaseline import SETS, GoBaseline, add_go_baseline
+from stats import percentile
 
 from neuron_dra.agent.apiclient.kube import Kube
 from neuron_dra.agent.files.atomicfile import atomic_write

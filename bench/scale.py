@@ -1,37 +1,39 @@
 """Scheduling at fleet scale: the real kube-scheduler over thousands of simulated
-trn2.48xlarge nodes, empty and 90% full, for each way of publishing NeuronCores.
+trn2.48xlarge nodes, empty, filled several ways and churning, for each way of
+publishing NeuronCores.
 
 For each layout (`--layouts`) a cluster of its own (the real kube-apiserver,
 kube-scheduler and kube-controller-manager of tests/e2e, default feature gates) grows
-through the sizes (`--sizes`, default 1000,2000,5000 nodes). Nodes are Node objects
-(Ready, no kubelet) with the slices `neuron_dra.resources.slices.build_slices` lays
-out for a simulated trn2.48xlarge, a share of them (`--ultraserver-share`) trn2u
-UltraServer nodes; the benchmark publishes them itself, several nodes at a time, one
-slice after another per node as an agent does. At each size:
+through the sizes (`--sizes`). Nodes are Node objects (Ready, no kubelet) with the
+slices `neuron_dra.resources.slices.build_slices` lays out for a simulated
+trn2.48xlarge, a share of them (`--ultraserver-share`) trn2u UltraServer nodes; the
+benchmark publishes them itself, several nodes at a time, one slice after another per
+node as an agent does (bench/fleet.py). At each size:
 
-1. **empty**: every case (below) in turn, one pod at a time, each pod with a claim of
-   its own created beforehand, timed from just before the pod's POST to the watch
-   event that shows it bound (client monotonic clock), then deleted with its claim;
-2. **90% full**: 90% of the nodes get every device allocated, by claims whose
-   allocation the benchmark writes through the status subresource as the scheduler
-   would (upstream's scheduler_perf fills its clusters the same way), so the
-   scheduler scans nearly every node for each pod, as in a training fleet; then the
-   same cases, then a **steady** phase: short-lived pods of one kind created at a
-   fixed rate (`--rate`), each deleted once bound, as clusterloader2's DRA
-   steady-state test does: p50/p99 and pods/s.
+1. **empty**: every case (bench/pods.py) in turn, one pod at a time, each pod with a
+   claim of its own created beforehand, timed from just before the pod's POST to the
+   watch event that shows it bound (client monotonic clock), then deleted with its
+   claim;
+2. each fleet state of `--states` (bench/fill.py: "full", nine nodes in ten held whole;
+   "core-full-1" and "core-full-4", nine in ten full of 1-core or 4-core claims;
+   "mixed", a third held whole, a third full of 1-core claims, a third free), filled by
+   claims allocated by hand, then the same cases, then the fleet emptied again. After
+   "full" come a **steady** phase (short-lived 1-device pods created at `--rate`, each
+   deleted once bound, as clusterloader2's DRA steady-state test does) and the
+   **churn** phases (bench/churn.py) at each rate of `--churn-rates`: whole-device pods
+   living `--churn-life` seconds, with the agent's slice rewrites and, where the layout
+   withdraws cores, again without them.
 
-Cases: a pod without claims (the scheduler's own cost), 1 device, 1 core, 4 cores
-of one device, 4 connected devices (one devicegroup4), 16 devices, and a
-device-plugin-style pod (`aws.amazon.com/neuron: 16`, a claim made by the scheduler).
-A layout without cores skips the core cases.
-
-What the control plane carries is reported too: slices and bytes per node, the time
-to publish every node, and the RSS of kube-apiserver, etcd and kube-scheduler after
-each phase. With `--profile`, a CPU profile of the scheduler over each layout's
-full-cluster cases is written beside the results, with its top functions.
+A p99 is given only where a case has 30 timed pods (`--pods`). What the control
+plane carries is reported too: slices and bytes per node, the time to publish every
+node, and the RSS of kube-apiserver, etcd and kube-scheduler after each phase. With
+`--profile`, a CPU profile of the scheduler over the last size's full cases is written
+beside the results, with its top functions.
 
 It takes tens of minutes and much of the machine's memory; `make bench-scale` runs
-it. Progress goes to stdout, figures to bench/results/scale.json (or `--out`).
+it. Progress goes to stdout, figures to bench/results/scale.json (or `--out`), with
+what the run was: its command, machine, commit, date and Kubernetes release;
+`python bench/tables.py` makes the docs' tables of the results kept.
 """
 
 from __future__ import annotations
@@ -45,8 +47,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,20 +54,13 @@ from typing import Any
 import yaml
 
 # This directory is on sys.path when the file runs as a script.
-from common import RESULTS, percentile, rss_mib
-from fleet import (
-    LAYOUTS,
-    NAMESPACE,
-    RESOURCE,
-    Api,
-    Filler,
-    Fleet,
-    Layout,
-    claim_path,
-    core_capacity_class,
-)
-from scalemodel import measured_table, model
-from scheduler import PodWatch, SchedulerMetrics, rounded
+from churn import churn
+from common import RESULTS, rounded, rss_mib
+from fill import CORE_STATES, STATES, Filler
+from fleet import LAYOUTS, NAMESPACE, Api, Fleet, Layout, core_capacity_class
+from observe import Metrics, PodWatch, SchedulerMetrics
+from pods import CASES, STEADY, Scheduling
+from stats import percentile
 from upstream import patched_binaries
 
 from consts import DRIVER_NAME
@@ -76,180 +69,10 @@ from neuron_dra.hardware.fakenode import build_fake_node
 from neuron_dra.resources.slices import CoreLayout
 from neuron_dra_harness.build import Binaries, build
 from neuron_dra_harness.cluster import Cluster
-from neuron_dra_harness.workloads import claim_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
 Obj = dict[str, Any]
-FULL_SHARE = 0.9
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    devices: int  # allocation results the claim gets
-    cores: int = 0  # logical cores asked for (0: whole devices)
-    group: int | None = None
-    extended: bool = False  # a device-plugin-style pod: no claim of its own
-
-
-CASES = (
-    Case("no claim", 0),
-    Case("1 device", 1),
-    Case("1 core", 1, cores=1),
-    Case("4 cores of one device", 4, cores=4),
-    Case("4 connected", 4, group=4),
-    Case("16 devices", 16),
-    Case("aws.amazon.com/neuron: 16", 16, extended=True),
-)
-STEADY = "1 device"
-
-
-def claim_for(case: Case, layout: Layout, lnc: int) -> Obj:
-    """The claim a user writes for `case` where `layout` is published."""
-    if not case.cores:
-        return claim_spec(case.devices, group=case.group)
-    if layout.cores is CoreLayout.CAPACITY:
-        # One share of a device: the physical cores of `cases.cores` logical ones.
-        exactly = {"deviceClassName": f"neuroncore.{DRIVER_NAME}", "count": 1,
-                   "capacity": {"requests": {"cores": str(case.cores * lnc)}}}  # fmt: skip
-        return {"devices": {"requests": [{"name": "neurons", "exactly": exactly}]}}
-    spec: Obj = {"devices": {"requests": [{"name": "neurons", "exactly": {
-        "deviceClassName": f"neuroncore.{DRIVER_NAME}", "count": case.cores}}]}}  # fmt: skip
-    if case.cores > 1:
-        spec["devices"]["constraints"] = [
-            {"requests": ["neurons"], "matchAttribute": f"{DRIVER_NAME}/deviceId"}
-        ]
-    return spec
-
-
-@dataclass
-class Scheduling:
-    """Pods of each case, one at a time or at a steady rate, timed to their binding."""
-
-    cluster: Cluster
-    api: Api
-    watch: PodWatch
-    metrics: SchedulerMetrics
-    layout: Layout
-    lnc: int
-    count: int = 0
-    retries: int = 0
-
-    def _submit(self, case: Case) -> str:
-        self.count += 1
-        name = f"p{self.count}"
-        container: Obj = {"name": "c", "image": "none"}
-        spec: Obj = {"automountServiceAccountToken": False, "containers": [container],
-                     "terminationGracePeriodSeconds": 0}  # fmt: skip
-        if case.extended:
-            limits = {"aws.amazon.com/neuron": str(case.devices)}
-            container["resources"] = {"limits": limits, "requests": limits}
-        elif case.devices:
-            claim = {"apiVersion": RESOURCE, "kind": "ResourceClaim", "metadata": {"name": name},
-                     "spec": claim_for(case, self.layout, self.lnc)}  # fmt: skip
-            self.api.call("POST", claim_path(), claim)
-            container["resources"] = {"claims": [{"name": "neurons"}]}
-            spec["resourceClaims"] = [{"name": "neurons", "resourceClaimName": name}]
-        self.api.call(
-            "POST",
-            f"/api/v1/namespaces/{NAMESPACE}/pods",
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},
-        )
-        return name
-
-    def _check(self, name: str, case: Case) -> None:
-        if case.extended or not case.devices:
-            return
-        claim = self.api.call("GET", claim_path(name))
-        results = claim["status"]["allocation"]["devices"]["results"]
-        assert len(results) == (1 if self.layout.cores is CoreLayout.CAPACITY and case.cores
-                                else case.devices), results  # fmt: skip
-        prefix = "neuroncore" if case.cores and self.layout.cores is CoreLayout.PARTITIONS \
-            else "neurondevice"  # fmt: skip
-        assert all(r["device"].startswith(prefix) for r in results), results
-
-    def _release(self, name: str, case: Case) -> None:
-        self.api.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}",
-                      {"gracePeriodSeconds": 0})  # fmt: skip
-        if case.devices and not case.extended:
-            self.api.call("DELETE", claim_path(name))
-
-    def _gone(self, name: str, case: Case) -> None:
-        """The claim the pod used is deallocated and deleted (or, for a device-plugin
-        pod, the pod is gone), so the next pod sees the same cluster."""
-        path = claim_path(name) if case.devices and not case.extended else \
-            f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"  # fmt: skip
-        deadline = time.monotonic() + 60
-        while self.api.call("GET", path, ok=(404,)).get("kind") not in ("Status", None):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{path} still there")
-            time.sleep(0.01)
-
-    def once(self, case: Case) -> tuple[float, float]:
-        """One pod of `case`: ms from creation to binding, and ms of the scheduler's
-        Filter and Score for it."""
-        algorithm = self.metrics.algorithm_s()
-        started = time.monotonic()
-        name = self._submit(case)
-        bound = self.watch.wait_bound(name, timeout=300)
-        algorithm = (self.metrics.algorithm_s() - algorithm) * 1000
-        self.retries += name in self.watch.unschedulable
-        self._check(name, case)
-        self._release(name, case)
-        self._gone(name, case)
-        return (bound - started) * 1000, algorithm
-
-    def cases(self, cases: list[Case], pods: int) -> Obj:
-        for case in cases:
-            self.once(case)  # warm-up
-        times: dict[str, list[tuple[float, float]]] = {c.name: [] for c in cases}
-        for _ in range(pods):
-            for case in cases:
-                times[case.name].append(self.once(case))
-        return {name: summary([t for t, _ in samples], [a for _, a in samples])
-                for name, samples in times.items()}  # fmt: skip
-
-    def steady(self, case: Case, pods: int, rate: float) -> Obj:
-        """`pods` pods of `case` created `rate` a second, each released once bound."""
-        names: list[str] = []
-        created: dict[str, float] = {}
-        releaser = ThreadPoolExecutor(2)
-        done: list[float] = []
-
-        def release(name: str) -> None:
-            done.append((self.watch.wait_bound(name, timeout=600) - created[name]) * 1000)
-            self._release(name, case)
-
-        started = time.monotonic()
-        futures = []
-        for i in range(pods):
-            delay = started + i / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)  # the steady rate itself, not a synchronisation
-            now = time.monotonic()
-            name = self._submit(case)
-            created[name] = now
-            names.append(name)
-            futures.append(releaser.submit(release, name))
-        for future in futures:
-            future.result()
-        last = max(self.watch.bound[n] for n in names)
-        releaser.shutdown()
-        for name in names:
-            self._gone(name, case)
-        figures = summary(done, [])
-        figures["pods_per_s"] = pods / (last - started)
-        figures["offered_per_s"] = rate
-        return figures
-
-
-def summary(samples: list[float], algorithm: list[float]) -> Obj:
-    out: Obj = {"p50_ms": percentile(samples, 0.5), "p99_ms": percentile(samples, 0.99),
-                "samples_ms": [round(s, 1) for s in samples]}  # fmt: skip
-    if algorithm:
-        out["algorithm_p50_ms"] = percentile(algorithm, 0.5)
-    return out
 
 
 def footprint(cluster: Cluster) -> Obj:
@@ -290,19 +113,19 @@ def run_layout(
             cluster.apply(obj)
         api = Api(cluster)
         fleet = Fleet(cluster, api, layout, inventories, args.ultraserver_share)
-        filler = Filler(api, fleet)
         watch = PodWatch(cluster, NAMESPACE)
         metrics = SchedulerMetrics(cluster)
-        scheduling = Scheduling(cluster, api, watch, metrics, layout, lnc)
+        apiserver = Metrics(cluster, "kube-apiserver")
+        run = Run(fleet, Filler(api, fleet), Scheduling(cluster, api, watch, metrics, layout,
+                                                        lnc), apiserver, args)  # fmt: skip
         try:
             for size in sizes:
-                figures["sizes"][size] = step = {"empty_fill_s": filler.empty()}
-                measure_size(step, size, last=size == sizes[-1], fleet=fleet, filler=filler,
-                             scheduling=scheduling, args=args)  # fmt: skip
+                figures["sizes"][size] = run.size(size, last=size == sizes[-1])
         finally:
             watch.close()
             metrics.close()
-    figures["retries"] = scheduling.retries
+            apiserver.close()
+    figures["retries"] = run.scheduling.retries
     figures["slices_per_node"] = fleet.slice_count
     figures["bytes_per_node"] = fleet.slice_bytes
     figures["devices_per_node"] = {k: len(v) for k, v in fleet.devices.items()}
@@ -312,44 +135,72 @@ def run_layout(
     return figures
 
 
-def measure_size(
-    step: Obj,
-    size: int,
-    *,
-    last: bool,
-    fleet: Fleet,
-    filler: Filler,
-    scheduling: Scheduling,
-    args: argparse.Namespace,
-) -> None:
-    """One size of one layout: grown to `size` nodes, measured empty, filled, measured
-    full and steady, into `step`."""
-    name, cluster = fleet.layout.name, fleet.cluster
-    cases = [c for c in CASES if fleet.layout.cores is not CoreLayout.OFF or not c.cores]
-    step["grow_s"] = fleet.grow(size)
-    step["rss_mib_after_publish"] = footprint(cluster)
-    say(f"{name}: {size} nodes published in {step['grow_s']:.0f} s, "
-        f"RSS {step['rss_mib_after_publish']}")  # fmt: skip
-    step["empty"] = scheduling.cases(cases, args.pods)
-    say(f"{name}, {size} empty: " + brief(step["empty"]))
-    step["devices_published_empty"] = sum(fleet.published.values())
-    step["fill_s"] = filler.fill(FULL_SHARE)
-    step["devices_published_full"] = sum(fleet.published.values())
-    say(f"{name}, {size}: {len(filler.held)} nodes held in {step['fill_s']:.0f} s")
-    if args.profile and last:
-        out = Path(args.out).parent / f"scale-{name}-{size}.pprof"
-        step["full"], step["profile_top"] = profile(
-            cluster, args.profile, out, lambda: scheduling.cases(cases, args.pods)
+class Run:
+    """The phases of one layout's cluster at each size."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        filler: Filler,
+        scheduling: Scheduling,
+        apiserver: Metrics,
+        args: argparse.Namespace,
+    ) -> None:
+        self.fleet, self.filler, self.scheduling = fleet, filler, scheduling
+        self.apiserver, self.args = apiserver, args
+        cores = fleet.layout.cores is not CoreLayout.OFF
+        self.cases = [c for c in CASES if cores or not c.cores]
+        self.states = [s for s in args.states.split(",") if cores or s not in CORE_STATES]
+
+    def size(self, size: int, *, last: bool) -> Obj:
+        """Grown to `size` nodes, measured empty and in each state."""
+        name, cluster, args = self.fleet.layout.name, self.fleet.cluster, self.args
+        step: Obj = {"grow_s": self.fleet.grow(size)}
+        step["rss_mib_after_publish"] = footprint(cluster)
+        say(f"{name}: {size} nodes published in {step['grow_s']:.0f} s, "
+            f"RSS {step['rss_mib_after_publish']}")  # fmt: skip
+        step["empty"] = self.scheduling.cases(self.cases, args.pods)
+        step["devices_published_empty"] = sum(self.fleet.published.values())
+        say(f"{name}, {size} empty: " + brief(step["empty"]))
+        step["fill"] = {}
+        for state in self.states:
+            fill: Obj = {"fill_s": self.filler.fill(state)}
+            step["fill"][state] = fill
+            fill["claims"] = self.filler.claims
+            fill["devices_published"] = sum(self.fleet.published.values())
+            say(f"{name}, {size} {state}: {fill['claims']} claims in {fill['fill_s']:.0f} s")
+            if args.profile and last and state == "full":
+                out = Path(args.out).parent / f"scale-{name}-{size}.pprof"
+                step[state], fill["profile_top"] = profile(
+                    cluster, args.profile, out, lambda: self.scheduling.cases(self.cases, args.pods)
+                )
+            else:
+                step[state] = self.scheduling.cases(self.cases, args.pods)
+            say(f"{name}, {size} {state}: " + brief(step[state]))
+            if state == "full":
+                self.steady_and_churn(step)
+            fill["rss_mib"] = footprint(cluster)
+            fill["empty_s"] = self.filler.empty()
+        return step
+
+    def steady_and_churn(self, step: Obj) -> None:
+        args = self.args
+        steady = step["steady"] = self.scheduling.steady(
+            next(c for c in self.cases if c.name == STEADY), args.steady_pods, args.rate
         )
-    else:
-        step["full"] = scheduling.cases(cases, args.pods)
-    say(f"{name}, {size} 90% full: " + brief(step["full"]))
-    steady = step["steady"] = scheduling.steady(
-        next(c for c in cases if c.name == STEADY), args.steady_pods, args.rate
-    )
-    say(f"{name}, {size} 90% full, steady {STEADY}: p50 {steady['p50_ms']:.0f} ms, "
-        f"p99 {steady['p99_ms']:.0f} ms, {steady['pods_per_s']:.1f} pods/s")  # fmt: skip
-    step["rss_mib_full"] = footprint(cluster)
+        say(f"steady {STEADY}: p50 {steady['p50_ms']:.0f} ms, "
+            f"{steady['pods_per_s']:.2f} pods/s of {args.rate}")  # fmt: skip
+        step["churn"] = []
+        for rate in (float(r) for r in args.churn_rates.split(",") if r):
+            for rewrite in (True, False) if self.fleet.withholds else (False,):
+                figures = churn(self.scheduling, self.fleet, self.apiserver,
+                                self.scheduling.metrics, rate=rate, seconds=args.churn_seconds,
+                                life=args.churn_life, rewrite=rewrite)  # fmt: skip
+                step["churn"].append(figures)
+                say(f"churn {rate}/s, rewrite {rewrite}: p50 {figures['p50_ms']:.0f} ms, "
+                    f"{figures['pods_per_s']:.2f} pods/s, {figures['rewrites']} rewrites, "
+                    f"{figures['slice_writes_per_s']:.1f} slice writes/s, "
+                    f"requeued {figures['requeued']}")  # fmt: skip
 
 
 def device_classes(layout: Layout) -> list[Obj]:
@@ -375,14 +226,41 @@ def say(text: str) -> None:
     print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True)
 
 
+def git(*argv: str) -> str:
+    return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True,
+                          check=False).stdout.strip()  # fmt: skip
+
+
+def metadata(argv: list[str]) -> Obj:
+    """What a run was: its command, machine, commit, date and Kubernetes release."""
+    commit = git("rev-parse", "HEAD")
+    return {
+        "command": " ".join(["python bench/scale.py", *argv]),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "arch": platform.machine(),
+            "cores": os.cpu_count(),
+            "ram_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**30,
+            "python": platform.python_version(),
+        },
+        "commit": commit
+        + ("+changes" if git("status", "--porcelain", "--", "bench", "neuron_dra") else ""),
+        "kubernetes": build().version,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,2000,5000", help="cluster sizes, in nodes")
-    parser.add_argument("--layouts", default="devices,partitions,partitions-lnc1",
-                        help=", ".join(LAYOUTS))  # fmt: skip
-    parser.add_argument("--pods", type=int, default=10, help="timed pods per case and phase")
+    parser.add_argument("--sizes", default="1000,5000", help="cluster sizes, in nodes")
+    parser.add_argument("--layouts", default="devices,partitions", help=", ".join(LAYOUTS))
+    parser.add_argument("--states", default=",".join(STATES), help=", ".join(STATES))
+    parser.add_argument("--pods", type=int, default=30, help="timed pods per case and phase")
     parser.add_argument("--steady-pods", type=int, default=60)
     parser.add_argument("--rate", type=float, default=5.0, help="steady pods created a second")
+    parser.add_argument("--churn-rates", default="2,8", help="churning pods created a second")
+    parser.add_argument("--churn-seconds", type=float, default=30.0)
+    parser.add_argument("--churn-life", type=float, default=5.0, help="seconds a pod lives")
     parser.add_argument("--ultraserver-share", type=float, default=0.25)
     parser.add_argument(
         "--profile",
@@ -404,18 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",")})
     started = time.monotonic()
-    result: Obj = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**30} GiB, "
-        f"Python {platform.python_version()}",
-        "kubernetes": build().version,
-        "sizes": sizes,
-        "pods_per_case": args.pods,
-        "ultraserver_share": args.ultraserver_share,
-        "apiserver_args": args.apiserver_arg,
-        "layouts": {},
-    }
+    result: Obj = {"run": metadata(argv), "sizes": sizes, "pods_per_case": args.pods,
+                   "ultraserver_share": args.ultraserver_share,
+                   "apiserver_args": args.apiserver_arg, "layouts": {}}  # fmt: skip
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
@@ -428,12 +297,9 @@ def main(argv: list[str] | None = None) -> int:
                 result["layouts"][name + suffix] = run_layout(
                     LAYOUTS[name], sizes, args, Path(tmp), binaries
                 )
-                result["runtime_s"] = time.monotonic() - started
-                result["model"] = model(result)
-                out.write_text(json.dumps(rounded(result), indent=2) + "\n")
-    written = json.loads(out.read_text())  # sizes as the JSON keys the tables read
-    print(measured_table(written, list(written["layouts"])))
-    say(f"done in {result['runtime_s']:.0f} s: {out}")
+                result["run"]["runtime_s"] = time.monotonic() - started
+                out.write_text(json.dumps(rounded(result), indent=1) + "\n")
+    say(f"done in {result['run']['runtime_s']:.0f} s: {out} ({out.stat().st_size} bytes)")
     return 0
 
 

@@ -44,13 +44,17 @@ first node's, published alone, is reported too).
 Growth: the scheduler filters nodes until it has found numFeasibleNodesToFind of
 them (all nodes below 100; above, 50% - nodes/125 of them, at least 5% and at least
 100: 230 of 500, 500 of 5,000), and filtering a node costs about the devices the
-allocator examines there: it walks that node's slices only, in name order (random,
-from generateName), and evaluates the class's selectors on each device until the
-request is met, so a whole-device claim also examines the cores of the slices that
-sort before the one with the devices, and a core claim the devices. The p50s of
-each case are fitted to a + b x (nodes scanned) over the steps, and extrapolated to
-5,000 nodes: an empty cluster (500 nodes scanned) and a worst case where nearly all
-nodes are full and every node is scanned (5,000).
+allocator examines there: it walks that node's slices only, in name order, first fit,
+and evaluates the class's selectors on each device until the request is met. The
+driver names each slice after its place (`build_slices`), whole devices before every
+core, so a whole-device claim examines no core, and a core claim first walks past the
+node's 16 devices. The p50s of each case are fitted to a + b x (nodes scanned) over
+the steps, and evaluated at 5,000 nodes: an empty cluster (500 nodes scanned) and a
+worst case where nearly all nodes are full and every node is scanned (5,000). A fit
+holds over the scans it was measured on (1 to 230 nodes by default): the 5,000-node
+figures are an extrapolation, 2-20x beyond them, that leaves out the per-pod costs
+that grow with the cluster rather than with the nodes scanned (bench/scale.py
+measures those).
 
 Prints a table and writes bench/results/scheduler.json.
 """
@@ -58,16 +62,12 @@ Prints a table and writes bench/results/scheduler.json.
 from __future__ import annotations
 
 import argparse
-import http.client
 import itertools
 import json
 import os
 import platform
-import socket
-import ssl
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -75,11 +75,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 # This directory is on sys.path when the file runs as a script.
-from common import RESULTS, percentile
+from common import RESULTS, rounded
+from observe import PodWatch, SchedulerMetrics
 from scalemodel import fit, nodes_to_find
+from stats import percentile
 
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import Counters, build_fake_node
@@ -135,115 +136,6 @@ CASES = (
     Case("4 connected", claim_spec(4, group=4), 4),
     Case("16 devices", claim_spec(16), 16),
 )
-
-
-class PodWatch:
-    """A watch on the namespace's pods, on a connection of its own, in a thread:
-    when each pod was first seen bound, on the monotonic clock, and which pods the
-    scheduler first found unschedulable."""
-
-    def __init__(self, cluster: Cluster, namespace: str) -> None:
-        url = urlsplit(cluster.server)
-        assert url.hostname is not None
-        listing = cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods")
-        version = listing["metadata"]["resourceVersion"]
-        self._connection = http.client.HTTPSConnection(
-            url.hostname, url.port, context=ssl.create_default_context(cafile=str(cluster.ca_file))
-        )
-        self._connection.request(
-            "GET",
-            f"/api/v1/namespaces/{namespace}/pods?watch=1&resourceVersion={version}"
-            "&timeoutSeconds=3600",
-            headers={"Authorization": f"Bearer {cluster.token}", "Accept": "application/json"},
-        )
-        self._response = self._connection.getresponse()
-        assert self._response.status == 200, self._response.status
-        self.bound: dict[str, float] = {}
-        self.unschedulable: set[str] = set()
-        self._changed = threading.Condition()
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            while line := self._response.readline():
-                now = time.monotonic()
-                pod = json.loads(line)["object"]
-                name = pod.get("metadata", {}).get("name", "")
-                conditions = pod.get("status", {}).get("conditions") or []
-                with self._changed:
-                    if pod.get("spec", {}).get("nodeName") and name not in self.bound:
-                        self.bound[name] = now
-                        self._changed.notify_all()
-                    if any(c["type"] == "PodScheduled" and c["status"] == "False"
-                           for c in conditions):  # fmt: skip
-                        self.unschedulable.add(name)
-        except (OSError, ValueError, http.client.HTTPException):
-            if not self._closed:
-                raise
-        finally:
-            with self._changed:
-                self._closed = True
-                self._changed.notify_all()
-
-    def wait_bound(self, name: str, timeout: float) -> float:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while name not in self.bound:
-                left = deadline - time.monotonic()
-                if self._closed or left <= 0:
-                    raise TimeoutError(f"pod {name} not bound after {timeout:.0f} s")
-                self._changed.wait(left)
-            return self.bound[name]
-
-    def close(self) -> None:
-        self._closed = True
-        sock = self._connection.sock
-        if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)  # ends the thread's read; it closes the response
-        self._thread.join(timeout=5)
-        self._connection.close()
-
-
-class SchedulerMetrics:
-    """The kube-scheduler's scheduling_algorithm_duration_seconds sum: with one pod
-    scheduled at a time, its growth over a pod is that pod's Filter and Score wall
-    time inside the scheduler, without the API writes and the queue."""
-
-    SUM = "scheduler_scheduling_algorithm_duration_seconds_sum "
-
-    def __init__(self, cluster: Cluster) -> None:
-        [scheduler] = [c for c in cluster.components if c.name == "kube-scheduler"]
-        [port] = [a.split("=", 1)[1] for a in scheduler.argv if a.startswith("--secure-port=")]
-        # Its serving certificate is self-signed in memory.
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        self._connection = http.client.HTTPSConnection(
-            "127.0.0.1", int(port), context=context, timeout=10
-        )
-        self._headers = {"Authorization": f"Bearer {cluster.token}"}
-
-    def algorithm_s(self) -> float:
-        try:
-            self._connection.request("GET", "/metrics", headers=self._headers)
-            answer = self._connection.getresponse()
-        except (http.client.RemoteDisconnected, ConnectionError):
-            # The scheduler closed the idle keep-alive connection (a long setup between
-            # two pods): once more, on a new one.
-            self._connection.close()
-            self._connection.request("GET", "/metrics", headers=self._headers)
-            answer = self._connection.getresponse()
-        text = answer.read().decode()
-        assert answer.status == 200, (answer.status, text[:200])
-        for line in text.splitlines():
-            if line.startswith(self.SUM):
-                return float(line.removeprefix(self.SUM))
-        return 0.0  # nothing scheduled yet
-
-    def close(self) -> None:
-        self._connection.close()
 
 
 @dataclass
@@ -492,16 +384,6 @@ def table(result: Obj) -> str:
             f"{g[f'p50_{EXTRAPOLATE_TO}_all_scanned_ms']:.0f} ms all scanned"
         )
     return "\n".join(lines)
-
-
-def rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 3)
-    if isinstance(value, dict):
-        return {str(k): rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [rounded(v) for v in value]
-    return value
 
 
 def main() -> int:

@@ -25,7 +25,8 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, str(REPO / "bench" / "scale.py"), "--sizes", "20",
          "--layouts", "partitions,partitions-unordered", "--pods", "1",
-         "--steady-pods", "3", "--out", str(out)],
+         "--steady-pods", "3", "--states", "full,mixed", "--churn-rates", "4",
+         "--churn-seconds", "2", "--churn-life", "1", "--out", str(out)],
         check=True, timeout=600,
     )  # fmt: skip
     result = json.loads(out.read_text())
@@ -33,14 +34,23 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
              "16 devices", "aws.amazon.com/neuron: 16"}  # fmt: skip
     for layout in ("partitions", "partitions-unordered"):
         step = result["layouts"][layout]["sizes"]["20"]
-        assert set(step["empty"]) == set(step["full"]) == cases, layout
+        assert set(step["empty"]) == set(step["full"]) == set(step["mixed"]) == cases, layout
         assert step["steady"]["pods_per_s"] > 0
+        assert all(c["pods_per_s"] > 0 for c in step["churn"])
         assert all(f["p50_ms"] > 0 for f in step["full"].values())
     # Every fourth node a trn2u (16 devices, the node device, 64 cores at LNC 2), the
     # rest trn2 (16 and 64); 18 of 20 held whole, n9 and n19 free. Held nodes keep
     # their devices and lose their cores, and a trn2u its node device.
     step = result["layouts"]["partitions"]["sizes"]["20"]
     assert step["devices_published_empty"] == 15 * 80 + 5 * 81
-    assert step["devices_published_full"] == 2 * 80 + 18 * 16
+    assert step["fill"]["full"]["devices_published"] == 2 * 80 + 18 * 16
+    # Churning whole-device pods: the agent rewrites their nodes' slices where the
+    # layout withdraws cores, and never as published before.
+    rewriting, still = step["churn"]
+    assert rewriting["rewrite"] and rewriting["rewrites"] > 0
+    assert rewriting["slice_writes_per_s"] > 0
+    assert not still["rewrite"] and still["rewrites"] == 0
     before = result["layouts"]["partitions-unordered"]["sizes"]["20"]
-    assert before["devices_published_full"] == before["devices_published_empty"] == 1605
+    assert before["fill"]["full"]["devices_published"] == 1605
+    assert before["devices_published_empty"] == 1605
+    assert [c["rewrites"] for c in before["churn"]] == [0]
