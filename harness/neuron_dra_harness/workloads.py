@@ -52,15 +52,15 @@ def submit(cluster: Cluster, spec: Obj, node: str | None = None, *, template: bo
     return name
 
 
-def unschedulable_reason(cluster: Cluster, pod: str) -> str:
+def unschedulable_reason(cluster: Cluster, pod: str, namespace: str = "default") -> str:
     """The scheduler's message for not placing `pod` (waits until it gives one)."""
 
     def refused(p: Obj) -> bool:
         conditions = p.get("status", {}).get("conditions") or []
         return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
 
-    found = cluster.wait_for_pod(pod, predicate=refused, what="unschedulable")
+    found = cluster.wait_for_pod(pod, namespace, predicate=refused, what="unschedulable")
     [condition] = [c for c in found["status"]["conditions"] if c["type"] == "PodScheduled"]
-    assert condition["reason"] == "Unschedulable"
+    assert condition["reason"] == "Unschedulable", condition
     assert not found["spec"].get("nodeName")
     return str(condition["message"])

@@ -130,6 +130,7 @@ class Agent:
             on_change=self._claims_changed_elsewhere,
         )
         self._held: frozenset[str] = frozenset()
+        self._kept: frozenset[str] = frozenset()
         self._held_due, self._held_due_lock = False, threading.Lock()
         self.source = SliceSource(kube, options, self._state)
         self.publisher = SlicePublisher(
@@ -188,7 +189,7 @@ class Agent:
             Unhealthy(device, p.kind, self.options.unhealthy_effect, p.since)
             for device, p in sorted(self.health.problems.items())
         )
-        return NodeState(self.inventory, unhealthy, self._held, self.topology)
+        return NodeState(self.inventory, unhealthy, self._held, self.topology, self._kept)
 
     def _look_again(self) -> NodeInventory:
         """Rediscovery, in its daemon thread: the devices found, each watched from now
@@ -232,9 +233,11 @@ class Agent:
         self._claims_changed()
 
     def _claims_changed(self) -> None:
-        held = held_whole(self.inventory, self.options.node_name, self.preparer.prepared)
-        if held != self._held:
-            self._held = held
+        prepared = self.preparer.prepared
+        held = held_whole(self.inventory, self.options.node_name, prepared)
+        kept = prepared_here(self.options.node_name, prepared)
+        if (held, kept) != (self._held, self._kept):
+            self._held, self._kept = held, kept
             self.publisher.refresh(self.source.build)
 
     async def _node_seen(self, node: Json | None) -> None:
@@ -347,6 +350,17 @@ def held_whole(
         for record in claims.values()
         for device in record.devices
         if device.pool == pool and not device.admin_access and device.device in whole
+    )
+
+
+def prepared_here(pool: str, claims: Mapping[str, ClaimRecord]) -> frozenset[str]:
+    """Names of the devices of `pool` a prepared claim has, admin access too: the
+    slices never withdraw them."""
+    return frozenset(
+        device.device
+        for record in claims.values()
+        for device in record.devices
+        if device.pool == pool
     )
 
 

@@ -20,8 +20,10 @@ devices consume counters, after the counter slice: 4 slices.
 
 The allocator walks a pool's slices in name order, first fit: each slice's generated
 name starts with its place, and whole devices come before every core. What shares a
-counter with a device a prepared claim holds whole is left out, and that device then
-draws on no counter (`SliceOptions.held`).
+counter with a device a prepared claim holds whole is left out (`SliceOptions.held`);
+every published device always draws on its counters, held or not, so whatever rule the
+allocator follows for an allocated device's consumption (the slice as it is now, or as
+it was when the device was allocated) gives the same answer.
 
 Where the counters go depends on the Kubernetes release (see
 `limits.CounterLayout`): beside the devices in the pool's first slice (1.34), or
@@ -133,10 +135,17 @@ class SliceOptions:
     # Names of the devices (the node device too) prepared whole on this node. What shares
     # a counter with one of them is not published: it could not be allocated anyway (the
     # held device has the counter), yet every pod the scheduler places would evaluate its
-    # selectors on it, on every scan. The held device then draws on no counter, so an
-    # adminAccess request (monitoring) can have it too: the 1.37 allocator exempts those
-    # from "in use", not from counters.
+    # selectors on it, on every scan. The held device itself is published as ever, with
+    # its counters: were its consumption to change while it is allocated, an allocator
+    # that records consumption when it allocates would count it wrong (README, Decisions).
+    # So an adminAccess request cannot have a held device that has counters while the
+    # allocator charges admin requests for counters (it does up to 1.38).
     held: frozenset[str] = frozenset()
+    # Names of the devices (cores too) a prepared claim on this node has, admin access
+    # too: published whatever they share a counter with. An allocated device must stay
+    # published: an allocator that fails closed stops handing out the pool's counters on
+    # the node when one goes missing.
+    kept: frozenset[str] = frozenset()
     # Where the node sits in the EC2 network, from its Node object's labels.
     topology: NodeTopology = field(default_factory=NodeTopology)
 
@@ -158,8 +167,10 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     partitions = options.core_layout is CoreLayout.PARTITIONS
     cores = logical.logical_cores(inventory) if partitions and publish_devices else ()
     counters = bool(inventory.devices) and ((publish_node and publish_devices) or bool(cores))
-    withdrawn = _withdrawn(inventory, options.held) if counters else _Withdrawn()
-    published_cores = [c for c in cores if c.device.index not in withdrawn.cores_of]
+    withdrawn = _withdrawn(inventory, options.held, options.kept) if counters else _Withdrawn()
+    published_cores = [
+        c for c in cores if c.device.index not in withdrawn.cores_of or c.name in options.kept
+    ]
 
     ids = devicegroups.group_ids(inventory)
     sick = {u.device: u for u in options.unhealthy}
@@ -195,8 +206,7 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     if counters:
         pool = _Counters(inventory, cores=bool(cores))
         for device in devices:
-            if device["name"] not in options.held:
-                device["consumesCounters"] = pool.consumption(device)
+            device["consumesCounters"] = pool.consumption(device)
 
     per_slice = limits.MAX_DEVICES
     if counters:
@@ -224,15 +234,15 @@ class _Withdrawn:
     names: frozenset[str] = frozenset()  # whole devices left out, the node device too
 
 
-def _withdrawn(inventory: NodeInventory, held: frozenset[str]) -> _Withdrawn:
-    """A held device keeps its place; everything it shares a counter with goes, in the
-    same generation as its counter: the two come back together, so nothing is ever
-    published beside a held device without the counter between them."""
+def _withdrawn(inventory: NodeInventory, held: frozenset[str], kept: frozenset[str]) -> _Withdrawn:
+    """A held device keeps its place and its counters; everything it shares a counter
+    with goes, in one generation, and comes back in one. What a prepared claim on this
+    node has (`kept`) stays, whatever it shares a counter with."""
     if NODE_DEVICE_NAME in held:
         every = frozenset(d.index for d in inventory.devices)
-        return _Withdrawn(every, frozenset(d.name for d in inventory.devices) - held)
+        return _Withdrawn(every, frozenset(d.name for d in inventory.devices) - held - kept)
     indexes = frozenset(d.index for d in inventory.devices if d.name in held)
-    return _Withdrawn(indexes, frozenset({NODE_DEVICE_NAME} if indexes else ()))
+    return _Withdrawn(indexes, frozenset({NODE_DEVICE_NAME} if indexes else ()) - kept)
 
 
 def _shareable(device: Json, lnc: int | None) -> None:

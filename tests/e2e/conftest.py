@@ -17,15 +17,18 @@ import pytest
 
 from neuron_dra_harness.build import Binaries, build, build_helm, build_promtool
 from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.patched import patched_binaries, scheduler_patch
 from neuron_dra_harness.realnode import RealNode
 
 
 @pytest.fixture(scope="session")
 def e2e_binaries() -> Binaries:
-    """The binaries, built on first use (minutes) and cached afterwards."""
+    """The binaries, built on first use (minutes) and cached afterwards; with
+    NEURON_DRA_SCHEDULER_PATCH=NAME, a kube-scheduler with bench/upstream/NAME.patch."""
     if shutil.which("go") is None:
         pytest.skip("the end-to-end tests build Kubernetes from source and need a Go toolchain")
-    return build()
+    patch = scheduler_patch()
+    return patched_binaries(patch) if patch else build()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,8 @@ the agent's code), for the random held-cores test.
 
 A device a prepared claim holds whole keeps its counters in every form: only what
 shares a counter with it is withdrawn, its cores and the UltraServer node device (for a
-held node device, every whole device and core). So, on a whole pool:
+held node device, every whole device and core), unless a prepared claim has it too (admin
+access): an allocated device is never withdrawn. So, on a whole pool:
 
 - at any moment, every published device draws on its counters;
 - once the plugin has caught up with its checkpoint, the pool is exactly the node's
@@ -23,25 +24,30 @@ Obj = dict[str, Any]
 DEVICES = 16  # trn2.48xlarge and trn2u.48xlarge alike, LNC 2: 4 logical cores each
 
 
+def checkpointed(node: SimulatedNode) -> list[Obj]:
+    """The devices of the claims the plugin's checkpoint holds prepared."""
+    if not node.checkpoint.exists():
+        return []
+    claims = json.loads(node.checkpoint.read_text())["claims"]
+    return [d for claim in claims.values() for d in claim["devices"]]
+
+
 def held_whole(node: SimulatedNode) -> frozenset[str]:
     """Names of the whole devices (the node device too) prepared claims hold, from the
     checkpoint; admin access holds nothing."""
-    if not node.checkpoint.exists():
-        return frozenset()
-    claims = json.loads(node.checkpoint.read_text())["claims"]
     return frozenset(
         d["device"]
-        for claim in claims.values()
-        for d in claim["devices"]
+        for d in checkpointed(node)
         if not d.get("adminAccess") and not d["device"].startswith(CORE_NAME_PREFIX)
     )
 
 
-def expected_names(node: SimulatedNode, held: frozenset[str]) -> set[str]:
-    """The device names the pool must publish while `held` are prepared whole."""
+def expected_names(node: SimulatedNode, held: frozenset[str], kept: frozenset[str]) -> set[str]:
+    """The device names the pool must publish while `held` are prepared whole and `kept`
+    prepared at all (admin access too): an allocated device is never withdrawn."""
     ultraserver = node.instance_type.startswith("trn2u")
     if NODE_DEVICE_NAME in held:
-        return {NODE_DEVICE_NAME}
+        return {NODE_DEVICE_NAME} | kept
     whole = {f"{DEVICE_NAME_PREFIX}{i}" for i in range(DEVICES)}
     cores = {
         f"{CORE_NAME_PREFIX}{i * PER_DEVICE + c}"
@@ -50,7 +56,7 @@ def expected_names(node: SimulatedNode, held: frozenset[str]) -> set[str]:
         for c in range(PER_DEVICE)
     }
     node_device = {NODE_DEVICE_NAME} if ultraserver and not held else set()
-    return whole | cores | node_device
+    return whole | cores | node_device | kept
 
 
 def whole_pool(node: SimulatedNode) -> dict[str, Obj] | None:
@@ -96,7 +102,7 @@ def checkpoint_mismatch(node: SimulatedNode) -> str | None:
     if devices is None:
         return f"{node.name}'s pool is being rewritten"
     held = held_whole(node)
-    want = expected_names(node, held)
+    want = expected_names(node, held, frozenset(d["device"] for d in checkpointed(node)))
     extra, missing = sorted(set(devices) - want), sorted(want - set(devices))
     if extra or missing:
         return f"held {sorted(held)}: published beyond it {extra}, missing {missing}"

@@ -33,6 +33,7 @@ from neuron_dra_harness.nodes import (
     env_of,
     trn2_and_ultraserver,
 )
+from neuron_dra_harness.patched import scheduler_patch
 from neuron_dra_harness.workloads import unschedulable_reason
 from tests.e2e.test_extended_resources import add_device_plugin_node
 from tests.e2e.test_extended_resources import submit as submit_extended
@@ -215,9 +216,10 @@ def run(node: SimulatedNode, spec: Obj) -> tuple[str, Obj, Obj]:
     return name, pod, claim_of(cluster, pod)
 
 
-def release(node: SimulatedNode, name: str, claim: Obj) -> None:
+def release(node: SimulatedNode, name: str, claim: Obj, *, cores: bool = True) -> None:
     """Delete the pod; its claim is unprepared: CDI spec and checkpoint entry gone, and
-    the cores of the devices it held whole published again.
+    (`cores`: where the node publishes them) the cores of the devices it held whole
+    published again.
 
     test_plugin.delete_and_assert_released waits for the node to have no CDI spec at all,
     which never comes while another pod on it holds cores; this waits for this claim's.
@@ -230,7 +232,7 @@ def release(node: SimulatedNode, name: str, claim: Obj) -> None:
     cluster.wait_for(f"CDI spec of {uid} removed", lambda: spec not in node.cdi_files())
     assert uid not in node.checkpointed()
     whole = [d for d in allocated(claim) if not d.startswith(CORE_NAME_PREFIX)]
-    if whole:
+    if whole and cores:
         cluster.wait_for(
             f"cores of {', '.join(whole)} published again",
             lambda: set(cores_held_by(whole)) <= set(published_now(node) or ()),
@@ -356,7 +358,8 @@ def test_a_device_held_whole_withdraws_its_cores_until_released(
     """Cores of a device a claim holds whole cannot be allocated (the device holds their
     counter), yet each would cost the scheduler a selector evaluation on every pod it
     places: once the claim is prepared they are withdrawn, and published again when it
-    is unprepared. The device itself stays published (allocated, so skipped cheaply)."""
+    is unprepared. The device itself stays published as it was, drawing on its counter
+    (allocated, so skipped cheaply)."""
     node = nodes["trn2"]
     cluster = node.cluster
     name, _, claim = run(node, core_spec(1, device_class=WHOLE, cel=on_device(3)))
@@ -368,7 +371,8 @@ def test_a_device_held_whole_withdraws_its_cores_until_released(
     )
     published = published_now(node)
     assert published is not None and len(published) == 15 * PER_DEVICE
-    assert "neurondevice3" in node.device_names()
+    [device] = [d for d in node.devices() if d["name"] == "neurondevice3"]
+    assert device["consumesCounters"][0]["counters"] == {"neurondevice3": {"value": "4"}}
     # Other devices' cores still go to core claims, never device 3's.
     core, core_pod, core_claim = run(node, core_spec(PER_DEVICE, same_device=True))
     devices, _ = assert_cores_got(node, core_pod, core_claim)
@@ -387,33 +391,104 @@ def test_a_device_held_whole_withdraws_its_cores_until_released(
     ],
     ids=["device", "ultraserver-device", "ultraserver-node"],
 )
-def test_an_admin_claim_has_a_device_already_in_use(
+def test_an_admin_claim_waits_for_a_device_in_use_with_counters(
     nodes: dict[str, SimulatedNode], node_name: str, cel: str, device: str
 ) -> None:
-    """A monitoring pod (adminAccess) gets a device another pod holds, with cores (and
-    on an UltraServer node, the node device) published. The 1.37 allocator exempts admin
-    requests from "in use" but not from shared counters (kubernetes/kubernetes#140729),
-    so a device drawing on a counter stays out of reach; once the holder is prepared,
-    what shares the device's counters is withdrawn and it draws on none."""
+    """A monitoring pod (adminAccess) asking for a device another pod holds, with cores
+    (and on an UltraServer node, the node device) published. The held device keeps
+    drawing on its counters, and the allocator checks an admin request against shared
+    counters (kubernetes/kubernetes#140729): the pod waits, with the allocator's reason,
+    until the holder is gone. Where the allocator exempts admin requests from counters
+    (NEURON_DRA_SCHEDULER_PATCH=counters-fail-closed), it runs beside the holder."""
     node = nodes[node_name]
     cluster = node.cluster
     holder, _, held = run(node, core_spec(1, device_class=WHOLE, cel=cel))
+    cluster.wait_for(f"what shares a counter with {device} withdrawn", lambda: alone(node, device))
+    name = submit_admin(node, core_spec(1, device_class=WHOLE, cel=cel))
+    if admin_skips_counters():
+        pod = cluster.wait_for_pod_running(name, ADMIN_NAMESPACE, timeout=60)
+    else:
+        reason = unschedulable_reason(cluster, name, ADMIN_NAMESPACE)
+        assert "cannot allocate all claims" in reason, reason
+        release(node, holder, held)
+        pod = cluster.wait_for_pod_running(name, ADMIN_NAMESPACE, timeout=60)
+    claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", name, ADMIN_NAMESPACE)
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["device"], result.get("adminAccess")) == (device, True)
+    every = [f"/dev/neuron{d}" for d in range(16)]
+    seen = every if device == NODE_DEVICE_NAME else ["/dev/neuron6"]
+    assert container_view(pod, "ctr0")["deviceNodes"] == seen
+    delete_admin(node, name)
+    if admin_skips_counters():
+        release(node, holder, held)
 
-    def unshared() -> bool:
-        pool = node.pool()
-        devices = {d["name"]: d for s in pool or () for d in s["spec"].get("devices") or []}
-        return pool is not None and "consumesCounters" not in devices[device]
 
-    cluster.wait_for(f"{device} drawing on no counter", unshared)
-    namespace = "monitoring"
-    if cluster.get_or_none("v1", "Namespace", namespace) is None:
-        cluster.create_namespace(namespace)
+@pytest.fixture(scope="module")
+def plain(nodes: dict[str, SimulatedNode]) -> SimulatedNode:
+    """A trn2.48xlarge publishing whole devices only (--neuron-cores=off): nothing on it
+    draws on a counter."""
+    return add_simulated_node(
+        nodes["trn2"].cluster, "plain", "trn2.48xlarge", extra_args=["--neuron-cores=off"]
+    )
+
+
+def test_an_admin_claim_has_a_device_in_use_that_draws_on_no_counter(
+    plain: SimulatedNode,
+) -> None:
+    """Admin access over a device in use works on every allocator where the device
+    draws on no counter: on a node publishing whole devices only, the monitoring pod
+    gets the device another pod holds, and the holder keeps it."""
+    node = plain
+    cluster = node.cluster
+    assert not any("consumesCounters" in d for d in node.devices())
+    holder, _, held = run(node, core_spec(1, device_class=WHOLE, cel=on_device(6)))
+    name = submit_admin(node, core_spec(1, device_class=WHOLE, cel=on_device(6)))
+    pod = cluster.wait_for_pod_running(name, ADMIN_NAMESPACE, timeout=60)
+    claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", name, ADMIN_NAMESPACE)
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["device"], result.get("adminAccess")) == ("neurondevice6", True)
+    assert container_view(pod, "ctr0")["deviceNodes"] == ["/dev/neuron6"]
+    assert allocated(held) == ["neurondevice6"]
+    assert held["metadata"]["uid"] in node.checkpointed()
+    delete_admin(node, name)
+    release(node, holder, held, cores=False)
+
+
+ADMIN_NAMESPACE = "monitoring"
+
+
+def alone(node: SimulatedNode, device: str) -> bool:
+    """Whether the node's whole pool publishes `device`, with its counters, and nothing
+    else drawing on one of them."""
+    pool = node.pool()
+    if pool is None:
+        return False
+    devices = {d["name"]: d for s in pool for d in s["spec"].get("devices") or []}
+
+    def counters(name: str) -> set[tuple[str, str]]:
+        consumed = devices[name].get("consumesCounters") or []
+        return {(c["counterSet"], counter) for c in consumed for counter in c["counters"]}
+
+    mine = counters(device)
+    return bool(mine) and not any(counters(n) & mine for n in devices if n != device)
+
+
+def admin_skips_counters() -> bool:
+    """Whether the scheduler's allocator exempts admin requests from shared counters."""
+    return scheduler_patch() == "counters-fail-closed"
+
+
+def submit_admin(node: SimulatedNode, spec: Obj) -> str:
+    """A pod in a namespace open to admin access, on `node`, its one claim for `spec`
+    with adminAccess."""
+    cluster = node.cluster
+    if cluster.get_or_none("v1", "Namespace", ADMIN_NAMESPACE) is None:
+        cluster.create_namespace(ADMIN_NAMESPACE)
         admin = {"resource.kubernetes.io/admin-access": "true"}
-        cluster.patch("v1", "Namespace", namespace, {"metadata": {"labels": admin}})
-    spec = core_spec(1, device_class=WHOLE, cel=cel)
+        cluster.patch("v1", "Namespace", ADMIN_NAMESPACE, {"metadata": {"labels": admin}})
     spec["devices"]["requests"][0]["exactly"]["adminAccess"] = True
-    name = "monitor"
-    metadata = {"name": name, "namespace": namespace}
+    name = next(_names)
+    metadata = {"name": name, "namespace": ADMIN_NAMESPACE}
     cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                     "metadata": metadata, "spec": spec})  # fmt: skip
     cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {
@@ -422,17 +497,14 @@ def test_an_admin_claim_has_a_device_already_in_use(
         "containers": [{"name": "ctr0", "image": "none",
                         "resources": {"claims": [{"name": "neurons"}]}}],
         "resourceClaims": [{"name": "neurons", "resourceClaimName": name}]}})  # fmt: skip
-    pod = cluster.wait_for_pod_running(name, namespace, timeout=60)
-    claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", name, namespace)
-    [result] = claim["status"]["allocation"]["devices"]["results"]
-    assert (result["device"], result.get("adminAccess")) == (device, True)
-    every = [f"/dev/neuron{d}" for d in range(16)]
-    seen = every if device == NODE_DEVICE_NAME else ["/dev/neuron6"]
-    assert container_view(pod, "ctr0")["deviceNodes"] == seen
-    cluster.delete("v1", "Pod", name, namespace)
-    cluster.wait_for_pod_gone(name, namespace, timeout=60)
-    cluster.delete("resource.k8s.io/v1", "ResourceClaim", name, namespace)
-    release(node, holder, held)
+    return name
+
+
+def delete_admin(node: SimulatedNode, name: str) -> None:
+    cluster = node.cluster
+    cluster.delete("v1", "Pod", name, ADMIN_NAMESPACE)
+    cluster.wait_for_pod_gone(name, ADMIN_NAMESPACE, timeout=60)
+    cluster.delete("resource.k8s.io/v1", "ResourceClaim", name, ADMIN_NAMESPACE)
 
 
 def test_the_allocator_meets_whole_devices_before_cores(nodes: dict[str, SimulatedNode]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Iterator
 from functools import partial
 
@@ -65,10 +66,10 @@ def test_random_pods_and_kills_never_share_a_core(
     rng = random.Random(seed)
     fleet = Fleet(seed, nodes)
     for step in range(STEPS):
-        action = pick(rng)
-        print(f"seed {seed} step {step}: {action.__name__}")
+        action, began = pick(rng), time.monotonic()
         action(fleet, rng)
         fleet.check(step)
+        print(f"seed {seed} step {step}: {action.__name__} {time.monotonic() - began:.1f}s")
     # Everything deleted: nothing is held and every pool is whole and free again.
     for tracked in list(fleet.running.values()):
         fleet.delete(tracked, grace=None)

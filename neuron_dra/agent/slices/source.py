@@ -38,6 +38,7 @@ class NodeState:
     unhealthy: tuple[Unhealthy, ...]
     held: frozenset[str]  # devices a prepared claim holds whole
     topology: NodeTopology
+    kept: frozenset[str] = frozenset()  # devices a prepared claim has, admin access too
 
 
 class SliceSource:
@@ -158,5 +159,6 @@ class SliceSource:
         layout = uses.layout or CounterLayout.BESIDE_DEVICES
         return SliceOptions(
             self._options.node_name, node_uid, generation, uses.mode, state.unhealthy,
-            uses.taints, layout, cores=uses.cores, held=state.held, topology=state.topology,
+            uses.taints, layout, cores=uses.cores, held=state.held, kept=state.kept,
+            topology=state.topology,
         )  # fmt: skip

@@ -70,8 +70,6 @@ class Cluster:
         self.classes = dict(classes)
         self.taken: dict[DeviceKey, str] = {}  # device -> who holds it
         self.used: dict[CounterKey, Fraction] = {}
-        # The counters of devices held whole: what the driver withdraws around them.
-        self._withdrawn: set[CounterKey] = set()
         self._selectors: dict[str, Selector] = {}
         self._matches: dict[tuple[str, DeviceKey], bool | CelEvalError] = {}
 
@@ -100,19 +98,6 @@ class Cluster:
         self.taken[device.key] = holder
         for counter, amount in device.consumes:
             self.used[counter] = self.used.get(counter, Fraction(0)) + amount
-        if _whole(device):
-            self._withdrawn.update(counter for counter, _ in device.consumes)
-
-    def open_to_admin(self, device: SimDevice) -> bool | None:
-        """What the driver publishes once a claim holds a device whole (a Neuron device or
-        the node device): that device without its counters, so an admin request can have
-        it too, and nothing that shares a counter with it. A held core keeps its counters,
-        and a device with one of its cores held keeps the counter it cannot fill."""
-        if device.key in self.taken:
-            return _whole(device)
-        if any(counter in self._withdrawn for counter, _ in device.consumes):
-            return False
-        return None
 
     # --- selectors -----------------------------------------------------------
 
@@ -305,7 +290,11 @@ class Cluster:
         untolerated = len(selected) - len(tolerable)
         if untolerated:
             matching += f" ({untolerated} with taints the request does not tolerate)"
-        blocked = [d for d in tolerable if d.key not in self.taken and not self._free(d, alt.admin)]
+        blocked = [
+            d
+            for d in tolerable
+            if (alt.admin or d.key not in self.taken) and not self._free(d, alt.admin)
+        ]
         free_text = f"{len(free)} free"
         if blocked:
             free_text += f" ({len(blocked)} held through shared counters by allocated devices)"

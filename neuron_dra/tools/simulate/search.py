@@ -41,10 +41,6 @@ class Allocated(Protocol):
     def counters_of(self, counter: CounterKey) -> Fraction:
         """A shared counter's total."""
 
-    def open_to_admin(self, device: SimDevice) -> bool | None:
-        """Whether an adminAccess request may have a device other claims hold (None: it is
-        not held, and counters decide)."""
-
 
 class NodeFailedError(Exception):
     """A node cannot take the claims, for a reason worth reporting as it stands."""
@@ -58,13 +54,11 @@ def available(
     cluster: Allocated, device: SimDevice, used: Mapping[CounterKey, Fraction], *, admin: bool
 ) -> bool:
     """Whether a request may have the device, with the shared counters spent as `used`.
-    An admin request may have a device held whole elsewhere (the driver takes it off its
-    counters), and draws on nothing; otherwise a held device is out."""
-    if admin:
-        opened = cluster.open_to_admin(device)
-        if opened is not None:
-            return opened
-    elif device.key in cluster.taken:
+    An admin request may have a device other claims hold, but not past its counters:
+    the allocator checks them for admin requests too, and the driver publishes a held
+    device with its counters, so an admin request cannot have a held device that draws
+    on one."""
+    if not admin and device.key in cluster.taken:
         return False
     return all(
         used.get(counter, Fraction(0)) + amount <= cluster.counters_of(counter)
@@ -208,9 +202,10 @@ class Search:
             if constraint.applies(alt.name):
                 held, holders = values[i]
                 values[i] = (device.attribute(constraint.attribute), holders + 1)
-        if not alt.admin:  # the allocator counts neither its devices nor their counters
-            for counter, amount in device.consumes:
-                self.used[counter] = self.used.get(counter, Fraction(0)) + amount
+        # An admin request's devices spend counters while the claims are allocated
+        # together; once allocated, they are not counted (the allocator's `_allocate_group`).
+        for counter, amount in device.consumes:
+            self.used[counter] = self.used.get(counter, Fraction(0)) + amount
         self.in_use.add(device.key)
         self.chosen[ci].append(Placement(alt.name, device, alt.admin))
         return True
@@ -218,9 +213,8 @@ class Search:
     def _remove(self, ci: int, alt: Alternative, device: SimDevice) -> None:
         self.chosen[ci].pop()
         self.in_use.discard(device.key)
-        if not alt.admin:
-            for counter, amount in device.consumes:
-                self.used[counter] -= amount
+        for counter, amount in device.consumes:
+            self.used[counter] -= amount
         values = self.values[ci]
         for i, constraint in enumerate(self.claims[ci].spec.constraints):
             if constraint.applies(alt.name):

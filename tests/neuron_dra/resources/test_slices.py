@@ -638,13 +638,8 @@ def test_cores_of_devices_held_whole_are_not_published(
     cores = {f"neuroncore{n}" for d in (0, 7) for n in range(d * per, d * per + per)}
     # Their cores and the node device share their counters: both go.
     assert gone == cores | {"neuronnode"}
-    # The held devices stay, drawing on no counter; everything else is as before, and so
-    # are the counters.
-    assert {n: d for n, d in after.items() if n not in two} == {
-        n: d for n, d in before.items() if n in after and n not in two
-    }
-    for name in two:
-        assert after[name] == {k: v for k, v in before[name].items() if k != "consumesCounters"}
+    # The held devices stay as they were, counters and all, and so does everything else.
+    assert after == {n: d for n, d in before.items() if n in after}
     shared = [s["spec"].get("sharedCounters") for s in every if "sharedCounters" in s["spec"]]
     assert shared == [s["spec"]["sharedCounters"] for s in held if "sharedCounters" in s["spec"]]
     assert validate_pool(held, layout) == []
@@ -678,27 +673,61 @@ def test_cores_as_consumable_capacity(fake_node: FakeNode) -> None:
     ("instance", "cores"),
     [("trn2.48xlarge", True), ("trn2u.48xlarge", True), ("trn2u.48xlarge", False)],
 )
-def test_a_device_held_whole_draws_on_no_counter(
+def test_a_device_held_whole_keeps_its_counters(
     fake_node: FakeNode, instance: str, cores: bool
 ) -> None:
-    """What shares its counter (its cores, the node device) is withdrawn, so it needs
-    none, and an adminAccess request (which the allocator checks against counters, not
-    against "in use") can have it too."""
+    """What shares its counter (its cores, the node device) is withdrawn; the held
+    device is published as it was, drawing on its counter: an allocator that records a
+    device's consumption when it allocates it must record the same whatever form the
+    pool had then."""
     root = fake_node(instance)
     layout = CounterLayout.OWN_SLICE
     every = devices_of(slices_of(root, counter_layout=layout, cores=cores))
     held = devices_of(
         slices_of(root, counter_layout=layout, cores=cores, held=frozenset({"neurondevice4"}))
     )
-    assert "consumesCounters" not in held["neurondevice4"]
+    assert held["neurondevice4"] == every["neurondevice4"]
+    assert held["neurondevice4"]["consumesCounters"]
     assert held["neurondevice5"] == every["neurondevice5"]
     assert not any(f"neuroncore{n}" in held for n in range(16, 20))
     assert "neuronnode" not in held
 
 
+def test_what_a_prepared_claim_has_is_never_withdrawn(fake_node: FakeNode) -> None:
+    """A core an admin claim has, beside a device another claim holds whole (an
+    allocator that exempts admin requests from counters allows it), stays published:
+    an allocated device missing from its pool makes such an allocator stop handing out
+    the pool's counters. So does a device an admin claim has beside a held node
+    device."""
+    layout = CounterLayout.OWN_SLICE
+    root = fake_node("trn2u.48xlarge")
+    held = devices_of(
+        slices_of(
+            root,
+            counter_layout=layout,
+            cores=True,
+            held=frozenset({"neurondevice4"}),
+            kept=frozenset({"neurondevice4", "neuroncore17"}),
+        )
+    )
+    assert "neuroncore17" in held
+    assert not any(f"neuroncore{n}" in held for n in (16, 18, 19))
+    node = devices_of(
+        slices_of(
+            root,
+            counter_layout=layout,
+            cores=True,
+            held=frozenset({"neuronnode"}),
+            kept=frozenset({"neuronnode", "neurondevice3"}),
+        )
+    )
+    assert sorted(node) == ["neurondevice3", "neuronnode"]
+    assert all(d["consumesCounters"] for d in node.values())
+
+
 def test_the_node_device_held_withdraws_every_device(fake_node: FakeNode) -> None:
-    """Held, the node device has every counter: the devices and cores go, and it draws
-    on none, so a monitoring claim can have it as well."""
+    """Held, the node device has every counter: the devices and cores go, and it keeps
+    drawing on all of them."""
     layout = CounterLayout.OWN_SLICE
     root = fake_node("trn2u.48xlarge")
     every = devices_of(slices_of(root, counter_layout=layout, cores=True))
@@ -706,6 +735,4 @@ def test_the_node_device_held_withdraws_every_device(fake_node: FakeNode) -> Non
     assert validate_pool(slices, layout) == []
     held = devices_of(slices)
     assert list(held) == ["neuronnode"]
-    assert held["neuronnode"] == {
-        k: v for k, v in every["neuronnode"].items() if k != "consumesCounters"
-    }
+    assert held["neuronnode"] == every["neuronnode"]

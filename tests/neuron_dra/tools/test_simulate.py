@@ -40,10 +40,14 @@ def run(
     taken: Sequence[str] = (),
     ultraserver_devices: UltraServerDevices = UltraServerDevices.BOTH,
     driver_version: str | None = None,
+    cores: bool = True,
 ) -> list[Outcome]:
     cluster = Cluster(
         simulated_nodes(
-            nodes, ultraserver_devices=ultraserver_devices, driver_version=driver_version
+            nodes,
+            ultraserver_devices=ultraserver_devices,
+            driver_version=driver_version,
+            cores=cores,
         ),
         {},
     )
@@ -272,48 +276,66 @@ ADMIN = SPECS / "admin-access.yaml"
 
 
 def test_an_admin_request_has_devices_in_use_and_holds_none() -> None:
-    """As the scheduler: adminAccess skips devices' "in use" (not counters), and what it
-    gets stays free for the claims after it."""
-    row, monitor, later = run([SPECS / "1x4-connected-devices.yaml", ADMIN,
-                               SPECS / "l-trn2.yaml"], TRN2)  # fmt: skip
+    """As the scheduler: adminAccess skips devices' "in use", and what it gets stays free
+    for the claims after it, where the devices draw on no counter (no cores published)."""
+    files = [SPECS / "1x4-connected-devices.yaml", ADMIN, SPECS / "l-trn2.yaml"]
+    row, monitor, later = run(files, TRN2, cores=False)
     assert indices(row) == set(range(4))
     assert indices(monitor) == set(range(16))
     assert indices(later) == set(range(8, 16)) or indices(later) == set(range(4, 12))
 
 
-def test_why_an_admin_request_does_not_fit_counts_the_devices_it_could_have(
-    tmp_path: Path,
-) -> None:
-    # Device 0 is held, yet open to the admin request: 16 free, not 15.
-    too_many = tmp_path / "admin.yaml"
-    too_many.write_text(ADMIN.read_text().replace("allocationMode: All", "count: 17"))
-    [monitor] = run([too_many], TRN2, taken=[f"{SECOND}:0"])
-    assert monitor.reasons == [
-        f"{SECOND}: 16 devices match the selectors, 16 free, fewer than the 17 requested"
-    ]
-
-
-def test_an_admin_request_meets_a_held_core_as_the_scheduler_does() -> None:
-    # The core's counter is spent: its device is not free to anyone, admin or not.
+def test_an_admin_request_is_held_to_counters_as_the_scheduler_does() -> None:
+    """The allocator checks an admin request's devices against shared counters, and a
+    held device keeps drawing on its counter: with cores published, the admin request
+    cannot have a device in use, whole or by one of its cores."""
+    row, monitor, _ = run([SPECS / "1x4-connected-devices.yaml", ADMIN, SPECS / "l-trn2.yaml"],
+                          TRN2)  # fmt: skip
+    assert indices(row) == set(range(4))
+    assert not monitor.allocated
     [monitor] = run([ADMIN], TRN2, taken=[f"{SECOND}:neuroncore5"])
     assert not monitor.allocated
     [monitor] = run([ADMIN], TRN2, taken=[f"{SECOND}:1"])
-    assert indices(monitor) == set(range(16))
+    assert not monitor.allocated
 
 
-def test_an_admin_request_on_an_ultraserver_node_follows_the_withdrawal(tmp_path: Path) -> None:
-    """A held device withdraws the node device; a held node device withdraws the devices."""
+def test_why_an_admin_request_does_not_fit_counts_the_devices_it_could_have(
+    tmp_path: Path,
+) -> None:
+    too_many = tmp_path / "admin.yaml"
+    too_many.write_text(ADMIN.read_text().replace("allocationMode: All", "count: 17"))
+    # Without counters device 0 is held, yet open to the admin request: 16 free, not 15.
+    [monitor] = run([too_many], TRN2, taken=[f"{SECOND}:0"], cores=False)
+    assert monitor.reasons == [
+        f"{SECOND}: 16 devices match the selectors, 16 free, fewer than the 17 requested"
+    ]
+    # With them, its counter is spent.
+    [monitor] = run([too_many], TRN2, taken=[f"{SECOND}:0"])
+    assert monitor.reasons == [
+        f"{SECOND}: 16 devices match the selectors, 15 free (1 held through shared counters "
+        "by allocated devices), fewer than the 17 requested"
+    ]
+
+
+def test_an_admin_request_on_an_ultraserver_node_meets_the_counters(tmp_path: Path) -> None:
+    """A held device spends a counter the node device needs; a held node device spends
+    every device's, its own included. Publishing only the devices, nothing draws on a
+    counter and admin requests have held devices."""
     node = "trn2u.48xlarge-0"
     whole = tmp_path / "node.yaml"
     text = ADMIN.read_text().replace("allocationMode: All", "count: 1")
     whole.write_text(text.replace("== 'neuron_device'", "== 'neuron_node'"))
-    [monitor] = run([whole], [("trn2u.48xlarge", 1)], taken=[f"{node}:3"])
+    us = [("trn2u.48xlarge", 1)]
+    [monitor] = run([whole], us, taken=[f"{node}:3"], cores=False)
     assert not monitor.allocated
-    [monitor] = run([whole], [("trn2u.48xlarge", 1)], taken=[f"{node}:neuronnode"])
-    assert [p.device.name for p in monitor.placements] == ["neuronnode"]
-    [monitor] = run([ADMIN], [("trn2u.48xlarge", 1)], taken=[f"{node}:neuronnode"])
+    [monitor] = run([whole], us, taken=[f"{node}:neuronnode"], cores=False)
     assert not monitor.allocated
-    [monitor] = run([ADMIN], [("trn2u.48xlarge", 1)], taken=[f"{node}:3"])
+    [monitor] = run([ADMIN], us, taken=[f"{node}:neuronnode"], cores=False)
+    assert not monitor.allocated
+    [monitor] = run([ADMIN], us, taken=[f"{node}:3"], cores=False)
+    assert not monitor.allocated
+    devices = UltraServerDevices.DEVICES
+    [monitor] = run([ADMIN], us, taken=[f"{node}:3"], cores=False, ultraserver_devices=devices)
     assert indices(monitor) == set(range(16))
 
 
