@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-versions lint demo demo-node bench bench-scale clean
+.PHONY: test test-versions test-counter-rules lint demo demo-node bench bench-scale clean
 
 $(STAMP): pyproject.toml constraints.txt harness/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,21 @@ test: lint
 test-versions: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) NEURON_DRA_UPGRADE_TO=v1.36.3 \
 		$(BIN)/python -m tests.e2e.versions --table docs/operators/kubernetes-releases.md
+
+# The NeuronCore end-to-end tests (device-plugin-style core pods among them) on
+# kube-scheduler three ways: the release's ("stock"), and with its allocator patched by
+# bench/upstream/counters-fail-closed.patch or counters-at-allocation.patch (each built
+# once, a few minutes of CPU cold, and cached).
+COUNTER_RULES ?= stock counters-fail-closed counters-at-allocation
+COUNTER_TESTS := tests/e2e/test_cores.py tests/e2e/test_random_held_cores.py \
+	tests/e2e/test_counter_rules.py
+test-counter-rules: $(STAMP)
+	@set -e; for rule in $(COUNTER_RULES); do \
+		echo "== kube-scheduler: $$rule"; \
+		patch=$$rule; test "$$rule" != stock || patch=; \
+		TMPDIR=$(TEST_TMPDIR) NEURON_DRA_SCHEDULER_PATCH=$$patch \
+			$(BIN)/pytest -m e2e $(COUNTER_TESTS); \
+	done
 
 demo: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python scripts/demo.py
