@@ -12,10 +12,10 @@ import random
 from collections.abc import Callable
 from signal import SIGKILL, SIGTERM
 
-from consts import DEVICE_NAME_PREFIX, NODE_DEVICE_NAME
+from consts import CORE_NAME_PREFIX, DEVICE_NAME_PREFIX, NODE_DEVICE_NAME
 from neuron_dra_harness.nodes import SimulatedNode
 from tests.e2e.held_fleet import ADMIN_NAMESPACE, STUCK_S, Fleet
-from tests.e2e.held_pool import DEVICES
+from tests.e2e.held_pool import DEVICES, whole_pool
 from tests.e2e.test_cores import (
     NODE_DEVICE,
     PER_DEVICE,
@@ -161,6 +161,17 @@ def deallocate_held(fleet: Fleet, rng: random.Random) -> None:
     )
     fleet.start(node)
     index = rng.randrange(DEVICES) if device == NODE_DEVICE_NAME else index_of(device)
+    # The window: the old claim unprepared before the new one is prepared, the device's
+    # cores published again beside it. Core claims come the moment they are.
+    cores = {f"{CORE_NAME_PREFIX}{index * PER_DEVICE + c}" for c in range(PER_DEVICE)}
+    cluster.wait_for(
+        f"{again} running or the cores of device {index} published",
+        lambda: (
+            cluster.get("v1", "Pod", again, "default").get("status", {}).get("phase") == "Running"
+            or cores & set(whole_pool(node) or ())
+        ),
+        timeout=STUCK_S,
+    )
     for _ in range(rng.choice([1, 2])):
         fleet.submitted(submit(cluster, core_spec(1, cel=on_device(index)), node.name), node)
     return None

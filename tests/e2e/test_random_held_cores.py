@@ -18,7 +18,7 @@ windows; after each, `held_fleet.Fleet.check` asserts:
   plugin has caught up, exactly what the checkpoint leaves free is published.
 
 NEURON_DRA_RANDOM_SEED sets the first seed (default 27), NEURON_DRA_HELD_SEEDS how many
-seeds (default 3), NEURON_DRA_HELD_STEPS the steps of each (default 16); `make
+seeds (default 3), NEURON_DRA_HELD_STEPS the steps of each (default 12); `make
 test-held-long` runs many more.
 """
 
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.e2e
 
 FIRST_SEED = int(os.environ.get("NEURON_DRA_RANDOM_SEED", "27"))
 SEEDS = int(os.environ.get("NEURON_DRA_HELD_SEEDS", "3"))
-STEPS = int(os.environ.get("NEURON_DRA_HELD_STEPS", "16"))
+STEPS = int(os.environ.get("NEURON_DRA_HELD_STEPS", "12"))
 
 
 @pytest.fixture(scope="module")
