@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-versions test-counter-rules lint demo demo-node bench bench-scale clean
+.PHONY: test test-versions test-counter-rules test-held-long lint demo demo-node bench bench-scale clean
 
 $(STAMP): pyproject.toml constraints.txt harness/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,21 @@ test-counter-rules: $(STAMP)
 		TMPDIR=$(TEST_TMPDIR) NEURON_DRA_SCHEDULER_PATCH=$$patch \
 			$(BIN)/pytest -m e2e $(COUNTER_TESTS); \
 	done
+
+# The held-cores property test (tests/e2e/test_random_held_cores.py) at length:
+# HELD_SEEDS seeds from HELD_FIRST_SEED, HELD_STEPS random steps each (300 by default;
+# `make test` runs 3 seeds of 12), on the kube-scheduler SCHEDULER_PATCH names (empty:
+# the release's; e.g. counters-at-allocation, see test-counter-rules). Every seed runs
+# even when one fails; each failure names its seed and step.
+HELD_FIRST_SEED ?= 1
+HELD_SEEDS ?= 10
+HELD_STEPS ?= 30
+SCHEDULER_PATCH ?= $(NEURON_DRA_SCHEDULER_PATCH)
+test-held-long: $(STAMP)
+	TMPDIR=$(TEST_TMPDIR) NEURON_DRA_SCHEDULER_PATCH=$(SCHEDULER_PATCH) \
+		NEURON_DRA_RANDOM_SEED=$(HELD_FIRST_SEED) NEURON_DRA_HELD_SEEDS=$(HELD_SEEDS) \
+		NEURON_DRA_HELD_STEPS=$(HELD_STEPS) \
+		$(BIN)/pytest -m e2e tests/e2e/test_random_held_cores.py
 
 demo: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python scripts/demo.py

@@ -21,6 +21,7 @@ import dataclasses
 import os
 import secrets
 import shutil
+import signal
 import ssl
 import subprocess
 import tempfile
@@ -230,9 +231,9 @@ class Cluster(ClusterApi):
         cluster's logs; it is stopped, and checked for, by ``stop()``."""
         return self._spawn(name, list(argv))
 
-    def stop_process(self, component: Component) -> None:
-        """Stop a process started with ``start_process`` before the cluster."""
-        component.stop()
+    def stop_process(self, component: Component, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Stop a process started with ``start_process`` before the cluster, with `sig`."""
+        component.stop(sig=sig)
         self._stopped.append(component)
         self.components.remove(component)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -49,9 +50,10 @@ class PluginNode:
             self.cluster.wait_for(f"slices of {self.name}", self.pool)
         return self.plugin
 
-    def stop_plugin(self) -> None:
+    def stop_plugin(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Stop the plugin: SIGTERM lets it finish what it is doing, SIGKILL does not."""
         if self.plugin is not None:
-            self.cluster.stop_process(self.plugin)
+            self.cluster.stop_process(self.plugin, sig)
             self.plugin = None
 
     def slices(self) -> list[Obj]:

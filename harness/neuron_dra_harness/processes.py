@@ -68,10 +68,12 @@ class Component:
         state = "running" if self.alive() else f"exited {self.process.returncode}"
         return f"----- {self.name} ({state}) {self.log_path} -----\n{self.tail(lines)}"
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Send `sig` to its process group (SIGKILL: no chance to clean up, as when a
+        node's OOM killer or a crash ends it), then SIGKILL what is left after `timeout`."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
+                os.killpg(self.process.pid, sig)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
