@@ -428,10 +428,11 @@ def test_an_admin_claim_waits_for_a_device_in_use_with_counters(
         release(node, holder, held)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def plain(nodes: dict[str, SimulatedNode]) -> SimulatedNode:
     """A trn2.48xlarge publishing whole devices only (--neuron-cores=off): nothing on it
-    draws on a counter."""
+    draws on a counter. Per test, so that `_skip_old_releases` (autouse, so first among
+    the test's own fixtures) skips it on a release too old for `nodes` before this runs."""
     return add_simulated_node(
         nodes["trn2"].cluster, "plain", "trn2.48xlarge", extra_args=["--neuron-cores=off"]
     )
