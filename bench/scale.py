@@ -61,7 +61,6 @@ from fleet import LAYOUTS, NAMESPACE, Api, Fleet, Layout, core_capacity_class
 from observe import Metrics, PodWatch, SchedulerMetrics
 from pods import CASES, STEADY, Scheduling
 from stats import percentile
-from upstream import patched_binaries
 
 from consts import DRIVER_NAME
 from neuron_dra.hardware.discovery import discover
@@ -69,6 +68,7 @@ from neuron_dra.hardware.fakenode import build_fake_node
 from neuron_dra.resources.slices import CoreLayout
 from neuron_dra_harness.build import Binaries, build
 from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.patched import patched_binaries
 
 REPO = Path(__file__).resolve().parents[1]
 
