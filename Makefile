@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-versions test-counter-rules test-held-long lint demo demo-node bench bench-scale clean
+.PHONY: unit test test-versions test-counter-rules test-held-long lint demo demo-node bench bench-scale clean
 
 $(STAMP): pyproject.toml constraints.txt harness/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,16 @@ lint: $(STAMP)
 # Fake sysfs trees are thousands of small files; on tmpfs creating and deleting
 # them is ~40x faster than on a disk mounted with `discard`.
 TEST_TMPDIR := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)
+
+# A contributor's quick check, no Go needed: ruff, mypy, the import layers, the
+# generated protobuf code, and every test that runs without a control plane.
+unit: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python scripts/generate_protos.py --check
+	TMPDIR=$(TEST_TMPDIR) $(BIN)/pytest -m "not e2e" -q
 
 # Everything on the newest Kubernetes release, then the tests that differ between
 # releases on the oldest one.

@@ -22,7 +22,7 @@
 #     that layout, for `ctr -n k8s.io images import` (the index names the image
 #     with io.containerd.image.name) or `skopeo copy oci-archive:...`.
 #
-# IMAGE_NAME defaults to localhost/neuron-dra:<version in pyproject.toml>.
+# IMAGE_NAME defaults to localhost/neuron-dra:<version> (scripts/version.py).
 # Environment: PYTHON (host interpreter, default python3: 3.11 or later, with pip
 # 22.3 or later; the wheels are the image's Python 3.11's whatever it is),
 # DEBIAN_MIRROR (default http://deb.debian.org/debian), DEBIAN_SECURITY_MIRROR (default
@@ -71,15 +71,13 @@ for tool in mmdebstrap umoci; do
 done
 [[ ${#missing[@]} -eq 0 ]] || die 3 "missing ${missing[*]}: apt-get install mmdebstrap umoci"
 command -v "$python" >/dev/null || die 3 "no host Python '$python' (set PYTHON)"
-# tomllib (3.11) reads pyproject.toml; pip's --python (22.3) fills the scratch venv.
+# Python 3.11 as the package needs; pip's --python (22.3) fills the scratch venv.
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
     die 3 "host $python is older than Python 3.11 (set PYTHON)"
 "$python" -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))' 2>/dev/null ||
     die 3 "$python has no pip, or one older than 22.3 (no --python)"
 
-version=$("$python" -c 'import sys, tomllib
-with open(sys.argv[1], "rb") as f:
-    print(tomllib.load(f)["project"]["version"])' "$repo/pyproject.toml")
+version=$("$python" "$repo/scripts/version.py")
 image=${2:-localhost/neuron-dra:$version}
 # umoci's tag is the part after the last colon; the full name goes in the annotation.
 tag=${image##*:}

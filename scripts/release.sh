@@ -10,9 +10,9 @@
 #   DIR/neuron-dra-<version>.tgz       the Helm chart, packaged
 #   DIR/SHA256SUMS                     both, for `sha256sum -c`
 #
-# The version is pyproject.toml's; the chart's version and appVersion must be the
-# same (the script refuses otherwise), so the package, the chart and the image tag
-# never disagree. Environment: HELM (default: helm on PATH), and what
+# The version is consts.DRA_DRIVER_VERSION (scripts/version.py); the chart's
+# version and appVersion must be the same (the script refuses otherwise), so the
+# package, the chart and the image tag never disagree. Environment: HELM (default: helm on PATH), and what
 # scripts/build-image.sh reads (PYTHON, default python3, 3.11 or later, reads the
 # version here too).
 #
@@ -34,13 +34,11 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 helm=${HELM:-helm}
 command -v "$helm" >/dev/null || die 3 "no helm ($helm): set HELM"
 
-version=$("${PYTHON:-python3}" -c 'import sys, tomllib
-with open(sys.argv[1], "rb") as f:
-    print(tomllib.load(f)["project"]["version"])' "$repo/pyproject.toml")
+version=$("${PYTHON:-python3}" "$repo/scripts/version.py")
 chart="$repo/deploy/helm/neuron-dra"
 for field in version appVersion; do
     found=$(sed -n "s/^$field: *\"\\{0,1\\}\\([^\"]*\\)\"\\{0,1\\}$/\\1/p" "$chart/Chart.yaml")
-    [[ $found == "$version" ]] || die 2 "Chart.yaml $field is ${found:-missing}, pyproject.toml says $version"
+    [[ $found == "$version" ]] || die 2 "Chart.yaml $field is ${found:-missing}, consts.DRA_DRIVER_VERSION says $version"
 done
 
 mkdir -p "$out"

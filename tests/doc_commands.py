@@ -1,6 +1,6 @@
 """The commands in the docs' code blocks, and the test that runs each.
 
-Every ```sh block of the README, `docs/` and the examples' README is read
+Every ```sh block of the README, CONTRIBUTING, `docs/` and the examples' README is read
 line by line (a trailing backslash continues a line; comments are dropped).
 A command runs in the test its program names (`runner`): the offline ones in
 `tests/test_docs.py`, the others against a real API server in the end-to-end
@@ -18,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PAGES = (
     REPO / "README.md",
+    REPO / "CONTRIBUTING.md",
     *sorted((REPO / "docs").rglob("*.md")),
     REPO / "examples/specs/README.md",
 )

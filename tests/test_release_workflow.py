@@ -9,11 +9,11 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from consts import DRA_DRIVER_VERSION
 from tests import doc_commands, release_workflow
 from tests.release_workflow import LOCAL, REMOTE, WORKFLOWS, job_order, load, steps
 
@@ -76,8 +76,7 @@ def run_version_step(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[
 
 def test_the_version_step_refuses_an_unset_registry(tmp_path: Path) -> None:
     """An unset vars.REGISTRY would name the image "/neuron-dra:<version>"."""
-    version = tomllib.loads((release_workflow.REPO / "pyproject.toml").read_text())
-    tag = "v" + version["project"]["version"]
+    tag = "v" + DRA_DRIVER_VERSION
     for registry in ("", None):
         env = {"GITHUB_REF_NAME": tag} | ({} if registry is None else {"REGISTRY": registry})
         done = run_version_step(tmp_path, **env)
@@ -160,11 +159,10 @@ def test_the_verification_commands_match_the_signer() -> None:
     """The documented `cosign verify` commands need the registry and Sigstore; here, their
     names are the ones the workflow pushes and signs, and their identity accepts the
     release workflow of the repository on a tag, and nothing else."""
-    version = tomllib.loads((release_workflow.REPO / "pyproject.toml").read_text())["project"]
     signing = next(s.run for s in steps(load(), "publish") if s.name == "Publish and sign")
     ran = doc_commands.run_by(doc_commands.VERIFY)
     assert [c.argv[1] for c in ran] == ["verify", "verify", "verify-blob"], ran
-    signed = f"https://github.com/example/neuron-dra/.github/workflows/release.yml@refs/tags/v{version['version']}"
+    signed = f"https://github.com/example/neuron-dra/.github/workflows/release.yml@refs/tags/v{DRA_DRIVER_VERSION}"
     for command in ran:
         text = doc_commands.fill(command.text, registry="registry.example/ml",
                                  owner="example", repository="neuron-dra")  # fmt: skip
@@ -190,6 +188,6 @@ def test_the_verification_commands_match_the_signer() -> None:
         else:
             assert options == {}, command
             repository, _, tag = target.rpartition(":")
-            assert tag == version["version"], command
+            assert tag == DRA_DRIVER_VERSION, command
             pushed = repository.replace("registry.example/ml", "${REGISTRY}")
             assert f'cosign sign --yes "{pushed}@' in signing, command

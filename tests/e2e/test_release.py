@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from consts import DRA_DRIVER_VERSION
 from neuron_dra_harness import images
 from tests import doc_commands, release_workflow
 from tests.release_workflow import LOCAL, REMOTE, SHELL, Step
@@ -31,7 +31,7 @@ from tests.release_workflow import LOCAL, REMOTE, SHELL, Step
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+VERSION = DRA_DRIVER_VERSION
 
 
 def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> None:
