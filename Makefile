@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: unit test test-versions test-counter-rules test-held-long lint demo demo-node bench bench-scale clean
+.PHONY: unit fuzz test test-versions test-counter-rules test-held-long lint demo demo-node bench bench-scale clean
 
 $(STAMP): pyproject.toml constraints.txt harness/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ unit: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python scripts/generate_protos.py --check
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/pytest -m "not e2e" -q
+
+# The fuzz tests on fresh examples (CI replays fixed ones): a new seed each run,
+# printed so a failure can be run again with FUZZ_SEED=<seed>.
+fuzz: $(STAMP)
+	@seed=$${FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; \
+	echo "fuzz seed $$seed (again: make fuzz FUZZ_SEED=$$seed)"; \
+	NEURON_DRA_FUZZ_FRESH=1 TMPDIR=$(TEST_TMPDIR) $(BIN)/pytest -q -p no:cacheprovider \
+		--hypothesis-seed=$$seed tests/reliability/test_fuzz.py
 
 # Everything on the newest Kubernetes release, then the tests that differ between
 # releases on the oldest one.

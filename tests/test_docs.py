@@ -119,3 +119,22 @@ def test_the_commands_name_their_pages() -> None:
     # A sanity check of the reader: the README's first block is the two set-up commands.
     first: list[DocCommand] = commands((REPO / "README.md",))[:2]
     assert [c.text for c in first] == ["make demo", "make test"]
+
+
+def test_the_e2e_layout_table_names_every_module() -> None:
+    """tests/e2e/README.md's layout table has a row for each module of the end-to-end
+    tests and of the harness, and none for a module that is gone."""
+    text = (REPO / "tests/e2e/README.md").read_text()
+    named = {
+        name
+        for cell in re.findall(r"^\| ([^|]+?) \|", text, re.MULTILINE)
+        for name in re.findall(r"`([\w.]+\.py)`", cell)
+    }
+    modules = {
+        p.name
+        for folder in (REPO / "tests/e2e", REPO / "harness/neuron_dra_harness")
+        for p in folder.glob("*.py")
+        if p.name != "__init__.py"
+    }
+    assert sorted(modules - named) == []
+    assert sorted(named - modules) == []

@@ -40,7 +40,6 @@ class InstanceType:
         return family_of(self.name)
 
 
-PCI_VENDOR_ID = 0x1D0F
 _INF1, _INF2, _TRN1, _TRN2 = 0x7064, 0x7264, 0x7164, 0x7364
 _TRN3 = 0x7564  # Trainium3 also enumerates as 0x7565; both are the same silicon
 

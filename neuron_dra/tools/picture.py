@@ -39,7 +39,6 @@ FREE_COLOUR = "#ffffff"
 BOX = 44  # device box side, px
 GAP = 16
 MARGIN = 30
-TITLE = 22
 
 
 @dataclass(frozen=True)

@@ -250,10 +250,6 @@ CASES = [
 ]  # fmt: skip
 
 
-def cases_for(layout: CounterLayout) -> list[Case]:
-    return [c for c in CASES if layout in c.layouts]
-
-
 def test_the_valid_pool_passes_both(server: Server) -> None:
     assert validate_pool(server.pool, server.layout) == []
     assert [server.refusal(s) for s in server.pool] == [None] * len(server.pool)

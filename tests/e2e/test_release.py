@@ -1,5 +1,5 @@
 """`scripts/release.sh`: one version's image archive, packaged chart and checksums,
-the version taken from pyproject.toml and refused where the chart disagrees; and the
+the version taken from consts.DRA_DRIVER_VERSION and refused where the chart disagrees; and the
 release workflow's steps that need no registry, run as GitHub runs them, so the workflow
 cannot drift from what is tested here."""
 

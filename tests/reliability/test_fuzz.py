@@ -3,13 +3,15 @@
 Opaque parameters come from users, ResourceClaims from the API server: neither
 may crash the driver or produce an error that leaves the user guessing. The
 properties are checked on deterministic examples (derandomize) so a failure
-in CI is a failure on every run.
+in CI is a failure on every run; `make fuzz` runs them on fresh ones
+(``NEURON_DRA_FUZZ_FRESH=1`` and a ``--hypothesis-seed`` it prints).
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import os
 import random
 import re
 import shutil
@@ -41,7 +43,7 @@ Obj = dict[str, Any]
 # Deterministic and without per-example deadlines: CI machines are slow and shared.
 FUZZ = settings(
     deadline=None,
-    derandomize=True,
+    derandomize=os.environ.get("NEURON_DRA_FUZZ_FRESH") != "1",
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -1,6 +1,6 @@
 """Static checks: the Kubernetes type checker, where types are known statically.
 
-Owns: `_Checker`, which rejects undeclared names, unknown `device` fields,
+Owns: `Checker`, which rejects undeclared names, unknown `device` fields,
 operators and methods applied to mismatched types, and computes the result
 type `compile_selector` requires to be bool or dyn; plus the type tables it
 uses (shared with the fast path: the relation operators and the macros).
@@ -14,13 +14,13 @@ from typing import Any, cast
 import lark
 
 from neuron_dra.tools.cel.syntax import (
-    _children,
-    _ident_name,
-    _ident_token,
-    _is_ident,
-    _is_selection,
-    _position,
-    _Tree,
+    ParseTree,
+    child_nodes,
+    ident_name,
+    ident_token,
+    is_ident,
+    is_selection,
+    source_position,
 )
 from neuron_dra.tools.cel.values import CelCompileError, CompileErrorKind
 
@@ -62,7 +62,7 @@ _METHOD_TYPES: dict[str, tuple[set[str], str]] = {
     "substring": ({"string"}, "string"),
     "size": ({"string", "bytes", "list", "map", "attrs", "caps", "attrs_in", "caps_in"}, "int"),
 }
-_MACROS = {"all": "bool", "exists": "bool", "exists_one": "bool", "map": "list", "filter": "list"}
+MACROS = {"all": "bool", "exists": "bool", "exists_one": "bool", "map": "list", "filter": "list"}
 _FUNCTION_TYPES = {
     "semver": "semver",
     "isSemver": "bool",
@@ -77,7 +77,7 @@ _FUNCTION_TYPES = {
     "bool": "bool",
     "dyn": "dyn",
 }
-_REL_OPS = {
+REL_OPS = {
     "relation_eq": "_==_",
     "relation_ne": "_!=_",
     "relation_lt": "_<_",
@@ -89,17 +89,17 @@ _REL_OPS = {
 _MAP_TYPES = {"attrs": "attrs_in", "caps": "caps_in", "attrs_in": "dyn", "caps_in": "quantity"}
 
 
-class _Checker:
+class Checker:
     """Best-effort static typing in the style of the cel-go checker Kubernetes runs."""
 
     def __init__(self) -> None:
         self.bound: list[str] = []
 
     def fail(self, node: Any, message: str) -> CelCompileError:
-        line, column = _position(node)
+        line, column = source_position(node)
         return CelCompileError(CompileErrorKind.TYPE, message, line, column)
 
-    def check(self, tree: _Tree) -> str:
+    def check(self, tree: ParseTree) -> str:
         method = getattr(self, "t_" + str(tree.data), None)
         if method is None:
             # Constructs the selector grammar allows but this checker does not type.
@@ -109,12 +109,12 @@ class _Checker:
             return "dyn"
         return cast(str, method(tree))
 
-    def _single_or(self, tree: _Tree, combine: Callable[[_Tree], str]) -> str:
-        kids = _children(tree)
+    def _single_or(self, tree: ParseTree, combine: Callable[[ParseTree], str]) -> str:
+        kids = child_nodes(tree)
         return self.check(kids[0]) if len(kids) == 1 else combine(tree)
 
-    def t_expr(self, tree: _Tree) -> str:
-        kids = _children(tree)
+    def t_expr(self, tree: ParseTree) -> str:
+        kids = child_nodes(tree)
         if len(kids) == 1:
             return self.check(kids[0])
         cond, yes, no = (self.check(k) for k in kids)
@@ -124,8 +124,8 @@ class _Checker:
             )
         return yes if yes == no else "dyn"
 
-    def _logic(self, tree: _Tree, op: str) -> str:
-        kids = _children(tree)
+    def _logic(self, tree: ParseTree, op: str) -> str:
+        kids = child_nodes(tree)
         if len(kids) == 1:
             return self.check(kids[0])
         left, right = self.check(kids[0]), self.check(kids[1])
@@ -136,24 +136,24 @@ class _Checker:
                 )
         return "bool"
 
-    def t_conditionalor(self, tree: _Tree) -> str:
+    def t_conditionalor(self, tree: ParseTree) -> str:
         return self._logic(tree, "_||_")
 
-    def t_conditionaland(self, tree: _Tree) -> str:
+    def t_conditionaland(self, tree: ParseTree) -> str:
         return self._logic(tree, "_&&_")
 
-    def t_relation(self, tree: _Tree) -> str:
-        kids = _children(tree)
+    def t_relation(self, tree: ParseTree) -> str:
+        kids = child_nodes(tree)
         if len(kids) == 1:
             return self.check(kids[0])
         op_tree, right_tree = kids
-        op = _REL_OPS[str(op_tree.data)]
+        op = REL_OPS[str(op_tree.data)]
         left = self.check(op_tree.children[0])
         right = self.check(right_tree)
         self._operands(tree, op, left, right)
         return "bool"
 
-    def _operands(self, tree: _Tree, op: str, left: str, right: str) -> None:
+    def _operands(self, tree: ParseTree, op: str, left: str, right: str) -> None:
         if op not in ("_==_", "_!=_", "@in") and ({left, right} - _ORDERED - {"dyn"}):
             # Semver, Quantity, maps and lists have no ordering operators, dyn or not.
             raise self.fail(
@@ -179,10 +179,10 @@ class _Checker:
                 f"'({_show(left)}, {_show(right)})'",
             )
 
-    def t_addition(self, tree: _Tree) -> str:
+    def t_addition(self, tree: ParseTree) -> str:
         return self._arith(tree, {"addition_add": "_+_", "addition_sub": "_-_"})
 
-    def t_multiplication(self, tree: _Tree) -> str:
+    def t_multiplication(self, tree: ParseTree) -> str:
         ops = {
             "multiplication_mul": "_*_",
             "multiplication_div": "_/_",
@@ -190,8 +190,8 @@ class _Checker:
         }
         return self._arith(tree, ops)
 
-    def _arith(self, tree: _Tree, ops: dict[str, str]) -> str:
-        kids = _children(tree)
+    def _arith(self, tree: ParseTree, ops: dict[str, str]) -> str:
+        kids = child_nodes(tree)
         if len(kids) == 1:
             return self.check(kids[0])
         op_tree, right_tree = kids
@@ -212,8 +212,8 @@ class _Checker:
             )
         return left
 
-    def t_unary(self, tree: _Tree) -> str:
-        kids = _children(tree)
+    def t_unary(self, tree: ParseTree) -> str:
+        kids = child_nodes(tree)
         if len(kids) == 1:
             return self.check(kids[0])
         operand = self.check(kids[1])
@@ -227,17 +227,17 @@ class _Checker:
             raise self.fail(tree, f"found no matching overload for '-_' applied to '({operand})'")
         return operand
 
-    def t_member(self, tree: _Tree) -> str:
+    def t_member(self, tree: ParseTree) -> str:
         return self.check(tree.children[0])
 
-    def t_primary(self, tree: _Tree) -> str:
+    def t_primary(self, tree: ParseTree) -> str:
         return self.check(tree.children[0])
 
-    def t_paren_expr(self, tree: _Tree) -> str:
+    def t_paren_expr(self, tree: ParseTree) -> str:
         return self.check(tree.children[0])
 
-    def t_literal(self, tree: _Tree) -> str:
-        token = _ident_token(tree.children[0])
+    def t_literal(self, tree: ParseTree) -> str:
+        token = ident_token(tree.children[0])
         return {
             "FLOAT_LIT": "double",
             "INT_LIT": "int",
@@ -249,27 +249,27 @@ class _Checker:
             "NULL_LIT": "null",
         }.get(str(token.type), "dyn")
 
-    def t_list_lit(self, tree: _Tree) -> str:
+    def t_list_lit(self, tree: ParseTree) -> str:
         for child in tree.children:
             if isinstance(child, lark.Tree):
                 self.check(child)
         return "list"
 
-    def t_map_lit(self, tree: _Tree) -> str:
+    def t_map_lit(self, tree: ParseTree) -> str:
         for child in tree.children:
             if isinstance(child, lark.Tree):
                 self.check(child)
         return "map"
 
-    def t_exprlist(self, tree: _Tree) -> str:
+    def t_exprlist(self, tree: ParseTree) -> str:
         for child in tree.children:
             self.check(child)
         return "list"
 
-    def t_mapinits(self, tree: _Tree) -> str:
+    def t_mapinits(self, tree: ParseTree) -> str:
         return self.t_exprlist(tree)
 
-    def t_ident(self, tree: _Tree) -> str:
+    def t_ident(self, tree: ParseTree) -> str:
         name = str(tree.children[0])
         if name == "device":
             return "device"
@@ -277,10 +277,10 @@ class _Checker:
             return "dyn"
         raise self.fail(tree, f"undeclared reference to '{name}' (in container '')")
 
-    def t_member_dot(self, tree: _Tree) -> str:
+    def t_member_dot(self, tree: ParseTree) -> str:
         target_tree, name_token = tree.children
         name = str(name_token)
-        target = self.check(cast(_Tree, target_tree))
+        target = self.check(cast(ParseTree, target_tree))
         if target == "device":
             if name not in _DEVICE_FIELDS:
                 raise self.fail(name_token, f"undefined field '{name}'")
@@ -291,10 +291,10 @@ class _Checker:
             return "dyn"
         raise self.fail(name_token, f"type '{_show(target)}' does not support field selection")
 
-    def t_member_index(self, tree: _Tree) -> str:
+    def t_member_index(self, tree: ParseTree) -> str:
         target_tree, index_tree = tree.children
-        target = self.check(cast(_Tree, target_tree))
-        index = self.check(cast(_Tree, index_tree))
+        target = self.check(cast(ParseTree, target_tree))
+        index = self.check(cast(ParseTree, index_tree))
         if target in _MAP_TYPES:
             if index not in ("string", "dyn"):
                 raise self.fail(
@@ -309,20 +309,20 @@ class _Checker:
             tree, f"found no matching overload for '_[_]' applied to '({_show(target)}, {index})'"
         )
 
-    def t_member_dot_arg(self, tree: _Tree) -> str:
-        kids = _children(tree)
+    def t_member_dot_arg(self, tree: ParseTree) -> str:
+        kids = child_nodes(tree)
         target_tree, name_token = kids[0], kids[1]
         args = list(kids[2].children) if len(kids) > 2 and kids[2] is not None else []
         name = str(name_token)
-        if name in _MACROS and args and _is_ident(args[0]):
+        if name in MACROS and args and is_ident(args[0]):
             self.check(target_tree)
-            self.bound.append(_ident_name(args[0]))
+            self.bound.append(ident_name(args[0]))
             try:
                 for arg in args[1:]:
                     self.check(arg)
             finally:
                 self.bound.pop()
-            return _MACROS[name]
+            return MACROS[name]
         target = self.check(target_tree)
         for arg in args:
             self.check(arg)
@@ -336,12 +336,12 @@ class _Checker:
             )
         return result
 
-    def t_ident_arg(self, tree: _Tree) -> str:
-        kids = _children(tree)
+    def t_ident_arg(self, tree: ParseTree) -> str:
+        kids = child_nodes(tree)
         name = str(kids[0])
         args = list(kids[1].children) if len(kids) > 1 and kids[1] is not None else []
         if name == "has":
-            if len(args) != 1 or not _is_selection(args[0]):
+            if len(args) != 1 or not is_selection(args[0]):
                 raise self.fail(tree, "invalid argument to has() macro")
             self.check(args[0])
             return "bool"

@@ -1,11 +1,11 @@
 """The fast path: selectors compiled to Python closures over a prebuilt DeviceView.
 
-Owns: `_FastCompiler`, which compiles the common selector shapes (attribute
+Owns: `FastCompiler`, which compiles the common selector shapes (attribute
 and capacity lookups, literals, comparisons, `in`, `!`, `&&`, `||`, the
 Kubernetes methods and functions, constant calls folded at compile time) and
 gives up (None) on anything else, leaving it to the general path. celpy
 re-walks its parse tree and rebuilds an activation on every evaluation, far
-too slow for a cluster's worth of devices. Also `_device_path`, which names
+too slow for a cluster's worth of devices. Also `device_path`, which names
 the `device` member an expression selects.
 """
 
@@ -18,20 +18,20 @@ import lark
 from celpy import celtypes
 from celpy.evaluation import celbytes, celstr
 
-from neuron_dra.tools.cel.checker import _MACROS, _REL_OPS
+from neuron_dra.tools.cel.checker import MACROS, REL_OPS
 from neuron_dra.tools.cel.device import DeviceView
 from neuron_dra.tools.cel.functions import (
     FUNCTIONS,
     METHODS,
-    _is_bool,
-    _overload,
-    _to_cel,
     cel_compare,
     cel_eq,
     cel_in,
+    is_bool,
+    overload,
+    to_cel,
 )
-from neuron_dra.tools.cel.syntax import _children, _ident_token, _Tree, _unwrap
-from neuron_dra.tools.cel.values import EvalErrorKind, Value, _CelError
+from neuron_dra.tools.cel.syntax import ParseTree, child_nodes, ident_token, unwrap
+from neuron_dra.tools.cel.values import CelError, EvalErrorKind, Value
 
 Fn = Callable[[DeviceView], Value]
 
@@ -72,7 +72,7 @@ def _attr_lookup(domain: str, name: str) -> Fn:
         try:
             return device.attributes.get(domain, _EMPTY)[name]
         except KeyError:
-            raise _CelError(EvalErrorKind.NO_SUCH_KEY, f"no such key: {name}") from None
+            raise CelError(EvalErrorKind.NO_SUCH_KEY, f"no such key: {name}") from None
 
     return lookup
 
@@ -82,7 +82,7 @@ def _cap_lookup(domain: str, name: str) -> Fn:
         try:
             return device.capacity.get(domain, _EMPTY)[name]
         except KeyError:
-            raise _CelError(EvalErrorKind.NO_SUCH_KEY, f"no such key: {name}") from None
+            raise CelError(EvalErrorKind.NO_SUCH_KEY, f"no such key: {name}") from None
 
     return lookup
 
@@ -105,10 +105,10 @@ def _eq_const(get: Fn, const: Value, negate: bool) -> Fn:
     return eq
 
 
-class _FastCompiler:
+class FastCompiler:
     """Selector parse tree -> Python closures, for the shapes selectors use in practice."""
 
-    def compile(self, tree: _Tree) -> Fn | None:
+    def compile(self, tree: ParseTree) -> Fn | None:
         try:
             return self.node(tree)
         except _UnsupportedError:
@@ -122,7 +122,7 @@ class _FastCompiler:
             raise _UnsupportedError(str(tree.data))
         return cast(Fn, method(tree))
 
-    def _single(self, tree: _Tree) -> Fn:
+    def _single(self, tree: ParseTree) -> Fn:
         if len(tree.children) != 1:
             raise _UnsupportedError(str(tree.data))
         return self.node(tree.children[0])
@@ -133,24 +133,24 @@ class _FastCompiler:
     c_primary = _single
     c_paren_expr = _single
 
-    def c_expr(self, tree: _Tree) -> Fn:
+    def c_expr(self, tree: ParseTree) -> Fn:
         return self._single(tree)
 
-    def c_literal(self, tree: _Tree) -> Fn:
-        return _Const(_literal_value(_ident_token(tree.children[0])))
+    def c_literal(self, tree: ParseTree) -> Fn:
+        return _Const(_literal_value(ident_token(tree.children[0])))
 
-    def c_conditionalor(self, tree: _Tree) -> Fn:
+    def c_conditionalor(self, tree: ParseTree) -> Fn:
         if len(tree.children) == 1:
             return self.node(tree.children[0])
         return _logic_fn(self.node(tree.children[0]), self.node(tree.children[1]), True)
 
-    def c_conditionaland(self, tree: _Tree) -> Fn:
+    def c_conditionaland(self, tree: ParseTree) -> Fn:
         if len(tree.children) == 1:
             return self.node(tree.children[0])
         return _logic_fn(self.node(tree.children[0]), self.node(tree.children[1]), False)
 
-    def c_unary(self, tree: _Tree) -> Fn:
-        kids = _children(tree)
+    def c_unary(self, tree: ParseTree) -> Fn:
+        kids = child_nodes(tree)
         if len(kids) == 1:
             return self.node(kids[0])
         if str(kids[0].data) != "unary_not":
@@ -159,14 +159,14 @@ class _FastCompiler:
 
         def not_(device: DeviceView) -> bool:
             value = operand(device)
-            if not _is_bool(value):
-                raise _overload("!_", value)
+            if not is_bool(value):
+                raise overload("!_", value)
             return not value
 
         return not_
 
-    def c_relation(self, tree: _Tree) -> Fn:
-        kids = _children(tree)
+    def c_relation(self, tree: ParseTree) -> Fn:
+        kids = child_nodes(tree)
         if len(kids) == 1:
             return self.node(kids[0])
         op_tree, right_tree = kids
@@ -182,7 +182,7 @@ class _FastCompiler:
             return lambda d: cel_eq(left(d), right(d)) is not negate
         if kind == "relation_in":
             return lambda d: cel_in(left(d), right(d))
-        op = _REL_OPS[kind]
+        op = REL_OPS[kind]
         test: Callable[[int], bool] = {
             "relation_lt": lambda c: c < 0,
             "relation_le": lambda c: c <= 0,
@@ -191,19 +191,19 @@ class _FastCompiler:
         }[kind]
         return lambda d: test(cel_compare(op, left(d), right(d)))
 
-    def c_member_dot(self, tree: _Tree) -> Fn:
+    def c_member_dot(self, tree: ParseTree) -> Fn:
         target_tree, name_token = tree.children
-        return self._select(cast(_Tree, target_tree), str(name_token))
+        return self._select(cast(ParseTree, target_tree), str(name_token))
 
-    def c_member_index(self, tree: _Tree) -> Fn:
+    def c_member_index(self, tree: ParseTree) -> Fn:
         target_tree, index_tree = tree.children
         index = self.node(index_tree)
         if not isinstance(index, _Const) or not isinstance(index.value, str):
             raise _UnsupportedError("computed index")
-        return self._select(cast(_Tree, target_tree), str(index.value))
+        return self._select(cast(ParseTree, target_tree), str(index.value))
 
-    def _select(self, target_tree: _Tree, key: str) -> Fn:
-        path = _device_path(target_tree)
+    def _select(self, target_tree: ParseTree, key: str) -> Fn:
+        path = device_path(target_tree)
         if path == ():
             if key == "driver":
                 return lambda d: celtypes.StringType(d.driver)
@@ -211,7 +211,7 @@ class _FastCompiler:
 
                 def allow(device: DeviceView) -> Value:
                     if device.allow_multiple_allocations is None:
-                        raise _CelError(EvalErrorKind.NO_SUCH_KEY, f"no such key: {key}")
+                        raise CelError(EvalErrorKind.NO_SUCH_KEY, f"no such key: {key}")
                     return celtypes.BoolType(device.allow_multiple_allocations)
 
                 return allow
@@ -225,17 +225,17 @@ class _FastCompiler:
             return (_attr_lookup if path[0] == "attributes" else _cap_lookup)(domain, key)
         raise _UnsupportedError("selection")
 
-    def c_member_dot_arg(self, tree: _Tree) -> Fn:
-        kids = _children(tree)
+    def c_member_dot_arg(self, tree: ParseTree) -> Fn:
+        kids = child_nodes(tree)
         name = str(kids[1])
-        if name not in METHODS or name in _MACROS:
+        if name not in METHODS or name in MACROS:
             raise _UnsupportedError(name)
         target = self.node(kids[0])
         args = [self.node(a) for a in kids[2].children] if len(kids) > 2 and kids[2] else []
         return _call(METHODS[name], [target, *args])
 
-    def c_ident_arg(self, tree: _Tree) -> Fn:
-        kids = _children(tree)
+    def c_ident_arg(self, tree: ParseTree) -> Fn:
+        kids = child_nodes(tree)
         name = str(kids[0])
         if name not in FUNCTIONS:
             raise _UnsupportedError(name)
@@ -248,16 +248,16 @@ def _call(impl: Callable[..., Value], args: list[Fn]) -> Fn:
         values = [cast(_Const, a).value for a in args]
         try:
             # Fold constant calls such as semver('1.2.3') once, at compile time.
-            return _Const(_to_cel(impl(*values)))
-        except _CelError:
+            return _Const(to_cel(impl(*values)))
+        except CelError:
             pass
     if len(args) == 1:
         (only,) = args
-        return lambda d: _to_cel(impl(only(d)))
+        return lambda d: to_cel(impl(only(d)))
     if len(args) == 2:
         first, second = args
-        return lambda d: _to_cel(impl(first(d), second(d)))
-    return lambda d: _to_cel(impl(*(a(d) for a in args)))
+        return lambda d: to_cel(impl(first(d), second(d)))
+    return lambda d: to_cel(impl(*(a(d) for a in args)))
 
 
 def _logic_fn(left: Fn, right: Fn, short: bool) -> Fn:
@@ -267,43 +267,43 @@ def _logic_fn(left: Fn, right: Fn, short: bool) -> Fn:
     def logic(device: DeviceView) -> bool:
         try:
             a = left(device)
-        except _CelError as error:
+        except CelError as error:
             a = error
-        if a is short or (_is_bool(a) and bool(a) is short):
+        if a is short or (is_bool(a) and bool(a) is short):
             return short
         try:
             b = right(device)
-        except _CelError as error:
+        except CelError as error:
             b = error
-        if b is short or (_is_bool(b) and bool(b) is short):
+        if b is short or (is_bool(b) and bool(b) is short):
             return short
         for v in (a, b):
-            if isinstance(v, _CelError):
+            if isinstance(v, CelError):
                 raise v
-        if _is_bool(a) and _is_bool(b):
+        if is_bool(a) and is_bool(b):
             return not short
-        raise _overload(op, a, b)
+        raise overload(op, a, b)
 
     return logic
 
 
-def _device_path(tree: Any) -> tuple[str, ...] | None:
+def device_path(tree: Any) -> tuple[str, ...] | None:
     """device -> (); device.attributes -> ("attributes",); device.attributes['d'] -> (.., "d")."""
-    node = _unwrap(tree)
+    node = unwrap(tree)
     if not isinstance(node, lark.Tree):
         return None
     kind = str(node.data)
     if kind == "ident":
         return () if str(node.children[0]) == "device" else None
     if kind == "member_dot":
-        base = _device_path(node.children[0])
+        base = device_path(node.children[0])
         return None if base is None else (*base, str(node.children[1]))
     if kind == "member_index":
-        base = _device_path(node.children[0])
-        index = _unwrap(node.children[1])
+        base = device_path(node.children[0])
+        index = unwrap(node.children[1])
         if base is None or not (isinstance(index, lark.Tree) and str(index.data) == "literal"):
             return None
-        token = _ident_token(index.children[0])
+        token = ident_token(index.children[0])
         if str(token.type) != "STRING_LIT":
             return None
         return (*base, str(celstr(token)))

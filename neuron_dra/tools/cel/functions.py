@@ -16,22 +16,22 @@ from typing import Final
 
 from celpy import celtypes
 
-from neuron_dra.tools.cel.values import EvalErrorKind, Quantity, Semver, Value, _CelError
+from neuron_dra.tools.cel.values import CelError, EvalErrorKind, Quantity, Semver, Value
 
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
 
 
-def _is_bool(v: Value) -> bool:
+def is_bool(v: Value) -> bool:
     return type(v) is bool or isinstance(v, celtypes.BoolType)
 
 
 def _is_num(v: Value) -> bool:
-    return isinstance(v, int | float) and not _is_bool(v)
+    return isinstance(v, int | float) and not is_bool(v)
 
 
-def _type_name(v: Value) -> str:
-    if _is_bool(v):
+def type_name(v: Value) -> str:
+    if is_bool(v):
         return "bool"
     if isinstance(v, celtypes.UintType):
         return "uint"
@@ -56,9 +56,9 @@ def _type_name(v: Value) -> str:
     return type(v).__name__
 
 
-def _overload(op: str, *args: Value) -> _CelError:
-    types = ", ".join(_type_name(a) for a in args)
-    return _CelError(EvalErrorKind.NO_SUCH_OVERLOAD, f"no such overload: {op}({types})")
+def overload(op: str, *args: Value) -> CelError:
+    types = ", ".join(type_name(a) for a in args)
+    return CelError(EvalErrorKind.NO_SUCH_OVERLOAD, f"no such overload: {op}({types})")
 
 
 def _native(v: Value) -> int | float:
@@ -68,8 +68,8 @@ def _native(v: Value) -> int | float:
 
 def cel_eq(a: Value, b: Value) -> bool:
     """CEL equality as Kubernetes enables it: values of different types are unequal."""
-    if _is_bool(a) or _is_bool(b):
-        return _is_bool(a) and _is_bool(b) and bool(a) == bool(b)
+    if is_bool(a) or is_bool(b):
+        return is_bool(a) and is_bool(b) and bool(a) == bool(b)
     if _is_num(a) and _is_num(b):
         return _native(a) == _native(b)
     if isinstance(a, str) and isinstance(b, str):
@@ -85,7 +85,7 @@ def cel_eq(a: Value, b: Value) -> bool:
 
 def cel_compare(op: str, a: Value, b: Value) -> int:
     """Ordering for < <= > >=: numbers across int/uint/double, else the same type."""
-    if _is_bool(a) and _is_bool(b):
+    if is_bool(a) and is_bool(b):
         p, q = bool(a), bool(b)
         return (p > q) - (p < q)
     if _is_num(a) and _is_num(b):
@@ -95,7 +95,7 @@ def cel_compare(op: str, a: Value, b: Value) -> int:
         return (a > b) - (a < b)
     if isinstance(a, bytes) and isinstance(b, bytes):
         return (a > b) - (a < b)
-    raise _overload(op, a, b)
+    raise overload(op, a, b)
 
 
 def cel_in(item: Value, container: Value) -> bool:
@@ -103,7 +103,7 @@ def cel_in(item: Value, container: Value) -> bool:
         return item in container if isinstance(item, str | int) else False
     if isinstance(container, list):
         return any(cel_eq(item, x) for x in container)
-    raise _overload("@in", item, container)
+    raise overload("@in", item, container)
 
 
 def cel_select(container: Value, key: Value) -> Value:
@@ -112,17 +112,17 @@ def cel_select(container: Value, key: Value) -> Value:
         try:
             return container[key]
         except KeyError:
-            raise _CelError(EvalErrorKind.NO_SUCH_KEY, f"no such key: {key}") from None
-    if isinstance(container, list) and isinstance(key, int) and not _is_bool(key):
+            raise CelError(EvalErrorKind.NO_SUCH_KEY, f"no such key: {key}") from None
+    if isinstance(container, list) and isinstance(key, int) and not is_bool(key):
         if 0 <= key < len(container):
             return container[key]
-        raise _CelError(EvalErrorKind.INVALID_ARGUMENT, f"index out of range: {key}")
-    raise _overload("_[_]", container, key)
+        raise CelError(EvalErrorKind.INVALID_ARGUMENT, f"index out of range: {key}")
+    raise overload("_[_]", container, key)
 
 
 def _want(op: str, check: Callable[[Value], bool], *args: Value) -> None:
     if not all(check(a) for a in args):
-        raise _overload(op, *args)
+        raise overload(op, *args)
 
 
 def _is_str(v: Value) -> bool:
@@ -130,7 +130,7 @@ def _is_str(v: Value) -> bool:
 
 
 def _is_int(v: Value) -> bool:
-    return isinstance(v, int) and not _is_bool(v)
+    return isinstance(v, int) and not is_bool(v)
 
 
 def _semver(text: Value, normalize: Value = False) -> Semver:
@@ -138,7 +138,7 @@ def _semver(text: Value, normalize: Value = False) -> Semver:
     try:
         return Semver.parse(str(text), normalize=bool(normalize))
     except ValueError as error:
-        raise _CelError(EvalErrorKind.INVALID_ARGUMENT, f"semver: {error}") from None
+        raise CelError(EvalErrorKind.INVALID_ARGUMENT, f"semver: {error}") from None
 
 
 def _is_semver(text: Value, normalize: Value = False) -> bool:
@@ -155,7 +155,7 @@ def _quantity(text: Value) -> Quantity:
     try:
         return Quantity.parse(str(text))
     except ValueError as error:
-        raise _CelError(EvalErrorKind.INVALID_ARGUMENT, f"quantity: {error}") from None
+        raise CelError(EvalErrorKind.INVALID_ARGUMENT, f"quantity: {error}") from None
 
 
 def _is_quantity(text: Value) -> bool:
@@ -172,25 +172,25 @@ def _compare_to(a: Value, b: Value) -> int:
         return a.compare(b)
     if isinstance(a, Quantity) and isinstance(b, Quantity):
         return a.compare(b)
-    raise _overload("compareTo", a, b)
+    raise overload("compareTo", a, b)
 
 
 def _greater(a: Value, b: Value) -> bool:
     if type(a) is not type(b) or not isinstance(a, Semver | Quantity):
-        raise _overload("isGreaterThan", a, b)
+        raise overload("isGreaterThan", a, b)
     return _compare_to(a, b) > 0
 
 
 def _less(a: Value, b: Value) -> bool:
     if type(a) is not type(b) or not isinstance(a, Semver | Quantity):
-        raise _overload("isLessThan", a, b)
+        raise overload("isLessThan", a, b)
     return _compare_to(a, b) < 0
 
 
 def _semver_part(name: str) -> Callable[[Value], int]:
     def part(v: Value) -> int:
         if not isinstance(v, Semver):
-            raise _overload(name, v)
+            raise overload(name, v)
         return int(getattr(v, name))
 
     return part
@@ -198,34 +198,34 @@ def _semver_part(name: str) -> Callable[[Value], int]:
 
 def _as_integer(q: Value) -> int:
     if not isinstance(q, Quantity):
-        raise _overload("asInteger", q)
+        raise overload("asInteger", q)
     if q.value.denominator != 1 or not _INT64_MIN <= q.value <= _INT64_MAX:
-        raise _CelError(EvalErrorKind.INVALID_ARGUMENT, "cannot convert value to integer")
+        raise CelError(EvalErrorKind.INVALID_ARGUMENT, "cannot convert value to integer")
     return int(q.value)
 
 
 def _is_integer(q: Value) -> bool:
     if not isinstance(q, Quantity):
-        raise _overload("isInteger", q)
+        raise overload("isInteger", q)
     return q.value.denominator == 1 and _INT64_MIN <= q.value <= _INT64_MAX
 
 
 def _as_float(q: Value) -> float:
     if not isinstance(q, Quantity):
-        raise _overload("asApproximateFloat", q)
+        raise overload("asApproximateFloat", q)
     return float(q.value)
 
 
 def _sign(q: Value) -> int:
     if not isinstance(q, Quantity):
-        raise _overload("sign", q)
+        raise overload("sign", q)
     return (q.value > 0) - (q.value < 0)
 
 
 def _q_arith(name: str, direction: int) -> Callable[[Value, Value], Quantity]:
     def arith(q: Value, other: Value) -> Quantity:
         if not isinstance(q, Quantity) or not (isinstance(other, Quantity) or _is_int(other)):
-            raise _overload(name, q, other)
+            raise overload(name, q, other)
         delta = other.value if isinstance(other, Quantity) else Fraction(int(other))
         value = q.value + direction * delta
         return Quantity(value, str(value))
@@ -236,7 +236,7 @@ def _q_arith(name: str, direction: int) -> Callable[[Value, Value], Quantity]:
 def _str_method(name: str, impl: Callable[..., Value], arity: int) -> Callable[..., Value]:
     def method(target: Value, *args: Value) -> Value:
         if not isinstance(target, str) or len(args) != arity or not all(_is_str(a) for a in args):
-            raise _overload(name, target, *args)
+            raise overload(name, target, *args)
         return impl(str(target), *(str(a) for a in args))
 
     return method
@@ -247,7 +247,7 @@ def _matches(target: Value, pattern: Value) -> bool:
     try:
         return re.search(str(pattern), str(target)) is not None
     except re.error as error:
-        raise _CelError(
+        raise CelError(
             EvalErrorKind.INVALID_ARGUMENT, f"invalid regular expression: {error}"
         ) from None
 
@@ -255,23 +255,23 @@ def _matches(target: Value, pattern: Value) -> bool:
 def _size(v: Value) -> int:
     if isinstance(v, str | bytes | list | Mapping):
         return len(v)
-    raise _overload("size", v)
+    raise overload("size", v)
 
 
 def _char_at(target: Value, index: Value) -> str:
     if not isinstance(target, str) or not _is_int(index):
-        raise _overload("charAt", target, index)
+        raise overload("charAt", target, index)
     if not 0 <= index <= len(target):
-        raise _CelError(EvalErrorKind.INVALID_ARGUMENT, f"index out of range: {index}")
+        raise CelError(EvalErrorKind.INVALID_ARGUMENT, f"index out of range: {index}")
     return str(target)[index : index + 1]
 
 
 def _substring(target: Value, start: Value, end: Value = None) -> str:
     stop = len(target) if end is None and isinstance(target, str) else end
     if not isinstance(target, str) or not _is_int(start) or not _is_int(stop):
-        raise _overload("substring", target, start)
+        raise overload("substring", target, start)
     if not 0 <= start <= stop <= len(target):
-        raise _CelError(EvalErrorKind.INVALID_ARGUMENT, f"substring out of range: {start}, {stop}")
+        raise CelError(EvalErrorKind.INVALID_ARGUMENT, f"substring out of range: {start}, {stop}")
     return str(target)[start:stop]
 
 
@@ -316,7 +316,7 @@ FUNCTIONS: Final[dict[str, Callable[..., Value]]] = {
 }
 
 
-def _to_cel(value: Value) -> Value:
+def to_cel(value: Value) -> Value:
     """Python results -> celtypes, so celpy's own operators accept them."""
     if type(value) is bool:
         return celtypes.BoolType(value)

@@ -18,15 +18,15 @@ from celpy.evaluation import CELEvalError as _CelpyError
 from neuron_dra.tools.cel.functions import (
     FUNCTIONS,
     METHODS,
-    _is_bool,
-    _overload,
-    _to_cel,
     cel_compare,
     cel_eq,
     cel_in,
     cel_select,
+    is_bool,
+    overload,
+    to_cel,
 )
-from neuron_dra.tools.cel.values import EvalErrorKind, Value, _CelError
+from neuron_dra.tools.cel.values import CelError, EvalErrorKind, Value
 
 
 class _KindTagError(Exception):
@@ -39,8 +39,8 @@ def _celpy_function(impl: Callable[..., Value]) -> Callable[..., Value]:
             if isinstance(arg, _CelpyError):
                 return arg
         try:
-            return _to_cel(impl(*args))
-        except _CelError as error:
+            return to_cel(impl(*args))
+        except CelError as error:
             return _CelpyError(error.message, _KindTagError, (error.kind.value,))
 
     call.__name__ = getattr(impl, "__name__", "function")
@@ -52,14 +52,14 @@ def _logical(op: str, short: bool) -> Callable[[Value, Value], Value]:
 
     def logical(a: Value, b: Value) -> Value:
         for v in (a, b):
-            if _is_bool(v) and bool(v) is short:
+            if is_bool(v) and bool(v) is short:
                 return celtypes.BoolType(short)
         for v in (a, b):
             if isinstance(v, _CelpyError):
                 return v
         for v in (a, b):
-            if not _is_bool(v):
-                error = _overload(op, a, b)
+            if not is_bool(v):
+                error = overload(op, a, b)
                 return _CelpyError(error.message, _KindTagError, (error.kind.value,))
         return celtypes.BoolType(not short)
 
@@ -69,8 +69,8 @@ def _logical(op: str, short: bool) -> Callable[[Value, Value], Value]:
 def _not(a: Value) -> Value:
     if isinstance(a, _CelpyError):
         return a
-    if not _is_bool(a):
-        error = _overload("!_", a)
+    if not is_bool(a):
+        error = overload("!_", a)
         return _CelpyError(error.message, _KindTagError, (error.kind.value,))
     return celtypes.BoolType(not a)
 
@@ -109,19 +109,19 @@ def _either(method: Callable[..., Value], function: Callable[..., Value]) -> Cal
     def call(*args: Value) -> Value:
         try:
             return method(*args)
-        except _CelError:
+        except CelError:
             return function(*args)
 
     return call
 
 
-_CELPY_FUNCTIONS = _celpy_functions()
+CELPY_FUNCTIONS = _celpy_functions()
 
 
 _MISSING = re.compile(r"no such member in mapping: (?:StringType\()?'([^']*)'")
 
 
-def _celpy_error_kind(error: _CelpyError) -> tuple[EvalErrorKind, str]:
+def celpy_error_kind(error: _CelpyError) -> tuple[EvalErrorKind, str]:
     args = error.args
     if len(args) >= 3 and args[1] is _KindTagError:
         return EvalErrorKind(args[2][0]), str(args[0])

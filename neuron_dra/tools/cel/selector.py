@@ -17,18 +17,25 @@ import lark
 from celpy.evaluation import CELEvalError as _CelpyError
 from celpy.evaluation import celstr
 
-from neuron_dra.tools.cel.checker import _Checker
+from neuron_dra.tools.cel.checker import Checker
 from neuron_dra.tools.cel.device import DeviceView
-from neuron_dra.tools.cel.fast import Fn, _device_path, _FastCompiler
-from neuron_dra.tools.cel.functions import _is_bool, _type_name
-from neuron_dra.tools.cel.general import _CELPY_FUNCTIONS, _celpy_error_kind
-from neuron_dra.tools.cel.syntax import _ENV, _ident_token, _parse, _position, _Tree, _unwrap
+from neuron_dra.tools.cel.fast import FastCompiler, Fn, device_path
+from neuron_dra.tools.cel.functions import is_bool, type_name
+from neuron_dra.tools.cel.general import CELPY_FUNCTIONS, celpy_error_kind
+from neuron_dra.tools.cel.syntax import (
+    ENV,
+    ParseTree,
+    ident_token,
+    parse_expression,
+    source_position,
+    unwrap,
+)
 from neuron_dra.tools.cel.values import (
     CelCompileError,
+    CelError,
     CelEvalError,
     CompileErrorKind,
     EvalErrorKind,
-    _CelError,
 )
 
 MAX_EXPRESSION_BYTES: Final = 10 * 1024
@@ -53,15 +60,15 @@ class Selector:
         try:
             result = self._program.evaluate(device.celpy_activation())
         except _CelpyError as error:
-            kind, message = _celpy_error_kind(error)
+            kind, message = celpy_error_kind(error)
             raise CelEvalError(kind, message) from None
         if isinstance(result, _CelpyError):
-            kind, message = _celpy_error_kind(result)
+            kind, message = celpy_error_kind(result)
             raise CelEvalError(kind, message)
-        if not _is_bool(result):
+        if not is_bool(result):
             raise CelEvalError(
                 EvalErrorKind.NOT_BOOL,
-                f"CEL result of type {_type_name(result)} could not be converted to bool",
+                f"CEL result of type {type_name(result)} could not be converted to bool",
             )
         return bool(result)
 
@@ -69,14 +76,14 @@ class Selector:
 def _finish(fn: Fn, device: DeviceView) -> bool:
     try:
         result = fn(device)
-    except _CelError as error:
+    except CelError as error:
         raise CelEvalError(error.kind, error.message) from None
     if result is True or result is False:
         return result
-    if not _is_bool(result):
+    if not is_bool(result):
         raise CelEvalError(
             EvalErrorKind.NOT_BOOL,
-            f"CEL result of type {_type_name(result)} could not be converted to bool",
+            f"CEL result of type {type_name(result)} could not be converted to bool",
         )
     return bool(result)
 
@@ -95,18 +102,18 @@ def compile_selector(expression: str) -> Selector:
             1,
             1,
         )
-    tree = _parse(expression)
-    result_type = _Checker().check(tree)
+    tree = parse_expression(expression)
+    result_type = Checker().check(tree)
     if result_type not in ("bool", "dyn"):
-        line, column = _position(tree)
+        line, column = source_position(tree)
         raise CelCompileError(
             CompileErrorKind.NOT_BOOL,
             f"must evaluate to bool or the unknown type, not {result_type}",
             line,
             column,
         )
-    program = _ENV.program(tree, functions=_CELPY_FUNCTIONS)
-    return Selector(expression, _FastCompiler().compile(tree), program)
+    program = ENV.program(tree, functions=CELPY_FUNCTIONS)
+    return Selector(expression, FastCompiler().compile(tree), program)
 
 
 # --- Lint support ---------------------------------------------------------------------
@@ -123,32 +130,32 @@ def referenced_attributes(expression: str) -> set[tuple[str, str]]:
 
 @functools.lru_cache(maxsize=1024)
 def _referenced(expression: str) -> frozenset[tuple[str, str]]:
-    tree = _parse(expression)
+    tree = parse_expression(expression)
     found: set[tuple[str, str]] = set()
     for node in _walk(tree):
         kind = str(node.data)
         if kind in ("member_dot", "member_index"):
-            path = _device_path(node)
+            path = device_path(node)
             if path is not None and len(path) == 3 and path[0] == "attributes":
                 found.add((path[1], path[2]))
         elif kind == "relation" and len(node.children) == 2:
             op_tree = node.children[0]
             if isinstance(op_tree, lark.Tree) and str(op_tree.data) == "relation_in":
-                path = _device_path(node.children[1])
-                item = _unwrap(op_tree.children[0])
+                path = device_path(node.children[1])
+                item = unwrap(op_tree.children[0])
                 if (
                     path is not None
                     and len(path) == 2
                     and path[0] == "attributes"
                     and isinstance(item, lark.Tree)
                     and str(item.data) == "literal"
-                    and str(_ident_token(item.children[0]).type) == "STRING_LIT"
+                    and str(ident_token(item.children[0]).type) == "STRING_LIT"
                 ):
-                    found.add((path[1], str(celstr(_ident_token(item.children[0])))))
+                    found.add((path[1], str(celstr(ident_token(item.children[0])))))
     return frozenset(found)
 
 
-def _walk(tree: _Tree) -> Iterator[_Tree]:
+def _walk(tree: ParseTree) -> Iterator[ParseTree]:
     yield tree
     for child in tree.children:
         if isinstance(child, lark.Tree):

@@ -21,13 +21,13 @@ from neuron_dra.tools.cel.values import CelCompileError, CompileErrorKind
 # prints transpiler internals at info level; selectors that fail are normal here.
 logging.getLogger("celpy").setLevel(logging.WARNING)
 
-_ENV = celpy.Environment()
-_Tree = lark.Tree[Any]
+ENV = celpy.Environment()
+ParseTree = lark.Tree[Any]
 
 
-def _parse(expression: str) -> _Tree:
+def parse_expression(expression: str) -> ParseTree:
     try:
-        return _ENV.compile(expression)
+        return ENV.compile(expression)
     except CELParseError as error:
         line = getattr(error, "line", None) or 1
         column = getattr(error, "column", None) or 1
@@ -40,7 +40,7 @@ def _parse(expression: str) -> _Tree:
         raise CelCompileError(CompileErrorKind.SYNTAX, detail, line, column) from None
 
 
-def _position(tree: _Tree | lark.Token) -> tuple[int, int]:
+def source_position(tree: ParseTree | lark.Token) -> tuple[int, int]:
     if isinstance(tree, lark.Token):
         return tree.line or 1, tree.column or 1
     for token in tree.scan_values(lambda t: isinstance(t, lark.Token)):
@@ -48,15 +48,15 @@ def _position(tree: _Tree | lark.Token) -> tuple[int, int]:
     return 1, 1
 
 
-def _children(tree: _Tree) -> list[Any]:
+def child_nodes(tree: ParseTree) -> list[Any]:
     return list(tree.children)
 
 
-def _ident_token(tree: Any) -> lark.Token:
+def ident_token(tree: Any) -> lark.Token:
     return cast(lark.Token, tree)
 
 
-def _unwrap(node: Any) -> Any:
+def unwrap(node: Any) -> Any:
     """Descend single-child wrapper nodes (expr -> conditionalor -> ... -> primary)."""
     while (
         isinstance(node, lark.Tree)
@@ -68,15 +68,15 @@ def _unwrap(node: Any) -> Any:
     return node
 
 
-def _is_ident(node: Any) -> bool:
-    node = _unwrap(node)
+def is_ident(node: Any) -> bool:
+    node = unwrap(node)
     return isinstance(node, lark.Tree) and str(node.data) == "ident"
 
 
-def _ident_name(node: Any) -> str:
-    return str(_unwrap(node).children[0])
+def ident_name(node: Any) -> str:
+    return str(unwrap(node).children[0])
 
 
-def _is_selection(node: Any) -> bool:
-    node = _unwrap(node)
+def is_selection(node: Any) -> bool:
+    node = unwrap(node)
     return isinstance(node, lark.Tree) and str(node.data) in ("member_dot", "member_index")

@@ -3,7 +3,7 @@
 Owns: the Kubernetes CEL value types `Semver` and `Quantity` (parsing and
 ordering as Kubernetes does), the `Value` alias for anything an expression
 evaluates to, the public compile and evaluation errors with their kinds, and
-`_CelError`, the CEL error value the semantic functions raise.
+`CelError`, the CEL error value the semantic functions raise.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class CelEvalError(RuntimeError):
         self.kind = kind
 
 
-class _CelError(Exception):
+class CelError(Exception):
     """Internal: a CEL error value, raised by the semantic functions."""
 
     def __init__(self, kind: EvalErrorKind, message: str) -> None:
