@@ -1,4 +1,12 @@
-"""The node agent, `neuron-dra run`: one asyncio event loop per node.
+"""The node agent, `neuron-dra run`: an asyncio event loop that publishes, watches
+and polls, and grpcio's synchronous servers whose worker threads answer the kubelet.
+
+Each DRA call runs in one gRPC worker thread from request to answer (prepare,
+unprepare: `claims.preparer` guards its state with threading locks); the event
+loop owns the slice publisher, the Node watch, the health polls and the metrics
+endpoint, and hands its API calls, watch streams and the reads that may hang to
+threads (`apiclient.kube`, `files.offloop`, with deadlines). The
+measured reasons are in docs/contributors/performance.md ("The threading model").
 
 Rooms, each a package whose docstring says what it owns and may use, layered by
 the `Agent rooms` import contract: `kubelet` (the kubelet plugin), `claims`

@@ -1,4 +1,4 @@
-"""`neuron-dra run`: the node agent, one asyncio event loop from start to SIGTERM.
+"""`neuron-dra run`: the node agent's start and stop, from the kubelet's sockets to SIGTERM.
 
 Start-up is mostly imports. The kubelet's sockets come first, served from this
 module's few imports (gRPC and the kubelet's protocols); the rest of the agent

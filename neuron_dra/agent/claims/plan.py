@@ -29,6 +29,7 @@ from consts import (
     NODE_DEVICE_NAME,
 )
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.claimshape import ShapeError, check_claim
 from neuron_dra.hardware import cores as logical
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory
 
@@ -90,16 +91,16 @@ def plan(
 ) -> PreparedClaim:
     """Work out what `obj` (a ResourceClaim) gives containers on this node."""
     try:
-        return _plan(claim, obj, inventory, pool)
-    except (AttributeError, TypeError) as err:
-        # The API server validates claims, so a wrong type here is a corrupted object.
-        raise ClaimError(f"claim {claim}: malformed ResourceClaim ({err})") from None
+        check_claim(obj)
+    except ShapeError as err:
+        raise ClaimError(f"claim {claim}: malformed ResourceClaim: {err}") from None
+    return _plan(claim, obj, inventory, pool)
 
 
 def _plan(
     claim: ClaimRef, obj: dict[str, Any], inventory: NodeInventory, pool: str
 ) -> PreparedClaim:
-    uid = obj.get("metadata", {}).get("uid")
+    uid = (obj.get("metadata") or {}).get("uid")
     if uid != claim.uid:
         raise ClaimError(f"claim {claim}: the API server has UID {uid}, a different claim")
     allocation = (obj.get("status") or {}).get("allocation")

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
+from neuron_dra.agent.claims import plan as plan_module
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.exclusive import check_exclusive
 from neuron_dra.agent.claims.plan import (
@@ -322,6 +326,54 @@ def test_uid_and_allocation_are_checked(fake_node: FakeNode) -> None:
         plan(REF, unallocated, inventory, "node-a")
     with pytest.raises(ClaimError, match=r"no device of neuron\.aws\.com on pool node-b allocated"):
         plan(REF, allocated_claim(REF.uid, ["neurondevice0"]), inventory, "node-b")
+
+
+@pytest.mark.parametrize(
+    ("break_", "message"),
+    [
+        (lambda c: c.update(metadata="x"), "metadata is str, not an object"),
+        (lambda c: c["metadata"].update(uid=7), "metadata.uid is int, not a string"),
+        (
+            lambda c: c["status"]["allocation"]["devices"]["results"][0].update(device=0),
+            r"status\.allocation\.devices\.results\[0\]\.device is int, not a string",
+        ),
+        (
+            lambda c: c["status"]["allocation"]["devices"]["results"][0].update(adminAccess="y"),
+            r"results\[0\]\.adminAccess is str, not a boolean",
+        ),
+        (
+            lambda c: c["status"]["allocation"]["devices"].update(config=[{"requests": [1]}]),
+            r"config\[0\]\.requests\[0\] is int, not a string",
+        ),
+        (
+            lambda c: c["status"]["allocation"]["devices"].update(config=[{"opaque": []}]),
+            r"config\[0\]\.opaque is list, not an object",
+        ),
+    ],
+)
+def test_a_malformed_claim_names_the_field(
+    fake_node: FakeNode, break_: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    inventory = inventory_of(fake_node, "inf2.xlarge")
+    claim = allocated_claim(REF.uid, ["neurondevice0"])
+    break_(claim)
+    with pytest.raises(ClaimError, match=f"^claim .*: malformed ResourceClaim: .*{message}"):
+        plan(REF, claim, inventory, "node-a")
+
+
+def test_a_bug_in_the_plan_is_not_blamed_on_the_claim(
+    fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TypeError of the driver's own surfaces as one (the preparer logs its traceback
+    and counts it as internal), not as a malformed claim."""
+    inventory = inventory_of(fake_node, "inf2.xlarge")
+
+    def broken(*args: object) -> None:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(plan_module, "_with_env", broken)
+    with pytest.raises(TypeError, match="a bug"):
+        plan(REF, allocated_claim(REF.uid, ["neurondevice0"]), inventory, "node-a")
 
 
 OTHER = ClaimRef("team", "other", "5e2a0c1d-2222-4333-8444-955566667777")
