@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: unit fuzz test test-versions test-counter-rules test-held-long lint demo demo-node bench bench-scale clean
+.PHONY: unit fuzz host-packages test test-versions test-counter-rules test-held-long lint demo demo-node bench bench-scale clean
 
 $(STAMP): pyproject.toml constraints.txt harness/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,9 +52,14 @@ fuzz: $(STAMP)
 	NEURON_DRA_FUZZ_FRESH=1 TMPDIR=$(TEST_TMPDIR) $(BIN)/pytest -q -p no:cacheprovider \
 		--hypothesis-seed=$$seed tests/reliability/test_fuzz.py
 
+# The Debian packages the real-node tests and shellcheck need: installed where this
+# user may (root, or sudo without a password), else named with the command to run.
+host-packages:
+	@scripts/test-packages.sh
+
 # Everything on the newest Kubernetes release, then the tests that differ between
 # releases on the oldest one.
-test: lint
+test: host-packages lint
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/pytest
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python -m tests.e2e.versions --oldest
 
