@@ -18,7 +18,7 @@ ARG PYTHON_IMAGE=python:3.11-slim
 FROM ${PYTHON_IMAGE} AS builder
 WORKDIR /src
 COPY requirements ./requirements
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY api ./api
 COPY consts ./consts
 COPY neuron_dra ./neuron_dra

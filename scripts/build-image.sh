@@ -26,7 +26,8 @@
 # Environment: PYTHON (host interpreter, default python3: 3.11 or later, with pip
 # 22.3 or later; the wheels are the image's Python 3.11's whatever it is),
 # DEBIAN_MIRROR (default http://deb.debian.org/debian), DEBIAN_SECURITY_MIRROR (default
-# http://deb.debian.org/debian-security), TMPDIR (scratch space, ~400 MiB).
+# http://deb.debian.org/debian-security), TMPDIR (scratch space, ~400 MiB), WHEEL_OUT
+# (a directory to copy the driver's wheel to, the one the image installs).
 #
 # Exit codes: 0 built; 2 bad usage; 3 the host is not ready (not root, a tool
 # missing, not x86_64); any other: a step failed (its own exit code).
@@ -104,12 +105,13 @@ tools=$work/tools
 pip=("$tools/bin/python" -m pip --quiet --disable-pip-version-check)
 # A copy of the packaged files: the build writes scratch files beside its sources.
 mkdir -p "$work/src" "$work/wheels" "$work/pip"
-cp -a "$repo/pyproject.toml" "$repo/README.md" \
+cp -a "$repo/pyproject.toml" "$repo/README.md" "$repo/LICENSE" \
     "$repo/api" "$repo/consts" "$repo/neuron_dra" "$work/src/"
 find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 "${pip[@]}" wheel --no-deps --no-build-isolation --wheel-dir "$work/wheels" "$work/src"
 wheel=$(find "$work/wheels" -name 'neuron_dra-*.whl' -print -quit)
 [[ -n $wheel ]] || die 1 "pip wheel made no neuron_dra wheel"
+[[ -z ${WHEEL_OUT:-} ]] || cp "$wheel" "$WHEEL_OUT/"
 # Wheels for the image's interpreter, not the host's: CPython 3.11 on glibc 2.36
 # (bookworm's), any manylinux tag up to that.
 target=(--only-binary=:all: --implementation cp --python-version "$IMAGE_PYTHON"

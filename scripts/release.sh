@@ -8,13 +8,17 @@
 #                                      localhost/neuron-dra): `ctr -n k8s.io images
 #                                      import` or `skopeo copy oci-archive:...`
 #   DIR/neuron-dra-<version>.tgz       the Helm chart, packaged
-#   DIR/SHA256SUMS                     both, for `sha256sum -c`
+#   DIR/neuron_dra-<version>-py3-none-any.whl
+#                                      the Python package the image installs:
+#                                      `pip install 'neuron_dra-...whl[tools]'`
+#                                      for the CLI's tools on a laptop or in CI
+#   DIR/SHA256SUMS                     all three, for `sha256sum -c`
 #
 # The version is consts.DRA_DRIVER_VERSION (scripts/version.py); the chart's
 # version and appVersion must be the same (the script refuses otherwise), so the
-# package, the chart and the image tag never disagree. Environment: HELM (default: helm on PATH), and what
-# scripts/build-image.sh reads (PYTHON, default python3, 3.11 or later, reads the
-# version here too).
+# package, the chart and the image tag never disagree. Environment: HELM (default:
+# helm on PATH), and what scripts/build-image.sh reads (PYTHON, default python3,
+# 3.11 or later, reads the version here too).
 #
 # Exit codes: 0 built; 2 bad usage or versions that disagree; 3 a tool missing; any
 # other: a step failed.
@@ -44,8 +48,10 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 image="$out/neuron-dra-$version.oci.tar"
-"$repo/scripts/build-image.sh" "$image" "$repository:$version"
+wheel="neuron_dra-$version-py3-none-any.whl"
+WHEEL_OUT="$out" "$repo/scripts/build-image.sh" "$image" "$repository:$version"
+[[ -f "$out/$wheel" ]] || die 1 "build-image.sh left no $wheel"
 "$helm" package "$chart" --destination "$out" >/dev/null
-(cd "$out" && sha256sum "neuron-dra-$version.oci.tar" "neuron-dra-$version.tgz" >SHA256SUMS)
+(cd "$out" && sha256sum "neuron-dra-$version.oci.tar" "neuron-dra-$version.tgz" "$wheel" >SHA256SUMS)
 echo "release $version in $out:"
 sed 's/^/  /' "$out/SHA256SUMS"

@@ -77,7 +77,7 @@ def runner(command: DocCommand) -> str:
     program = argv[1] if argv[0] == "sudo" else argv[0]
     if program == "make":
         return MAKE
-    if program == "neuron-dra":
+    if program == "neuron-dra" or argv[:2] == ["source", "<(neuron-dra"]:
         return CLUSTER if "--kubeconfig" in argv else OFFLINE
     if program == "kubectl":
         return CLUSTER

@@ -58,7 +58,7 @@ def test_the_offline_commands_run(tmp_path: Path) -> None:
         done = subprocess.run(["bash", "-c", text], cwd=REPO, env=env, check=False,
                               capture_output=True, text=True)  # fmt: skip
         assert done.returncode == 0, (str(command), done.stdout[-2000:], done.stderr[-2000:])
-        assert done.stdout.strip(), command
+        assert done.stdout.strip() or command.argv[0] == "source", command  # loads, prints none
 
 
 def test_the_image_build_command_is_the_one_the_real_node_runs() -> None:

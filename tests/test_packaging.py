@@ -215,6 +215,12 @@ def test_the_agent_runs_without_the_tools_extra(agent_venv: Path, tmp_path: Path
             r"\((celpy|jsonschema) is not installed\): pip install 'neuron-dra\[tools\]'",
             line,
         ), line
+    completion = run("neuron-dra", "completion", "bash")
+    assert (completion.returncode, completion.stdout) == (2, "")
+    assert completion.stderr == (
+        "neuron-dra: error: shell completion needs the tools extra (argcomplete is not "
+        "installed): pip install 'neuron-dra[tools]'\n"
+    )
 
 
 def test_image_build_context_holds_the_packages() -> None:

@@ -24,9 +24,13 @@ STARTED = time.monotonic()  # start-up time is measured from the first import
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
-    logs.configure(args.log_level, args.log_format)
     try:
+        if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (`completion`)
+            from neuron_dra.cli import completion  # noqa: PLC0415 (the docstring says why)
+
+            completion.complete(parser())
+        args = parse(sys.argv[1:] if argv is None else argv)
+        logs.configure(args.log_level, args.log_format)
         code: int = args.command(args)
         # Flushed here, not at exit, so a closed pipe is caught below and not
         # reported by the interpreter as an ignored exception.
@@ -108,9 +112,10 @@ def parser(*, only_run: bool = False) -> argparse.ArgumentParser:
     if only_run:
         agent.add_command(commands)
         return command_line
-    from neuron_dra.cli import node, tools  # noqa: PLC0415 (see the module's docstring)
+    from neuron_dra.cli import completion, node, tools  # noqa: PLC0415 (the docstring says why)
 
     node.add_commands(commands)
     agent.add_command(commands)
     tools.add_commands(commands)
+    completion.add_command(commands)
     return command_line

@@ -29,7 +29,7 @@ def add_commands(subparsers: SubParsers) -> None:
     )
     cmd.add_argument(
         "files", nargs="+", type=Path, metavar="FILE",
-        help="YAML of ResourceClaims, templates, Pods, workloads and DeviceClasses",
+        help="YAML of ResourceClaims, templates, Pods, workloads and DeviceClasses (-: stdin)",
     )  # fmt: skip
     where = cmd.add_mutually_exclusive_group(required=True)
     where.add_argument(
@@ -72,13 +72,22 @@ def add_commands(subparsers: SubParsers) -> None:
     cmd = subparsers.add_parser(
         "lint", help="check ResourceClaim(Template)s against what the driver publishes"
     )
-    cmd.add_argument("files", nargs="+", type=Path, metavar="FILE", help="YAML files to check")
+    cmd.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="YAML files to check (-: stdin)"
+    )
     cmd.add_argument(
         "--instance-type",
         action="append",
         default=[],
         choices=sorted(INSTANCE_TYPES),
         help="instance types the claims are meant for (default: what selectors pin)",
+    )
+    cmd.add_argument(
+        "-o",
+        "--output",
+        default="text",
+        choices=["text", "json"],
+        help="text: a line a finding and a summary; json: the same as data, for CI",
     )
     cmd.set_defaults(command=_lint)
 
@@ -203,7 +212,10 @@ def _lint(args: argparse.Namespace) -> int:
         from neuron_dra.tools import lint  # noqa: PLC0415
 
     findings = lint.lint_files(args.files, args.instance_type)
-    for finding in findings:
-        print(finding)
-    print(lint.summary(findings))
+    if args.output == "json":
+        print(json.dumps(lint.findings_json(findings), indent=2))
+    else:
+        for finding in findings:
+            print(finding)
+        print(lint.summary(findings))
     return 1 if any(f.error for f in findings) else 0

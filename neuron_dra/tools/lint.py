@@ -108,7 +108,7 @@ def lint_files(files: Sequence[Path], instance_types: Sequence[str] = ()) -> lis
         Finding(document.file, where, message, False, document.line)
         for document, where, message in shared_cores_warnings(documents, classes)
     ]
-    order = {str(path): i for i, path in enumerate(files)}
+    order = {manifests.file_name(path): i for i, path in enumerate(files)}
     # Stable: the findings of one object keep the order they were found in.
     return sorted(findings, key=lambda f: (order.get(f.file, 0), f.line or 0))
 
@@ -117,6 +117,25 @@ def summary(findings: Sequence[Finding]) -> str:
     """`1 error, 2 warnings`."""
     errors = sum(f.error for f in findings)
     return f"{counted(errors, 'error')}, {counted(len(findings) - errors, 'warning')}"
+
+
+def findings_json(findings: Sequence[Finding]) -> dict[str, Any]:
+    """`lint -o json`: every finding as an object, and the counts."""
+    errors = sum(f.error for f in findings)
+    return {
+        "findings": [
+            {
+                "file": f.file,
+                "line": f.line,
+                "level": "error" if f.error else "warning",
+                "where": f.where,
+                "message": f.message,
+            }
+            for f in findings
+        ],
+        "errors": errors,
+        "warnings": len(findings) - errors,
+    }
 
 
 def _resource(doc: Mapping[str, Any]) -> bool:

@@ -13,6 +13,7 @@ resource.k8s.io version the tools do not know, a kind close to one they read
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ Json = dict[str, Any]
 # enough to read in seconds (docs/contributors/performance.md). A larger file is refused
 # before it is parsed.
 MAX_FILE_BYTES = 8 * 1024 * 1024
+STDIN = "-"  # a file name that reads standard input, as kubectl's `-f -`
 RESOURCE_GROUP = apischema.GROUP
 RESOURCE_KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 # Workloads whose pods come from spec.template (CronJob: spec.jobTemplate.spec.template).
@@ -85,12 +87,21 @@ def read_all(paths: Iterable[Path]) -> tuple[list[Document], list[Problem]]:
     return documents, problems
 
 
+def file_name(path: Path) -> str:
+    """How findings name `path`: `<stdin>` for `-`."""
+    return "<stdin>" if str(path) == STDIN else str(path)
+
+
 def read(path: Path) -> tuple[list[Document], list[Problem]]:
-    """The objects of `path` the tools read, and why any part of it cannot be read."""
-    file = str(path)
+    """The objects of `path` (`-`: standard input) the tools read, and why any part of
+    it cannot be read."""
+    file = file_name(path)
     try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_FILE_BYTES + 1)
+        if str(path) == STDIN:
+            data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        else:
+            with path.open("rb") as stream:
+                data = stream.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         return [], [Problem(file, None, err.strerror or str(err))]
     if len(data) > MAX_FILE_BYTES:

@@ -16,6 +16,7 @@ import sys
 import tarfile
 import urllib.error
 import urllib.request
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = DRA_DRIVER_VERSION
+WHEEL = f"neuron_dra-{VERSION}-py3-none-any.whl"
 
 
 def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> None:
@@ -51,7 +53,7 @@ def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> 
                               capture_output=True, text=True)  # fmt: skip
         assert done.returncode == 0, (str(command), done.stdout[-2000:], done.stderr[-2000:])
     image, chart = f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz"
-    assert sorted(p.name for p in out.iterdir()) == sorted([image, chart, "SHA256SUMS"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([image, chart, WHEEL, "SHA256SUMS"])
     with tarfile.open(out / chart) as archive:
         member = archive.extractfile("neuron-dra/Chart.yaml")
         assert member is not None
@@ -63,13 +65,20 @@ def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> 
         index = json.loads(member.read())
     names = {m["annotations"].get("io.containerd.image.name") for m in index["manifests"]}
     assert f"registry.example/ml/neuron-dra:{VERSION}" in names
+    with zipfile.ZipFile(out / WHEEL) as wheel:
+        metadata = wheel.read(f"neuron_dra-{VERSION}.dist-info/METADATA").decode()
+        assert f"neuron_dra-{VERSION}.dist-info/licenses/LICENSE" in wheel.namelist()
+    assert f"\nVersion: {VERSION}\n" in metadata
+    assert "Provides-Extra: tools" in metadata
+    listed = [line.split()[1] for line in (out / "SHA256SUMS").read_text().splitlines()]
+    assert sorted(listed) == sorted([image, chart, WHEEL])
 
 
 def test_a_chart_of_another_version_is_refused(tmp_path: Path) -> None:
     copy = tmp_path / "repo"
     shutil.copytree(REPO / "scripts", copy / "scripts")
     shutil.copytree(REPO / "deploy/helm", copy / "deploy/helm")
-    shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
+    shutil.copytree(REPO / "consts", copy / "consts")  # scripts/version.py reads it
     chart = copy / "deploy/helm/neuron-dra/Chart.yaml"
     chart.write_text(chart.read_text().replace(f"version: {VERSION}", "version: 9.9.9"))
     result = subprocess.run(
@@ -77,7 +86,7 @@ def test_a_chart_of_another_version_is_refused(tmp_path: Path) -> None:
         env={**os.environ, "HELM": "/bin/true"}, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 2
-    assert f"Chart.yaml version is 9.9.9, pyproject.toml says {VERSION}" in result.stderr
+    assert f"Chart.yaml version is 9.9.9, consts.DRA_DRIVER_VERSION says {VERSION}" in result.stderr
 
 
 REGISTRY = "registry.example/ml"
@@ -219,7 +228,7 @@ def test_the_workflows_local_steps_run_as_written(released: Run) -> None:
     assert released.context["needs.build.outputs.version"] == VERSION
     dist = released.workspaces["publish"] / "dist"
     assert sorted(p.name for p in dist.iterdir()) == sorted(
-        [f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz", "SHA256SUMS"]
+        [f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz", WHEEL, "SHA256SUMS"]
     )
     assert sorted(p.name for p in released.workspaces["publish"].iterdir()) == ["dist"]
     with tarfile.open(dist / f"neuron-dra-{VERSION}.oci.tar") as archive:

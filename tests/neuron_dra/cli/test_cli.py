@@ -277,3 +277,80 @@ def test_progress_shows_only_on_long_steps(tty: bool) -> None:
         )
     else:
         assert stream.getvalue() == "nodes built: 4,000 of 5,000 (12 s)\n"
+
+
+UNKNOWN_ATTRIBUTE = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: x}
+spec:
+  devices:
+    requests:
+    - name: a
+      exactly:
+        deviceClassName: neuron.aws.com
+        selectors: [{cel: {expression: 'device.attributes["neuron.aws.com"].nope == 1'}}]
+"""
+
+
+def test_lint_reads_standard_input_and_writes_json() -> None:
+    """`-` is standard input, as kubectl's `-f -`; `-o json` gives CI the same findings."""
+    done = subprocess.run(
+        [sys.executable, "-m", "neuron_dra", "lint", "-", "-o", "json"],
+        input=UNKNOWN_ATTRIBUTE,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["errors"], report["warnings"]) == (1, 0)
+    [finding] = report["findings"]
+    assert finding["file"] == "<stdin>" and finding["line"] == 1
+    assert finding["level"] == "error"
+    assert finding["message"] == "attribute neuron.aws.com/nope is never published by the driver"
+    text = subprocess.run(
+        [sys.executable, "-m", "neuron_dra", "lint", "-"],
+        input=UNKNOWN_ATTRIBUTE,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert text.stdout.startswith("<stdin>:1: error: ResourceClaim x: request a: selectors[0]")
+
+
+def test_bash_completes_commands_and_flags(tmp_path: Path) -> None:
+    """The shell code `completion bash` prints, loaded in a real bash, completes through
+    `neuron-dra` itself."""
+    launcher = tmp_path / "neuron-dra"
+    launcher.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m neuron_dra "$@"\n')
+    launcher.chmod(0o755)
+    code = subprocess.run(
+        [str(launcher), "completion", "bash"], capture_output=True, text=True, check=True
+    ).stdout
+    script = tmp_path / "complete.sh"
+    script.write_text(
+        code
+        + """
+complete_line() {
+    COMP_LINE="$1"; COMP_POINT=${#1}; read -r -a COMP_WORDS <<< "$1"
+    [[ $1 == *" " ]] && COMP_WORDS+=("")
+    COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=()
+    _python_argcomplete neuron-dra "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+    printf '%s\\n' "${COMPREPLY[@]}"
+}
+complete_line "neuron-dra li"
+echo --
+complete_line "neuron-dra lint -o "
+"""
+    )
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    done = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, env=env, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.split("--\n")
+    assert first.split() == ["lint"]
+    assert sorted(second.split()) == ["json", "text"]
