@@ -91,8 +91,8 @@ class CoreLayout(StrEnum):
     OFF = "off"  # whole devices only
     PARTITIONS = "partitions"  # each core a device, kept apart from its device by counters
     # Each device shareable (consumable capacity, KEP-5075), a claim taking a number of its
-    # physical cores. Measured by bench/scale.py, not published by the agent (README,
-    # Decisions; docs/contributors/fleet-scale.md): the 1.37 allocator scans every share in
+    # physical cores. Measured by bench/scale.py, not published by the agent (docs/contributors/
+    # decisions.md and fleet-scale.md): the 1.37 allocator scans every share in
     # the cluster per device.
     CAPACITY = "capacity"
 
@@ -137,7 +137,8 @@ class SliceOptions:
     # held device has the counter), yet every pod the scheduler places would evaluate its
     # selectors on it, on every scan. The held device itself is published as ever, with
     # its counters: were its consumption to change while it is allocated, an allocator
-    # that records consumption when it allocates would count it wrong (README, Decisions).
+    # that records consumption when it allocates would count it wrong
+    # (docs/contributors/decisions.md).
     # So an adminAccess request cannot have a held device that has counters while the
     # allocator charges admin requests for counters (it does up to 1.38).
     held: frozenset[str] = frozenset()

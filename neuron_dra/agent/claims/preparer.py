@@ -15,7 +15,7 @@ is prepared again.
 Blocking, in the caller's thread: the kubelet's calls arrive on the gRPC
 server's worker threads, and a claim's API read, plan and writes run there
 from start to end. Handing its three steps to worker threads of an event loop
-cost a call 0.33 ms (README, Decisions); `_mutex` guards the shared state.
+cost a call 0.33 ms (docs/contributors/decisions.md); `_mutex` guards the shared state.
 """
 
 from __future__ import annotations
