@@ -26,6 +26,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python scripts/generate_protos.py --check
 	$(BIN)/python scripts/render_manifests.py --check
+	$(BIN)/python scripts/chart_readme.py --check
 	@if command -v go >/dev/null; then \
 		promtool=$$($(BIN)/python -m neuron_dra_harness.build --promtool) && "$$promtool" check rules $(RULES); \
 	else echo "go not installed: $(RULES) not checked with promtool"; fi

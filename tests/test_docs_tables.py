@@ -10,6 +10,8 @@ import itertools
 import json
 import re
 import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -254,3 +256,17 @@ def test_every_run_flag_is_in_the_flag_table() -> None:
     }
     assert run_flags() - documented == set(), f"{FLAG_TABLE.relative_to(REPO)} lacks rows"
     assert documented - run_flags() == set(), "the table names flags `run` does not take"
+
+
+def test_the_chart_readme_is_generated_from_the_values_table() -> None:
+    """deploy/helm/neuron-dra/README.md is scripts/chart_readme.py's output: the table
+    checked above, as the chart carries it."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts/chart_readme.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    readme = (REPO / "deploy/helm/neuron-dra/README.md").read_text()
+    assert "| `serviceAccount.create`, `.name`, `.annotations` |" in readme

@@ -17,7 +17,34 @@ app.kubernetes.io/name: neuron-dra
 
 {{/* The plugin's service account, as the API server names its requests. */}}
 {{- define "neuron-dra.serviceAccountUser" -}}
-system:serviceaccount:{{ .Release.Namespace }}:neuron-dra
+system:serviceaccount:{{ include "neuron-dra.namespace" . }}:{{ include "neuron-dra.serviceAccountName" . }}
+{{- end }}
+
+{{/* Names, as charts conventionally take them: the objects are named after the chart
+(nameOverride) unless fullnameOverride names them. The release name is not in them,
+so an upgrade never renames the DaemonSet; the labels the DaemonSet selects on, and
+that the CLI and dashboards find the plugin by, stay app.kubernetes.io/name=neuron-dra. */}}
+{{- define "neuron-dra.name" -}}
+{{ .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "neuron-dra.fullname" -}}
+{{- /* 48: room for the longest suffix, "-resourceslices", in 63 */ -}}
+{{ .Values.fullnameOverride | default (include "neuron-dra.name" .) | trunc 48 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The namespace of the namespaced objects: the release's unless namespaceOverride
+(a chart used as a subchart, or applied with `helm template` into another one). */}}
+{{- define "neuron-dra.namespace" -}}
+{{ .Values.namespaceOverride | default .Release.Namespace }}
+{{- end }}
+
+{{- define "neuron-dra.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ .Values.serviceAccount.name | default (include "neuron-dra.fullname" .) }}
+{{- else -}}
+{{ required "serviceAccount.name is required when serviceAccount.create is false: the account the plugin runs as" .Values.serviceAccount.name }}
+{{- end -}}
 {{- end }}
 
 {{/* The image reference: repository@digest, else repository:tag (default appVersion). */}}
