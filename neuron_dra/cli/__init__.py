@@ -112,10 +112,11 @@ def parser(*, only_run: bool = False) -> argparse.ArgumentParser:
     if only_run:
         agent.add_command(commands)
         return command_line
-    from neuron_dra.cli import completion, node, tools  # noqa: PLC0415 (the docstring says why)
+    from neuron_dra.cli import completion, doctor, node, tools  # noqa: PLC0415 (see docstring)
 
     node.add_commands(commands)
     agent.add_command(commands)
     tools.add_commands(commands)
     completion.add_command(commands)
+    doctor.add_command(commands)
     return command_line

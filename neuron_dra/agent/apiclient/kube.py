@@ -196,6 +196,10 @@ class Kube:
         """The items of a collection, blocking: for one-shot tools, not the node agent."""
         return list(self._call_sync("GET", path, None, None, "application/json").get("items") or [])
 
+    def get_sync(self, path: str) -> Json:
+        """One object, blocking: for one-shot tools, not the node agent."""
+        return self._call_sync("GET", path, None, None, "application/json")
+
     # --- transport -------------------------------------------------------------
 
     async def _call(

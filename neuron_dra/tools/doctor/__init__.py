@@ -1,0 +1,8 @@
+"""`neuron-dra doctor`: a preflight of a node and a cluster, before and after install.
+
+Each check gives a verdict (ok, warn, fail), what it saw and, where not ok, the fix.
+`nodechecks` reads the node's own files (sysfs, /dev, the kubelet's directories,
+the container runtime's configuration); `clusterchecks` reads the API server
+through a get function, so it is tested against a real one. `verdicts` prints
+them and gives the exit status.
+"""

@@ -1,0 +1,158 @@
+"""What a node needs for the driver, read from its own files: on the host (`/`), or
+in the plugin's pod, whose mounts put the host's /sys, /dev and kubelet directory
+where `--sysfs-root` and `--kubelet-dir` say."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from consts import DRIVER_NAME
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.driverformats import NEWEST_KNOWN, beyond_known
+from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
+
+# Sockets the Neuron device plugin registers with the kubelet, by resource name.
+_DEVICE_PLUGIN_SOCKET = re.compile(r"^(aws\.amazon\.com_neuron|neuron).*\.sock$")
+_CDI_DIRS = ("etc/cdi", "var/run/cdi")
+
+
+def node_checks(root: Path, kubelet_dir: Path, containerd_config: Path) -> list[Check]:
+    """Every node check; `root` is what the node's `/` is here."""
+    return [
+        *_neuron_driver(root),
+        _device_plugin(kubelet_dir),
+        _kubelet_dirs(kubelet_dir),
+        _cdi_dirs(root),
+        _containerd_cdi(containerd_config),
+        _agent(kubelet_dir),
+    ]
+
+
+def _neuron_driver(root: Path) -> list[Check]:
+    found = discover(root)
+    inventory = found.inventory
+    problems = "; ".join(f"{f.path}: {f.message}" for f in found.findings)
+    if not inventory.devices:
+        fix = (
+            "install the Neuron kernel driver (aws-neuronx-dkms) and load it (modprobe "
+            "neuron); on EKS use a Neuron AMI"
+        )
+        return [fail("neuron devices", f"no Neuron device under {root / 'sys'}", fix)]
+    version = inventory.driver_version or "unknown"
+    what = (
+        f"{len(inventory.devices)} devices of {inventory.instance_type or 'an unknown type'}, "
+        f"Neuron driver {version}"
+    )
+    checks = [
+        ok("neuron devices", what)
+        if not problems
+        else warn("neuron devices", f"{what}; {problems}", "see the findings' paths")
+    ]
+    if beyond_known(inventory.driver_version):
+        checks.append(
+            warn(
+                "driver layout",
+                f"driver {version} is newer than {NEWEST_KNOWN}, the newest whose sysfs "
+                "layout this release reads",
+                "check `neuron-dra discover` and upgrade neuron-dra",
+            )
+        )
+    missing = [
+        f"/dev/neuron{d.index}"
+        for d in inventory.devices
+        if not (root / "dev" / f"neuron{d.index}").exists()
+    ]
+    checks.append(
+        fail("device nodes", f"missing {', '.join(missing)}", "reload the Neuron driver")
+        if missing
+        else ok("device nodes", f"{len(inventory.devices)} /dev/neuronN present")
+    )
+    return checks
+
+
+def _device_plugin(kubelet_dir: Path) -> Check:
+    directory = kubelet_dir / "device-plugins"
+    try:
+        sockets = sorted(p.name for p in directory.iterdir() if _DEVICE_PLUGIN_SOCKET.match(p.name))
+    except OSError:
+        sockets = []
+    if sockets:
+        return warn(
+            "device plugin",
+            f"the Neuron device plugin serves this node ({', '.join(sockets)}): it and the "
+            "driver would give the same devices to two pods",
+            "move the node over as docs/operators/migration.md says: label it, so that the "
+            "device plugin's DaemonSet leaves it, before the driver runs there",
+        )
+    return ok("device plugin", f"no Neuron device plugin socket in {directory}")
+
+
+def _kubelet_dirs(kubelet_dir: Path) -> Check:
+    missing = [d for d in ("plugins_registry", "plugins") if not (kubelet_dir / d).is_dir()]
+    if missing:
+        return fail(
+            "kubelet directories",
+            f"no {', '.join(str(kubelet_dir / d) for d in missing)}",
+            "pass the kubelet's --root-dir as --kubelet-dir (the chart's kubeletRootDir)",
+        )
+    return ok("kubelet directories", f"{kubelet_dir}/plugins_registry and plugins")
+
+
+def _cdi_dirs(root: Path) -> Check:
+    present = [f"/{d}" for d in _CDI_DIRS if (root / d).is_dir()]
+    if not present:
+        return warn(
+            "CDI directories",
+            "neither /etc/cdi nor /var/run/cdi exists",
+            "the plugin creates /var/run/cdi; the runtime must read it (next check)",
+        )
+    return ok("CDI directories", ", ".join(present))
+
+
+def _containerd_cdi(config: Path) -> Check:
+    try:
+        text = config.read_text()
+    except OSError:
+        return warn(
+            "runtime CDI",
+            f"{config} not readable: the runtime's CDI setting is unknown",
+            "containerd 2.0 and CRI-O read CDI specs by default; containerd 1.7 needs "
+            "enable_cdi = true in its CRI plugin's configuration",
+        )
+    if re.search(r"^\s*enable_cdi\s*=\s*false", text, re.MULTILINE):
+        return fail(
+            "runtime CDI",
+            f"{config} turns CDI off (enable_cdi = false)",
+            "set enable_cdi = true and restart containerd",
+        )
+    if re.search(r"^\s*enable_cdi\s*=\s*true", text, re.MULTILINE):
+        return ok("runtime CDI", f"{config}: enable_cdi = true")
+    if re.search(r"^\s*version\s*=\s*3\b", text, re.MULTILINE):
+        return ok("runtime CDI", f"{config}: containerd 2 configuration, CDI on by default")
+    return warn(
+        "runtime CDI",
+        f"{config} does not say enable_cdi: on by default in containerd 2.0, off in 1.7",
+        "on containerd 1.7 set enable_cdi = true under the CRI plugin and restart it",
+    )
+
+
+def _agent(kubelet_dir: Path) -> Check:
+    registration = kubelet_dir / "plugins_registry" / f"{DRIVER_NAME}-reg.sock"
+    dra = kubelet_dir / "plugins" / DRIVER_NAME / "dra.sock"
+    found = [p for p in (registration, dra) if p.is_socket()]
+    if len(found) == 2:
+        return ok("driver sockets", f"{registration} and {dra}")
+    if not found:
+        return warn(
+            "driver sockets",
+            "the driver is not serving this node (no registration or DRA socket)",
+            "before install this is expected; after it, see `kubectl -n neuron-dra logs` "
+            "of this node's plugin pod",
+        )
+    missing = {registration, dra} - set(found)
+    return fail(
+        "driver sockets",
+        f"only {found[0]}; missing {', '.join(map(str, missing))}",
+        "restart the node's plugin pod; its log says why a socket is gone",
+    )

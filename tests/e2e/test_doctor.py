@@ -1,0 +1,96 @@
+"""`neuron-dra doctor --kubeconfig` against a real API server, broken then mended:
+each failing check names what is wrong, and the fix makes it pass."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consts import DRIVER_NAME
+from neuron_dra_harness.build import Binaries
+from neuron_dra_harness.cluster import Cluster
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+TYPE = {"node.kubernetes.io/instance-type": "trn2.48xlarge"}
+
+
+@pytest.fixture(scope="module")
+def cluster(e2e_binaries: Binaries) -> Iterator[Cluster]:
+    with Cluster(e2e_binaries) as cluster:
+        yield cluster
+
+
+def doctor(cluster: Cluster) -> tuple[int, dict[str, dict[str, Any]]]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neuron_dra",
+            "doctor",
+            "--no-node",
+            f"--kubeconfig={cluster.kubeconfig}",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+
+
+def publish(cluster: Cluster, node: str) -> None:
+    """A slice of the driver's for `node`, as its plugin would publish."""
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{DRIVER_NAME}"},
+            "spec": {
+                "driver": DRIVER_NAME,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "neurondevice0"}],
+            },
+        }
+    )
+
+
+def test_a_cluster_before_install_then_after(cluster: Cluster) -> None:
+    cluster.add_node("trn-a", TYPE)
+    code, checks = doctor(cluster)
+    assert code == 1
+    assert checks["kubernetes"]["verdict"] == "ok"
+    assert checks["DRA API"]["verdict"] == "ok"
+    assert checks["device classes"]["verdict"] == "fail"
+    assert "missing neuron.aws.com, neuroncore.neuron.aws.com" in checks["device classes"]["detail"]
+    assert checks["admission policies"]["verdict"] == "warn"
+    assert checks["neuron nodes"]["verdict"] == "fail"
+    assert checks["neuron nodes"]["detail"] == "1 of 1 publish no devices: trn-a"
+
+    cluster.apply_yaml((REPO / "deploy/deviceclass.yaml").read_text())
+    cluster.apply_yaml((REPO / "deploy/admission-policy.yaml").read_text())
+    publish(cluster, "trn-a")
+    code, checks = doctor(cluster)
+    assert code == 0, checks
+    assert {c["verdict"] for c in checks.values()} == {"ok"}
+
+
+def test_a_node_the_device_plugin_serves_too(cluster: Cluster) -> None:
+    cluster.add_node("trn-b", TYPE, allocatable={"aws.amazon.com/neuron": "16"})
+    publish(cluster, "trn-b")
+    code, checks = doctor(cluster)
+    assert code == 1
+    check = checks["device plugin"]
+    assert check["verdict"] == "fail"
+    assert "also serves trn-b" in check["detail"]

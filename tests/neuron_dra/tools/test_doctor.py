@@ -1,0 +1,117 @@
+"""`neuron-dra doctor`'s node checks on simulated nodes, sound and broken."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from consts import DRIVER_NAME
+from neuron_dra.tools.doctor.nodechecks import node_checks
+from neuron_dra.tools.doctor.verdicts import Check, exit_status
+from tests.sysfs_tree import FakeNode
+
+
+class Node:
+    def __init__(self, root: Path, kubelet: Path, config: Path) -> None:
+        self.root, self.kubelet, self.config = root, kubelet, config
+
+    def checks(self) -> dict[str, Check]:
+        return {c.name: c for c in node_checks(self.root, self.kubelet, self.config)}
+
+
+def listen(path: Path) -> socket.socket:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    return server
+
+
+@pytest.fixture
+def node(fake_node: FakeNode, tmp_path: Path) -> Iterator[Node]:
+    """A trn2 node the driver serves: its sockets, CDI directory, containerd 2 config."""
+    root = fake_node("trn2.48xlarge")
+    (root / "var/run/cdi").mkdir(parents=True)
+    # Short: a socket's path has at most 107 bytes.
+    kubelet = Path(tempfile.mkdtemp(prefix="ndk-"))
+    sockets = [
+        listen(kubelet / "plugins_registry" / f"{DRIVER_NAME}-reg.sock"),
+        listen(kubelet / "plugins" / DRIVER_NAME / "dra.sock"),
+    ]
+    config = tmp_path / "config.toml"
+    config.write_text('version = 3\n[plugins."io.containerd.cri.v1.runtime"]\n')
+    yield Node(root, kubelet, config)
+    for s in sockets:
+        s.close()
+    shutil.rmtree(kubelet)
+
+
+def test_a_sound_node_passes_every_check(node: Node) -> None:
+    checks = node.checks()
+    assert {n: c.verdict for n, c in checks.items()} == dict.fromkeys(checks, "ok")
+    assert checks["neuron devices"].detail == (
+        "16 devices of trn2.48xlarge, Neuron driver 2.24.7.0"
+    )
+    assert exit_status(list(checks.values())) == 0
+
+
+def test_a_node_without_the_neuron_driver_fails(tmp_path: Path, node: Node) -> None:
+    node.root = tmp_path / "empty"
+    node.root.mkdir()
+    check = node.checks()["neuron devices"]
+    assert check.verdict == "fail"
+    assert "modprobe neuron" in check.fix
+
+
+def test_the_device_plugin_on_the_node_is_named(node: Node) -> None:
+    with listen(node.kubelet / "device-plugins" / "aws.amazon.com_neuron.sock"):
+        check = node.checks()["device plugin"]
+    assert check.verdict == "warn"
+    assert "aws.amazon.com_neuron.sock" in check.detail
+
+
+@pytest.mark.parametrize(
+    ("config", "verdict"),
+    [
+        ("enable_cdi = false\n", "fail"),
+        ("  enable_cdi = true\n", "ok"),
+        ("version = 2\n", "warn"),
+    ],
+)
+def test_the_runtime_cdi_setting(node: Node, config: str, verdict: str) -> None:
+    node.config.write_text(config)
+    assert node.checks()["runtime CDI"].verdict == verdict
+
+
+def test_a_missing_socket_fails_and_the_command_exits_1(node: Node) -> None:
+    (node.kubelet / "plugins" / DRIVER_NAME / "dra.sock").unlink()
+    assert node.checks()["driver sockets"].verdict == "fail"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neuron_dra",
+            "doctor",
+            f"--sysfs-root={node.root}",
+            f"--kubelet-dir={node.kubelet}",
+            f"--containerd-config={node.config}",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["failed"] == 1
+    [failed] = [c for c in report["checks"] if c["verdict"] == "fail"]
+    assert failed["name"] == "driver sockets" and failed["fix"]
