@@ -15,7 +15,10 @@ Measured over the phase: ResourceSlice writes a second at the API server
 (scheduler_queue_incoming_pods_total), the time a node's pool is of two generations
 (incomplete) per rewrite, the pods' p50/p99 from creation to binding and pods/s.
 Run with `rewrite=False`, the agent never rewrites (every core stays published): the
-same churn without the rewrites' cost and without what they save.
+same churn without the rewrites' cost and without what they save. That is also what
+the agent now writes for holds shorter than its `--withdraw-after` (60 s by default),
+such as these pods' few seconds; `rewrite=True` is the agent withdrawing at once
+(`--withdraw-after=0`).
 """
 
 from __future__ import annotations

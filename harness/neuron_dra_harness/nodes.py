@@ -110,6 +110,9 @@ class SimulatedNode(PluginNode):
             f"--kubelet-registrar-directory-path={self.side.registry_dir}",
             f"--kubelet-plugins-directory-path={self.side.plugins_dir}",
             f"--kubeconfig={self.cluster.kubeconfig}",
+            # The held form at once, as the tests of what is withdrawn expect; a node's
+            # own extra_args may set another hold-off (the last value wins).
+            "--withdraw-after=0",
             *self.extra_args,
         ]  # fmt: skip
         return self.launch("plugin", argv, wait=wait)

@@ -26,6 +26,7 @@ from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_i
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.slices import leader
+from neuron_dra.agent.slices.holdoff import already_held, hold_off
 from neuron_dra.agent.slices.labels import LabelKeeper
 from neuron_dra.agent.slices.nodewatch import NodeWatch
 from neuron_dra.agent.slices.publisher import SlicePublisher
@@ -131,6 +132,9 @@ class Agent:
         )
         self._held: frozenset[str] = frozenset()
         self._kept: frozenset[str] = frozenset()
+        # Since when each device is held whole (monotonic), once the claims were read.
+        self._held_since: Mapping[str, float] | None = None
+        self._held_timer: asyncio.TimerHandle | None = None
         self._held_due, self._held_due_lock = False, threading.Lock()
         self.source = SliceSource(kube, options, self._state)
         self.publisher = SlicePublisher(
@@ -233,9 +237,27 @@ class Agent:
         self._claims_changed()
 
     def _claims_changed(self) -> None:
+        """On the event loop: what prepared claims hold, followed into the slices; a
+        device held whole only once it has been for `withdraw_after_s` (`holdoff`)."""
         prepared = self.preparer.prepared
-        held = held_whole(self.inventory, self.options.node_name, prepared)
-        kept = prepared_here(self.options.node_name, prepared)
+        held_now = held_whole(self.inventory, self.options.node_name, prepared)
+        now, after = time.monotonic(), self.options.withdraw_after_s
+        if self._held_since is None:
+            self._held_since = already_held(held_now, now, after)
+        state = hold_off(self._held_since, held_now, now, after)
+        self._held_since = state.since
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+        self._held_timer = (
+            None
+            if state.next_due is None
+            else self._loop.call_later(state.next_due - now, self._claims_changed)
+        )
+        held, kept = state.withdrawn, prepared_here(self.options.node_name, prepared)
+        log.debug(
+            "devices held whole",
+            extra={"held": ",".join(sorted(held_now)), "withdrawn": ",".join(sorted(held))},
+        )
         if (held, kept) != (self._held, self._kept):
             self._held, self._kept = held, kept
             self.publisher.refresh(self.source.build)

@@ -25,6 +25,8 @@ class RunOptions:
     ultraserver_devices: str = "auto"  # or a UltraServerDevices value
     neuron_cores: bool = True  # each logical NeuronCore a device, where counters are served
     rediscover_interval_s: float = 60.0
+    # How long a claim holds a device whole before the slices leave out its cores.
+    withdraw_after_s: float = 60.0
     health_interval_s: float = 5.0
     health_recovery_s: float = 0.0  # 0: a device marked unhealthy stays so until restart
     kmsg: Path | None = None  # default: <sysfs root>/dev/kmsg

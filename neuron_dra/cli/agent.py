@@ -87,6 +87,14 @@ def add_command(subparsers: SubParsers) -> None:
         help="how often sysfs is read again for devices and UltraServer membership",
     )  # fmt: skip
     cmd.add_argument(
+        "--withdraw-after",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a claim holds a device whole before the slices leave out its "
+        "NeuronCores (0: at once); shorter holds rewrite nothing",
+    )
+    cmd.add_argument(
         "--health-interval", type=float, default=5.0, metavar="SECONDS",
         help="how often device health (error counters, kernel log) is checked",
     )  # fmt: skip
@@ -152,6 +160,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         ultraserver_devices=args.ultraserver_devices,
         neuron_cores=args.neuron_cores == "auto",
         rediscover_interval_s=args.rediscover_interval,
+        withdraw_after_s=args.withdraw_after,
         health_interval_s=args.health_interval,
         health_recovery_s=args.health_recovery,
         kmsg=args.kmsg_path,
