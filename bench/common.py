@@ -87,16 +87,35 @@ def allocated_claim(
     """
     exactly: Obj = {"deviceClassName": DRIVER, "count": len(devices)}
     extra: Obj = {"adminAccess": True} if admin else {}
-    claim = cluster.create({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "neurons", "exactly": exactly | extra}]}},
-    })  # fmt: skip
-    claim["status"] = {"allocation": {"devices": {"results": [
-        {"request": "neurons", "driver": DRIVER, "pool": node,
-         "device": f"neurondevice{d}", **extra} for d in devices
-    ]}, "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-        {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}  # fmt: skip
+    claim = cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "neurons", "exactly": exactly | extra}]}},
+        }
+    )
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "neurons",
+                        "driver": DRIVER,
+                        "pool": node,
+                        "device": f"neurondevice{d}",
+                        **extra,
+                    }
+                    for d in devices
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    }
     return cluster.request(  # type: ignore[no-any-return]
         "PUT",
         cluster.path("resource.k8s.io/v1", "ResourceClaim", name, "default") + "/status",

@@ -96,8 +96,9 @@ def main() -> int:
         figures["concurrency_kubelet_root_fs"] = filesystem(roots)
         assert node.plugin is not None
         # More claims than devices: only admin access lets claims share a device.
-        cluster.patch("v1", "Namespace", "default",
-                      {"metadata": {"labels": {ADMIN_NAMESPACE_LABEL: "true"}}})  # fmt: skip
+        cluster.patch(
+            "v1", "Namespace", "default", {"metadata": {"labels": {ADMIN_NAMESPACE_LABEL: "true"}}}
+        )
         claims = [
             claim_of(allocated_claim(cluster, f"conc-{i}", "bench", [i % 16], admin=True))
             for i in range(args.concurrent)

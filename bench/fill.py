@@ -45,8 +45,12 @@ def allocation(node: str, devices: list[Obj], request: str = "neurons") -> Obj:
     """A claim's status allocating `devices` of `node`'s pool."""
     results = []
     for device in devices:
-        result: Obj = {"request": request, "driver": DRIVER_NAME, "pool": node,
-                       "device": device["name"]}  # fmt: skip
+        result: Obj = {
+            "request": request,
+            "driver": DRIVER_NAME,
+            "pool": node,
+            "device": device["name"],
+        }
         if device.get("allowMultipleAllocations"):
             # A whole device taken as one share of all its capacity.
             result["shareID"] = str(uuid.uuid4())
@@ -55,9 +59,16 @@ def allocation(node: str, devices: list[Obj], request: str = "neurons") -> Obj:
                 for k, c in device["capacity"].items()
             }
         results.append(result)
-    return {"allocation": {"devices": {"results": results}, "nodeSelector": {
-        "nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}  # fmt: skip
+    return {
+        "allocation": {
+            "devices": {"results": results},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    }
 
 
 def of_type(devices: list[Obj], kind: str) -> list[Obj]:
@@ -69,8 +80,11 @@ def core_groups(devices: list[Obj], size: int) -> list[list[Obj]]:
     by_device: dict[int, list[Obj]] = {}
     for core in of_type(devices, RESOURCE_TYPE_CORE):
         by_device.setdefault(core["attributes"]["deviceId"]["int"], []).append(core)
-    return [cores[i : i + size] for cores in by_device.values()
-            for i in range(0, len(cores) - size + 1, size)]  # fmt: skip
+    return [
+        cores[i : i + size]
+        for cores in by_device.values()
+        for i in range(0, len(cores) - size + 1, size)
+    ]
 
 
 @dataclass
@@ -86,18 +100,36 @@ class Filler:
         """Fill the fleet's nodes as `state` says; seconds it took."""
         started = time.monotonic()
         how = STATES[state]
-        want = [(n, h) for i, n in enumerate(self.fleet.nodes)
-                if (h := how(i)) is not None and n not in self.held]  # fmt: skip
+        want = [
+            (n, h)
+            for i, n in enumerate(self.fleet.nodes)
+            if (h := how(i)) is not None and n not in self.held
+        ]
         with ThreadPoolExecutor(WORKERS) as pool:
             self.claims += sum(pool.map(lambda nh: self._hold(*nh), want))
         return time.monotonic() - started
 
     def _claim(self, node: str, name: str, devices: list[Obj], class_name: str) -> None:
-        spec = {"devices": {"requests": [{"name": "neurons", "exactly": {
-            "deviceClassName": class_name, "count": len(devices)}}]}}  # fmt: skip
-        claim = self.api.call("POST", claim_path(), {"apiVersion": RESOURCE,
-            "kind": "ResourceClaim", "metadata": {"name": name,
-            "labels": {NODE_LABEL: node}}, "spec": spec})  # fmt: skip
+        spec = {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "neurons",
+                        "exactly": {"deviceClassName": class_name, "count": len(devices)},
+                    }
+                ]
+            }
+        }
+        claim = self.api.call(
+            "POST",
+            claim_path(),
+            {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "labels": {NODE_LABEL: node}},
+                "spec": spec,
+            },
+        )
         claim["status"] = allocation(node, devices)
         self.api.call("PUT", claim_path(name) + "/status", claim)
 

@@ -166,19 +166,50 @@ class Fleet:
     def add(self, index: int) -> None:
         name = f"n{index:05d}"
         kind = self.instance_type(index)
-        node = self.api.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {
-                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                "node.kubernetes.io/instance-type": kind}}})  # fmt: skip
+        node = self.api.call(
+            "POST",
+            "/api/v1/nodes",
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "node.kubernetes.io/instance-type": kind,
+                    },
+                },
+            },
+        )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         resources = {"cpu": "192", "memory": "2048Gi", "pods": "110"}
-        status = {"capacity": resources, "allocatable": resources, "conditions": [
-            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated",
-             "lastHeartbeatTime": now, "lastTransitionTime": now}],
-            "nodeInfo": {"kubeletVersion": "v1.37.2", "operatingSystem": "linux",
-                         "architecture": "amd64", "containerRuntimeVersion": "none://0",
-                         "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
-                         "osImage": "", "kubeProxyVersion": ""}}  # fmt: skip
+        status = {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "simulated",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": "v1.37.2",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "containerRuntimeVersion": "none://0",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": "",
+                "osImage": "",
+                "kubeProxyVersion": "",
+            },
+        }
         self.api.call("PATCH", f"/api/v1/nodes/{name}/status", {"status": status})
         # The TaintNodesByCondition admission's not-ready taint: the node lifecycle
         # controller would lift it; do it here.
@@ -202,10 +233,13 @@ class Fleet:
         generation = self.generations.get(name, 0) + 1
         self.generations[name] = generation
         options = SliceOptions(
-            name, self.uids[name], generation, cores=self.layout.cores,
+            name,
+            self.uids[name],
+            generation,
+            cores=self.layout.cores,
             counter_layout=CounterLayout.OWN_SLICE,
             held=held if self.layout.withhold else frozenset(),
-        )  # fmt: skip
+        )
         slices = build_slices(self.inventories[self.kinds[name]], options)
         if not self.layout.ordered:
             for obj in slices:
@@ -244,9 +278,19 @@ class Fleet:
 
 def core_capacity_class() -> Obj:
     """The core class where cores are capacity: a share of a whole device."""
-    return {"apiVersion": RESOURCE, "kind": "DeviceClass",
-            "metadata": {"name": f"neuroncore.{DRIVER_NAME}"},
-            "spec": {"selectors": [
+    return {
+        "apiVersion": RESOURCE,
+        "kind": "DeviceClass",
+        "metadata": {"name": f"neuroncore.{DRIVER_NAME}"},
+        "spec": {
+            "selectors": [
                 {"cel": {"expression": f"device.driver == '{DRIVER_NAME}'"}},
-                {"cel": {"expression": f"device.attributes['{DRIVER_NAME}'].resourceType"
-                                       " == 'neuron_device'"}}]}}  # fmt: skip
+                {
+                    "cel": {
+                        "expression": f"device.attributes['{DRIVER_NAME}'].resourceType"
+                        " == 'neuron_device'"
+                    }
+                },
+            ]
+        },
+    }

@@ -78,28 +78,38 @@ def imports(target: Path, runs: int) -> dict[str, Any]:
     times, modules = [], []
     for _ in range(runs):
         out = subprocess.run(
-            [sys.executable, "-S", "-c", probe], env=env, capture_output=True, text=True,
-            check=True, cwd=target,
-        ).stdout.splitlines()  # fmt: skip
+            [sys.executable, "-S", "-c", probe],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=target,
+        ).stdout.splitlines()
         seconds, count = out[0].split()
         times.append(float(seconds))
         modules = out[1:]
         assert int(count) == len(modules)
     trace = subprocess.run(
-        [sys.executable, "-S", "-X", "importtime", "-c", RUN_PATH], env=env,
-        capture_output=True, text=True, check=True, cwd=target,
-    ).stderr  # fmt: skip
+        [sys.executable, "-S", "-X", "importtime", "-c", RUN_PATH],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=target,
+    ).stderr
     rows: list[dict[str, Any]] = []
     for line in trace.splitlines():
         # "import time:       self [us] |  cumulative | imported package"
         if not line.startswith("import time:") or "[us]" in line:
             continue
         self_us, cumulative_us, module = line.removeprefix("import time:").split("|")
-        rows.append({
-            "module": module.strip(),
-            "cumulative_ms": round(int(cumulative_us) / 1000, 1),
-            "self_ms": round(int(self_us) / 1000, 1),
-        })  # fmt: skip
+        rows.append(
+            {
+                "module": module.strip(),
+                "cumulative_ms": round(int(cumulative_us) / 1000, 1),
+                "self_ms": round(int(self_us) / 1000, 1),
+            }
+        )
     rows.sort(key=lambda r: -r["cumulative_ms"])
     return {
         "run_import_s": round(statistics.median(times), 3),
@@ -111,16 +121,22 @@ def imports(target: Path, runs: int) -> dict[str, Any]:
 
 def rss_steps(target: Path) -> list[dict[str, Any]]:
     """VmRSS after each of RSS_STEPS, in one fresh interpreter that sees only `target`."""
-    lines = ["def rss():",
-             "    for line in open('/proc/self/status'):",
-             "        if line.startswith('VmRSS:'):",
-             "            return int(line.split()[1]) / 1024"]  # fmt: skip
+    lines = [
+        "def rss():",
+        "    for line in open('/proc/self/status'):",
+        "        if line.startswith('VmRSS:'):",
+        "            return int(line.split()[1]) / 1024",
+    ]
     for _, code in RSS_STEPS:
         lines += [code or "pass", "print(rss())"]
     out = subprocess.run(
-        [sys.executable, "-S", "-c", "\n".join(lines)], env={"PYTHONPATH": str(target)},
-        capture_output=True, text=True, check=True, cwd=target,
-    ).stdout.split()  # fmt: skip
+        [sys.executable, "-S", "-c", "\n".join(lines)],
+        env={"PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=target,
+    ).stdout.split()
     found, previous = [], 0.0
     for (step, _), value in zip(RSS_STEPS, map(float, out), strict=True):
         found.append(

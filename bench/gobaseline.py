@@ -131,8 +131,10 @@ def main() -> int:
         go = add_go_baseline(cluster, kubelet_root=roots / "go")
         figures["go_rss_start_mib"] = rss_mib(go.pid)
         for size, devices in SETS.items():
-            claims = [allocated_claim(cluster, f"g{size}-{i}", go.name, devices)
-                      for i in range(args.claims)]  # fmt: skip
+            claims = [
+                allocated_claim(cluster, f"g{size}-{i}", go.name, devices)
+                for i in range(args.claims)
+            ]
             prepare, unprepare = asyncio.run(prepare_latency(go.socket, claims))
             figures[f"go_prepare_{size}_p50_ms"] = percentile(prepare, 0.5)
             figures[f"go_prepare_{size}_p99_ms"] = percentile(prepare, 0.99)

@@ -94,8 +94,9 @@ class PodWatch:
                     if pod.get("spec", {}).get("nodeName") and name not in self.bound:
                         self.bound[name] = now
                         self._changed.notify_all()
-                    if any(c["type"] == "PodScheduled" and c["status"] == "False"
-                           for c in conditions):  # fmt: skip
+                    if any(
+                        c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions
+                    ):
                         self.unschedulable.add(name)
         except (OSError, ValueError, http.client.HTTPException):
             if not self._closed:
@@ -135,8 +136,7 @@ class Metrics:
             context = ssl.create_default_context(cafile=str(cluster.ca_file))
         else:
             [proc] = [c for c in cluster.components if c.name == component]
-            [port_text] = [a.split("=", 1)[1] for a in proc.argv
-                           if a.startswith("--secure-port=")]  # fmt: skip
+            [port_text] = [a.split("=", 1)[1] for a in proc.argv if a.startswith("--secure-port=")]
             host, port = "127.0.0.1", int(port_text)
             context = ssl.create_default_context()
             context.check_hostname = False

@@ -47,11 +47,25 @@ def claim_for(case: Case, layout: Layout, lnc: int) -> Obj:
         return claim_spec(case.devices, group=case.group)
     if layout.cores is CoreLayout.CAPACITY:
         # One share of a device: the physical cores of `cases.cores` logical ones.
-        exactly = {"deviceClassName": f"neuroncore.{DRIVER_NAME}", "count": 1,
-                   "capacity": {"requests": {"cores": str(case.cores * lnc)}}}  # fmt: skip
+        exactly = {
+            "deviceClassName": f"neuroncore.{DRIVER_NAME}",
+            "count": 1,
+            "capacity": {"requests": {"cores": str(case.cores * lnc)}},
+        }
         return {"devices": {"requests": [{"name": "neurons", "exactly": exactly}]}}
-    spec: Obj = {"devices": {"requests": [{"name": "neurons", "exactly": {
-        "deviceClassName": f"neuroncore.{DRIVER_NAME}", "count": case.cores}}]}}  # fmt: skip
+    spec: Obj = {
+        "devices": {
+            "requests": [
+                {
+                    "name": "neurons",
+                    "exactly": {
+                        "deviceClassName": f"neuroncore.{DRIVER_NAME}",
+                        "count": case.cores,
+                    },
+                }
+            ]
+        }
+    }
     if case.cores > 1:
         spec["devices"]["constraints"] = [
             {"requests": ["neurons"], "matchAttribute": f"{DRIVER_NAME}/deviceId"}
@@ -76,14 +90,21 @@ class Scheduling:
         self.count += 1
         name = f"p{self.count}"
         container: Obj = {"name": "c", "image": "none"}
-        spec: Obj = {"automountServiceAccountToken": False, "containers": [container],
-                     "terminationGracePeriodSeconds": 0}  # fmt: skip
+        spec: Obj = {
+            "automountServiceAccountToken": False,
+            "containers": [container],
+            "terminationGracePeriodSeconds": 0,
+        }
         if case.extended:
             limits = {"aws.amazon.com/neuron": str(case.devices)}
             container["resources"] = {"limits": limits, "requests": limits}
         elif case.devices:
-            claim = {"apiVersion": RESOURCE, "kind": "ResourceClaim", "metadata": {"name": name},
-                     "spec": claim_for(case, self.layout, self.lnc)}  # fmt: skip
+            claim = {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": claim_for(case, self.layout, self.lnc),
+            }
             self.api.call("POST", claim_path(), claim)
             container["resources"] = {"claims": [{"name": "neurons"}]}
             spec["resourceClaims"] = [{"name": "neurons", "resourceClaimName": name}]
@@ -99,23 +120,31 @@ class Scheduling:
             return
         claim = self.api.call("GET", claim_path(name))
         results = claim["status"]["allocation"]["devices"]["results"]
-        assert len(results) == (1 if self.layout.cores is CoreLayout.CAPACITY and case.cores
-                                else case.devices), results  # fmt: skip
-        prefix = "neuroncore" if case.cores and self.layout.cores is CoreLayout.PARTITIONS \
-            else "neurondevice"  # fmt: skip
+        assert len(results) == (
+            1 if self.layout.cores is CoreLayout.CAPACITY and case.cores else case.devices
+        ), results
+        prefix = (
+            "neuroncore"
+            if case.cores and self.layout.cores is CoreLayout.PARTITIONS
+            else "neurondevice"
+        )
         assert all(r["device"].startswith(prefix) for r in results), results
 
     def release(self, name: str, case: Case) -> None:
-        self.api.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}",
-                      {"gracePeriodSeconds": 0})  # fmt: skip
+        self.api.call(
+            "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", {"gracePeriodSeconds": 0}
+        )
         if case.devices and not case.extended:
             self.api.call("DELETE", claim_path(name))
 
     def gone(self, name: str, case: Case) -> None:
         """The claim the pod used is deallocated and deleted (or, for a device-plugin
         pod, the pod is gone), so the next pod sees the same cluster."""
-        path = claim_path(name) if case.devices and not case.extended else \
-            f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"  # fmt: skip
+        path = (
+            claim_path(name)
+            if case.devices and not case.extended
+            else f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"
+        )
         deadline = time.monotonic() + 60
         while self.api.call("GET", path, ok=(404,)).get("kind") not in ("Status", None):
             if time.monotonic() > deadline:
@@ -143,8 +172,10 @@ class Scheduling:
         for _ in range(pods):
             for case in cases:
                 times[case.name].append(self.once(case))
-        return {name: summary([t for t, _ in samples], [a for _, a in samples])
-                for name, samples in times.items()}  # fmt: skip
+        return {
+            name: summary([t for t, _ in samples], [a for _, a in samples])
+            for name, samples in times.items()
+        }
 
     def steady(self, case: Case, pods: int, rate: float) -> Obj:
         """`pods` pods of `case` created `rate` a second, each released once bound."""

@@ -220,10 +220,15 @@ def side_by_side(figures: dict[str, Any]) -> str:
 
     def row(label: str, key: str, floor: float | None = None, go_key: str | None = None) -> None:
         ours, theirs = figures[key], figures[go_key or f"go_{key}"]
-        rows.append((
-            label, f"{ours:.2f}", f"{theirs:.2f}",
-            "" if floor is None else f"{floor:.2f}", f"{ours / theirs:.2f}",
-        ))  # fmt: skip
+        rows.append(
+            (
+                label,
+                f"{ours:.2f}",
+                f"{theirs:.2f}",
+                "" if floor is None else f"{floor:.2f}",
+                f"{ours / theirs:.2f}",
+            )
+        )
 
     for size in SETS:
         row(f"prepare {size} dev p50 ms", f"prepare_{size}_p50_ms", figures["prepare_floor_ms"])
@@ -236,10 +241,12 @@ def side_by_side(figures: dict[str, Any]) -> str:
         row(f"start to {phase} s", f"startup_{phase}_s")
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
-                  enumerate(zip(r, widths, strict=True)))
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
     lines.append(
         f"floor = bare API GET {figures['floor_api_get_ms']:.2f} ms + writes (checkpoint fsynced) "
         f"{figures['floor_write_fsync_ms']:.2f} ms; the driver's client GET "
@@ -285,10 +292,12 @@ def main() -> int:
         dirs = Dirs(cdi=Path(cdi_tmp), checkpoint=roots)
         for size, devices in SETS.items():
             claims = {
-                who: [allocated_claim(cluster, f"{prefix}{size}-{i}", pool, devices)
-                      for i in range(args.claims)]
+                who: [
+                    allocated_claim(cluster, f"{prefix}{size}-{i}", pool, devices)
+                    for i in range(args.claims)
+                ]
                 for who, prefix, pool in (("neuron", "c", node.name), ("go", "g", go.name))
-            }  # fmt: skip
+            }
             before = phase_totals(port)
             samples = asyncio.run(interleaved(cluster, sockets, claims, bare, dirs))
             after = phase_totals(port)

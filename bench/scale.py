@@ -76,8 +76,11 @@ Obj = dict[str, Any]
 
 
 def footprint(cluster: Cluster) -> Obj:
-    return {c.name: round(rss_mib(c.pid)) for c in cluster.components
-            if c.name in ("etcd", "kube-apiserver", "kube-scheduler") and c.alive()}  # fmt: skip
+    return {
+        c.name: round(rss_mib(c.pid))
+        for c in cluster.components
+        if c.name in ("etcd", "kube-apiserver", "kube-scheduler") and c.alive()
+    }
 
 
 def profile(
@@ -88,22 +91,37 @@ def profile(
     [scheduler] = [c for c in cluster.components if c.name == "kube-scheduler"]
     [port] = [a.split("=", 1)[1] for a in scheduler.argv if a.startswith("--secure-port=")]
     url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
-    fetch = subprocess.Popen(["curl", "-sk", "-H", f"Authorization: Bearer {cluster.token}",
-                              "-o", str(out), url])  # fmt: skip
+    fetch = subprocess.Popen(
+        ["curl", "-sk", "-H", f"Authorization: Bearer {cluster.token}", "-o", str(out), url]
+    )
     result = during()
     fetch.wait(timeout=seconds + 60)
-    top = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=25",
-                          str(cluster.binaries.kube_scheduler), str(out)],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    top = subprocess.run(
+        [
+            "go",
+            "tool",
+            "pprof",
+            "-top",
+            "-nodecount=25",
+            str(cluster.binaries.kube_scheduler),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return result, top.stdout or top.stderr
 
 
 def run_layout(
     layout: Layout, sizes: list[int], args: argparse.Namespace, tmp: Path, binaries: Binaries
 ) -> Obj:
-    inventories = {kind: discover(build_fake_node(tmp / f"{layout.name}-{kind}", kind,
-                                                  lnc=layout.lnc)).inventory
-                   for kind in ("trn2.48xlarge", "trn2u.48xlarge")}  # fmt: skip
+    inventories = {
+        kind: discover(
+            build_fake_node(tmp / f"{layout.name}-{kind}", kind, lnc=layout.lnc)
+        ).inventory
+        for kind in ("trn2.48xlarge", "trn2u.48xlarge")
+    }
     lnc = inventories["trn2.48xlarge"].lnc or 1
     figures: Obj = {"layout": layout.name, "lnc": lnc, "sizes": {}}
     started = time.monotonic()
@@ -116,8 +134,13 @@ def run_layout(
         watch = PodWatch(cluster, NAMESPACE)
         metrics = SchedulerMetrics(cluster)
         apiserver = Metrics(cluster, "kube-apiserver")
-        run = Run(fleet, Filler(api, fleet), Scheduling(cluster, api, watch, metrics, layout,
-                                                        lnc), apiserver, args)  # fmt: skip
+        run = Run(
+            fleet,
+            Filler(api, fleet),
+            Scheduling(cluster, api, watch, metrics, layout, lnc),
+            apiserver,
+            args,
+        )
         try:
             for size in sizes:
                 figures["sizes"][size] = run.size(size, last=size == sizes[-1])
@@ -157,8 +180,10 @@ class Run:
         name, cluster, args = self.fleet.layout.name, self.fleet.cluster, self.args
         step: Obj = {"grow_s": self.fleet.grow(size)}
         step["rss_mib_after_publish"] = footprint(cluster)
-        say(f"{name}: {size} nodes published in {step['grow_s']:.0f} s, "
-            f"RSS {step['rss_mib_after_publish']}")  # fmt: skip
+        say(
+            f"{name}: {size} nodes published in {step['grow_s']:.0f} s, "
+            f"RSS {step['rss_mib_after_publish']}"
+        )
         step["empty"] = self.scheduling.cases(self.cases, args.pods)
         step["devices_published_empty"] = sum(self.fleet.published.values())
         say(f"{name}, {size} empty: " + brief(step["empty"]))
@@ -188,19 +213,30 @@ class Run:
         steady = step["steady"] = self.scheduling.steady(
             next(c for c in self.cases if c.name == STEADY), args.steady_pods, args.rate
         )
-        say(f"steady {STEADY}: p50 {steady['p50_ms']:.0f} ms, "
-            f"{steady['pods_per_s']:.2f} pods/s of {args.rate}")  # fmt: skip
+        say(
+            f"steady {STEADY}: p50 {steady['p50_ms']:.0f} ms, "
+            f"{steady['pods_per_s']:.2f} pods/s of {args.rate}"
+        )
         step["churn"] = []
         for rate in (float(r) for r in args.churn_rates.split(",") if r):
             for rewrite in (True, False) if self.fleet.withholds else (False,):
-                figures = churn(self.scheduling, self.fleet, self.apiserver,
-                                self.scheduling.metrics, rate=rate, seconds=args.churn_seconds,
-                                life=args.churn_life, rewrite=rewrite)  # fmt: skip
+                figures = churn(
+                    self.scheduling,
+                    self.fleet,
+                    self.apiserver,
+                    self.scheduling.metrics,
+                    rate=rate,
+                    seconds=args.churn_seconds,
+                    life=args.churn_life,
+                    rewrite=rewrite,
+                )
                 step["churn"].append(figures)
-                say(f"churn {rate}/s, rewrite {rewrite}: p50 {figures['p50_ms']:.0f} ms, "
+                say(
+                    f"churn {rate}/s, rewrite {rewrite}: p50 {figures['p50_ms']:.0f} ms, "
                     f"{figures['pods_per_s']:.2f} pods/s, {figures['rewrites']} rewrites, "
                     f"{figures['slice_writes_per_s']:.1f} slice writes/s, "
-                    f"requeued {figures['requeued']}")  # fmt: skip
+                    f"requeued {figures['requeued']}"
+                )
 
 
 def device_classes(layout: Layout) -> list[Obj]:
@@ -209,8 +245,9 @@ def device_classes(layout: Layout) -> list[Obj]:
     classes = [obj for obj in yaml.safe_load_all(text) if obj]
     if layout.cores is CoreLayout.CAPACITY:
         core_class = f"neuroncore.{DRIVER_NAME}"
-        classes = [core_capacity_class() if c["metadata"]["name"] == core_class else c
-                   for c in classes]  # fmt: skip
+        classes = [
+            core_capacity_class() if c["metadata"]["name"] == core_class else c for c in classes
+        ]
     if layout.joined_selectors:
         for obj in classes:
             joined = " && ".join(f"({s['cel']['expression']})" for s in obj["spec"]["selectors"])
@@ -227,8 +264,9 @@ def say(text: str) -> None:
 
 
 def git(*argv: str) -> str:
-    return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True,
-                          check=False).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", *argv], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.strip()
 
 
 def metadata(argv: list[str]) -> Obj:
@@ -274,17 +312,24 @@ def main(argv: list[str] | None = None) -> int:
         help="run each layout again on a scheduler with bench/upstream/NAME.patch",
     )
     parser.add_argument(
-        "--apiserver-arg", action="append", default=[],
+        "--apiserver-arg",
+        action="append",
+        default=[],
         help="an extra kube-apiserver flag, e.g. --watch-cache-sizes=resourceslices."
         "resource.k8s.io#0 where the machine's memory does not hold its watch cache",
-    )  # fmt: skip
+    )
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",")})
     started = time.monotonic()
-    result: Obj = {"run": metadata(argv), "sizes": sizes, "pods_per_case": args.pods,
-                   "ultraserver_share": args.ultraserver_share,
-                   "apiserver_args": args.apiserver_arg, "layouts": {}}  # fmt: skip
+    result: Obj = {
+        "run": metadata(argv),
+        "sizes": sizes,
+        "pods_per_case": args.pods,
+        "ultraserver_share": args.ultraserver_share,
+        "apiserver_args": args.apiserver_arg,
+        "layouts": {},
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:

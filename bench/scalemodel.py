@@ -71,8 +71,10 @@ def model(result: Obj) -> Obj:
         for state in ("empty", "full"):
             cases = next(iter(sizes.values()))[state]
             for case in cases:
-                points = [(scanned(n, state), step[state][case]["p50_ms"])
-                          for n, step in sorted(sizes.items())]  # fmt: skip
+                points = [
+                    (scanned(n, state), step[state][case]["p50_ms"])
+                    for n, step in sorted(sizes.items())
+                ]
                 base, per_node = fit(points)
                 entry: Obj = {"base_ms": base, "per_node_ms": per_node}
                 for n in MODEL_SIZES:

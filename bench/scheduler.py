@@ -127,8 +127,16 @@ class Case:
     cores_only: bool = False
 
 
-ONE_CORE: Obj = {"devices": {"requests": [{"name": "neurons", "exactly": {
-    "deviceClassName": "neuroncore.neuron.aws.com", "count": 1}}]}}  # fmt: skip
+ONE_CORE: Obj = {
+    "devices": {
+        "requests": [
+            {
+                "name": "neurons",
+                "exactly": {"deviceClassName": "neuroncore.neuron.aws.com", "count": 1},
+            }
+        ]
+    }
+}
 CASES = (
     # The scheduler's own cost per node, with no DRA work: a pod without claims.
     Case("no claim", {}, 0),
@@ -190,15 +198,18 @@ class Scheduling:
         spec: Obj = {"automountServiceAccountToken": False, "containers": [container]}
         if case.spec:
             self.cluster.create(
-                {"apiVersion": RESOURCE, "kind": "ResourceClaim", "metadata": metadata,
-                 "spec": case.spec}
-            )  # fmt: skip
+                {
+                    "apiVersion": RESOURCE,
+                    "kind": "ResourceClaim",
+                    "metadata": metadata,
+                    "spec": case.spec,
+                }
+            )
             container["resources"] = {"claims": [{"name": "neurons"}]}
             spec["resourceClaims"] = [{"name": "neurons", "resourceClaimName": name}]
         algorithm = self.metrics.algorithm_s()
         started = time.monotonic()
-        self.cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-                             "spec": spec})  # fmt: skip
+        self.cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
         elapsed = (self.watch.wait_bound(name, timeout=60) - started) * 1000
         algorithm = (self.metrics.algorithm_s() - algorithm) * 1000
         self.retries += name in self.watch.unschedulable
@@ -267,8 +278,10 @@ def run_variant(variant: Variant, steps: list[int], pods: int, sysfs: Path) -> O
                 if step > have:
                     figures["setup_s"][step] = timed(lambda: factory.grow(have, step))  # noqa: B023
                     have = step
-                    print(f"  {variant.name}: {step} nodes in {figures['setup_s'][step]:.1f} s",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"  {variant.name}: {step} nodes in {figures['setup_s'][step]:.1f} s",
+                        flush=True,
+                    )
                     time.sleep(2)  # the scheduler's and controllers' informers catch up
                 measured = scheduling.cases(
                     [c for c in CASES if variant.cores or not c.cores_only], pods
@@ -283,9 +296,14 @@ def run_variant(variant: Variant, steps: list[int], pods: int, sysfs: Path) -> O
                     }
                     for case, times in measured.items()
                 }
-                print(f"  {variant.name}, {step} nodes: " + ", ".join(
-                    f"{case} p50 {f['p50_ms']:.0f} ms"
-                    for case, f in figures["steps"][step].items()), flush=True)  # fmt: skip
+                print(
+                    f"  {variant.name}, {step} nodes: "
+                    + ", ".join(
+                        f"{case} p50 {f['p50_ms']:.0f} ms"
+                        for case, f in figures["steps"][step].items()
+                    ),
+                    flush=True,
+                )
         finally:
             watch.close()
             metrics.close()
@@ -366,10 +384,12 @@ def table(result: Obj) -> str:
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [
-        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in
-                  enumerate(zip(r, widths, strict=True)))
+        "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
     lines.append("")
     lines.append(
         f"p50 = a + b x nodes scanned (least squares); at {EXTRAPOLATE_TO} nodes "

@@ -100,8 +100,9 @@ def main() -> int:
             results = claim["status"]["allocation"]["devices"]["results"]
             devices = _compact([r["device"] for r in results])
             env = " ".join(f"{k}={v}" for k, v in sorted(env_of(pod, "ctr0").items()))
-            print(f"{namespace + '/' + pod_name:<22}{pod['spec']['nodeName']:<10}"
-                  f"{devices:<28}{env}")  # fmt: skip
+            print(
+                f"{namespace + '/' + pod_name:<22}{pod['spec']['nodeName']:<10}{devices:<28}{env}"
+            )
 
         if keep:
             print(f"\n{binaries.kubectl} --kubeconfig={cluster.kubeconfig} get resourceslices")
@@ -157,11 +158,16 @@ def _pod(name: str, namespace: str, template: str, node: str | None) -> Obj:
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "automountServiceAccountToken": False,
-            "containers": [{"name": "ctr0", "image": "public.ecr.aws/ubuntu/ubuntu:22.04",
-                            "resources": {"claims": [{"name": "neurons"}]}}],
+            "containers": [
+                {
+                    "name": "ctr0",
+                    "image": "public.ecr.aws/ubuntu/ubuntu:22.04",
+                    "resources": {"claims": [{"name": "neurons"}]},
+                }
+            ],
             "resourceClaims": [{"name": "neurons", "resourceClaimTemplateName": template}],
         },
-    }  # fmt: skip
+    }
     if node:
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     return pod

@@ -55,13 +55,28 @@ def compile_lock(lock: Lock, output: Path) -> None:
     """`uv pip compile` of `lock.source` into `output`, run from the repository root so
     that the file names it writes are relative."""
     argv = [
-        sys.executable, "-m", "uv", "pip", "compile", lock.source,
-        "--constraint", "constraints.txt", "--generate-hashes",
-        "--python-version", PYTHON_VERSION, "--python-platform", PLATFORM,
-        "--custom-compile-command", COMMAND, "--exclude-newer", EXCLUDE_NEWER,
-        "--no-progress", "--quiet",
-        "--output-file", str(output),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "uv",
+        "pip",
+        "compile",
+        lock.source,
+        "--constraint",
+        "constraints.txt",
+        "--generate-hashes",
+        "--python-version",
+        PYTHON_VERSION,
+        "--python-platform",
+        PLATFORM,
+        "--custom-compile-command",
+        COMMAND,
+        "--exclude-newer",
+        EXCLUDE_NEWER,
+        "--no-progress",
+        "--quiet",
+        "--output-file",
+        str(output),
+    ]
     done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"uv pip compile {lock.source} failed:\n{done.stderr}")
@@ -73,8 +88,11 @@ def stale(lock: Lock, scratch: Path) -> list[str]:
     compile_lock(lock, fresh)
     path = REPO_ROOT / lock.output
     old = path.read_text().splitlines(keepends=True) if path.exists() else []
-    return list(difflib.unified_diff(old, fresh.read_text().splitlines(keepends=True),
-                                     lock.output, "uv pip compile"))  # fmt: skip
+    return list(
+        difflib.unified_diff(
+            old, fresh.read_text().splitlines(keepends=True), lock.output, "uv pip compile"
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

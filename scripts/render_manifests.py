@@ -73,16 +73,25 @@ def helm() -> Path:
     # The build's progress (minutes on a cold machine) goes to our stderr.
     out = subprocess.run(
         [sys.executable, "-m", "neuron_dra_harness.build", "--helm"],
-        cwd=REPO_ROOT, check=True, stdout=subprocess.PIPE, text=True,
-    ).stdout  # fmt: skip
+        cwd=REPO_ROOT,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
     return Path(out.strip().splitlines()[-1])
 
 
 def helm_template(helm_bin: Path, chart: Path = CHART) -> str:
     # The chart's schema wants a real repository and tag; the script wants a bare word.
     sets = f"image.repository={_RENDERED_REPOSITORY},image.tag={_RENDERED_TAG}"
-    args = [str(helm_bin), "template", RELEASE, str(chart), f"--namespace={NAMESPACE}",
-            f"--set={sets}"]  # fmt: skip
+    args = [
+        str(helm_bin),
+        "template",
+        RELEASE,
+        str(chart),
+        f"--namespace={NAMESPACE}",
+        f"--set={sets}",
+    ]
     done = subprocess.run(args, check=False, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed (exit {done.returncode}):\n{done.stderr}")
@@ -120,10 +129,14 @@ def render(helm_bin: Path, deploy: Path = DEPLOY) -> dict[str, str]:
 
 
 def _diff(name: str, old: str, new: str) -> str:
-    lines = list(difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True),
-        f"deploy/{name} (committed)", f"deploy/{name} (chart)",
-    ))  # fmt: skip
+    lines = list(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"deploy/{name} (committed)",
+            f"deploy/{name} (chart)",
+        )
+    )
     shown = "".join(lines[:DIFF_LINES_PER_FILE])
     if len(lines) > DIFF_LINES_PER_FILE:
         shown += f"... {len(lines) - DIFF_LINES_PER_FILE} more lines\n"

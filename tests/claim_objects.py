@@ -31,8 +31,13 @@ def allocated_claim(
     }
 
 
-def opaque(parameters: Any, *, requests: list[str] | None = None, source: str = "FromClaim",
-           driver: str = DRIVER_NAME) -> dict[str, Any]:  # fmt: skip
+def opaque(
+    parameters: Any,
+    *,
+    requests: list[str] | None = None,
+    source: str = "FromClaim",
+    driver: str = DRIVER_NAME,
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "source": source,
         "opaque": {"driver": driver, "parameters": parameters},
@@ -47,5 +52,8 @@ def neuron_config(lnc: Any) -> dict[str, Any]:
 
 
 def ultraserver_config(mode: Any) -> dict[str, Any]:
-    return {"apiVersion": "neuron.aws.com/v1alphav1", "kind": "UltraServerConfig",
-            "ultraserverMode": mode}  # fmt: skip
+    return {
+        "apiVersion": "neuron.aws.com/v1alphav1",
+        "kind": "UltraServerConfig",
+        "ultraserverMode": mode,
+    }

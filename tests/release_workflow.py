@@ -24,8 +24,9 @@ WORKFLOWS = REPO / ".github" / "workflows"
 RELEASE = WORKFLOWS / "release.yml"
 SHELL = ("bash", "--noprofile", "--norc", "-eo", "pipefail")
 
-LOCAL = frozenset({"The tag is the package's version", "The locks are up to date",
-                   "Build", "Checksums"})  # fmt: skip
+LOCAL = frozenset(
+    {"The tag is the package's version", "The locks are up to date", "Build", "Checksums"}
+)
 # apt-get installs (the tests need the tools already there), then the registry and GitHub.
 REMOTE = frozenset({"Tools", "Skopeo", "Publish and sign", "GitHub release"})
 
@@ -50,10 +51,16 @@ def load(path: Path = RELEASE) -> dict[str, Any]:
 
 def steps(workflow: dict[str, Any], job: str) -> list[Step]:
     return [
-        Step(job, str(s.get("id", "")), str(s.get("name", "")), str(s.get("uses", "")),
-             str(s.get("run", "")), tuple((str(k), str(v)) for k, v in s.get("env", {}).items()))
+        Step(
+            job,
+            str(s.get("id", "")),
+            str(s.get("name", "")),
+            str(s.get("uses", "")),
+            str(s.get("run", "")),
+            tuple((str(k), str(v)) for k, v in s.get("env", {}).items()),
+        )
         for s in workflow["jobs"][job]["steps"]
-    ]  # fmt: skip
+    ]
 
 
 def job_order(workflow: dict[str, Any]) -> list[str]:

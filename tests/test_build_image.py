@@ -41,9 +41,13 @@ def test_script_refuses_another_architecture(tmp_path: Path) -> None:
     (tmp_path / "uname").write_text("#!/bin/sh\necho aarch64\n")
     (tmp_path / "uname").chmod(0o755)
     done = subprocess.run(
-        ["bash", str(SCRIPT), str(tmp_path / "a.tar")], capture_output=True, text=True,
-        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}, check=False, timeout=60,
-    )  # fmt: skip
+        ["bash", str(SCRIPT), str(tmp_path / "a.tar")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        check=False,
+        timeout=60,
+    )
     assert done.returncode == 3, done.stderr
     assert "the host is aarch64: the locked wheels are x86_64 ones" in done.stderr
     assert not (tmp_path / "a.tar").exists()
@@ -55,8 +59,12 @@ def test_driver_hash_covers_every_input() -> None:
         str(path.relative_to(images.REPO))
         for path in images._files(images.REPO / name for name in images.DRIVER_INPUTS)
     }
-    assert {"scripts/build-image.sh", "requirements/image.txt", "requirements/build.txt",
-            "pyproject.toml"} <= inputs  # fmt: skip
+    assert {
+        "scripts/build-image.sh",
+        "requirements/image.txt",
+        "requirements/build.txt",
+        "pyproject.toml",
+    } <= inputs
     assert {"neuron_dra/__init__.py", "api/__init__.py", "consts/__init__.py"} <= inputs
     assert not any("__pycache__" in p for p in inputs)
 

@@ -162,8 +162,9 @@ def test_every_chart_value_is_in_the_values_table() -> None:
 def test_a_row_naming_a_parent_does_not_document_its_values() -> None:
     """Only a label selector or a map of the user's keys covers what is inside it."""
     assert undocumented(["metrics.port", "metrics.enabled"], {"metrics"}) == [
-        "metrics.port", "metrics.enabled",
-    ]  # fmt: skip
+        "metrics.port",
+        "metrics.enabled",
+    ]
     selector = "metrics.networkPolicy.namespaceSelector"
     assert schema_node(selector) == {"$ref": LABEL_SELECTOR}
     assert undocumented([f"{selector}.matchLabels"], {selector}) == []

@@ -46,14 +46,26 @@ def installed_venv(wheel: Path, root: Path, dependencies: Path) -> Path:
     python = root / "bin" / "python"
     own = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(own) / "zz_runtime_deps.pth").write_text(f"{dependencies}\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-         "--no-deps", "--no-index", str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return root / "bin"
 
 
@@ -112,8 +124,13 @@ def test_wheel_holds_every_package_file(wheel: Path) -> None:
     for package in PACKAGES:
         assert f"{package}/py.typed" in names
     protos = {n for n in names if n.startswith("api/kubelet/") and n.endswith("_pb2.py")}
-    assert {n.split("/")[2] for n in protos} >= {"dra", "drahealth", "grpchealth",
-                                                  "pluginregistration", "podresources"}  # fmt: skip
+    assert {n.split("/")[2] for n in protos} >= {
+        "dra",
+        "drahealth",
+        "grpchealth",
+        "pluginregistration",
+        "podresources",
+    }
     assert not {n for n in names if n.startswith("tests/") or "__pycache__" in n}
 
 
@@ -122,8 +139,9 @@ def test_wheel_requirements_are_pinned(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         (metadata,) = (n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         lines = archive.read(metadata).decode().splitlines()
-    requirements = [Requirement(line.split(":", 1)[1]) for line in lines
-                    if line.startswith("Requires-Dist:")]  # fmt: skip
+    requirements = [
+        Requirement(line.split(":", 1)[1]) for line in lines if line.startswith("Requires-Dist:")
+    ]
     runtime = [r for r in requirements if r.marker is None]
     assert {r.name for r in runtime} >= {"grpcio", "protobuf", "pydantic"}
     # The image installs the runtime set: the kubernetes package is the tools' only.
@@ -193,10 +211,11 @@ def test_the_agent_runs_without_the_tools_extra(agent_venv: Path, tmp_path: Path
         )
 
     probe = run(
-        str(agent_venv / "python"), "-c",
+        str(agent_venv / "python"),
+        "-c",
         "import importlib.util, neuron_dra.cli, neuron_dra.agent.run\n"
         "print(importlib.util.find_spec('celpy'))",
-    )  # fmt: skip
+    )
     assert (probe.returncode, probe.stdout.strip()) == (0, "None"), probe.stderr
     assert "--healthcheck-port" in run("neuron-dra", "run", "--help").stdout
     # The image's set has no `kubernetes` (125 MiB): a kubeconfig that needs it says so.

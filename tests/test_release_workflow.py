@@ -23,8 +23,11 @@ _PINNED = re.compile(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}")
 
 
 def uses_lines(path: Path) -> list[tuple[str, str]]:
-    return [(m["ref"], m["comment"] or "") for line in path.read_text().splitlines()
-            if (m := _USES.match(line))]  # fmt: skip
+    return [
+        (m["ref"], m["comment"] or "")
+        for line in path.read_text().splitlines()
+        if (m := _USES.match(line))
+    ]
 
 
 def test_the_release_workflow_is_read() -> None:
@@ -45,8 +48,11 @@ def test_every_action_is_pinned_by_commit(path: Path) -> None:
 
 def unpinned(path: Path) -> list[str]:
     """The `uses:` of `path` not pinned by a 40-hex commit with its release in a comment."""
-    return [ref for ref, comment in uses_lines(path)
-            if not (_PINNED.fullmatch(ref) and re.fullmatch(r"v\d+(\.\d+)*", comment))]  # fmt: skip
+    return [
+        ref
+        for ref, comment in uses_lines(path)
+        if not (_PINNED.fullmatch(ref) and re.fullmatch(r"v\d+(\.\d+)*", comment))
+    ]
 
 
 def test_a_tag_is_refused(tmp_path: Path) -> None:
@@ -68,10 +74,13 @@ def run_version_step(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[
     (tmp_path / "output").touch()
     path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"  # `python`, as setup-python's
     return subprocess.run(
-        [*release_workflow.SHELL, str(script)], cwd=release_workflow.REPO, capture_output=True,
-        env={"PATH": path, "GITHUB_OUTPUT": str(tmp_path / "output"), **env}, text=True,
+        [*release_workflow.SHELL, str(script)],
+        cwd=release_workflow.REPO,
+        capture_output=True,
+        env={"PATH": path, "GITHUB_OUTPUT": str(tmp_path / "output"), **env},
+        text=True,
         check=False,
-    )  # fmt: skip
+    )
 
 
 def test_the_version_step_refuses_an_unset_registry(tmp_path: Path) -> None:
@@ -97,8 +106,11 @@ def test_each_job_has_only_the_permissions_it_needs(path: Path) -> None:
     assert workflow["permissions"] == {}
     for job in workflow["jobs"]:
         permissions = workflow["jobs"][job]["permissions"]
-        checkouts = [s for s in load(path)["jobs"][job]["steps"]
-                     if str(s.get("uses", "")).startswith("actions/checkout@")]  # fmt: skip
+        checkouts = [
+            s
+            for s in load(path)["jobs"][job]["steps"]
+            if str(s.get("uses", "")).startswith("actions/checkout@")
+        ]
         for checkout in checkouts:
             assert checkout["with"]["persist-credentials"] is False, job
         if checkouts:
@@ -107,8 +119,11 @@ def test_each_job_has_only_the_permissions_it_needs(path: Path) -> None:
 
 def test_only_the_publish_job_writes_or_signs() -> None:
     workflow = load()
-    written = {job: p for job in workflow["jobs"]
-               if (p := workflow["jobs"][job]["permissions"]) != {"contents": "read"}}  # fmt: skip
+    written = {
+        job: p
+        for job in workflow["jobs"]
+        if (p := workflow["jobs"][job]["permissions"]) != {"contents": "read"}
+    }
     assert written == {"publish": {"contents": "write", "id-token": "write"}}
     publish = steps(workflow, "publish")
     assert not any(s.uses.startswith("actions/checkout@") for s in publish)
@@ -137,8 +152,11 @@ def test_every_run_step_is_local_or_remote() -> None:
 
 def test_the_python_is_the_images() -> None:
     """The build job's Python is 3.11, bookworm's, which the image's wheels are for."""
-    [setup] = [s for s in load()["jobs"]["build"]["steps"]
-               if str(s.get("uses", "")).startswith("actions/setup-python@")]  # fmt: skip
+    [setup] = [
+        s
+        for s in load()["jobs"]["build"]["steps"]
+        if str(s.get("uses", "")).startswith("actions/setup-python@")
+    ]
     assert setup["with"]["python-version"] == "3.11"
     script = (release_workflow.REPO / "scripts/build-image.sh").read_text()
     assert "readonly IMAGE_PYTHON=3.11 " in script
@@ -148,8 +166,9 @@ def test_the_build_step_is_the_documented_release_command() -> None:
     """The documented release command, which tests/e2e/test_release.py also runs, is the
     workflow's, the registry aside."""
     [build] = [s for s in steps(load(), "build") if s.name == "Build"]
-    [documented] = [c for c in doc_commands.run_by(doc_commands.RELEASE)
-                    if "scripts/release.sh" in c.text]  # fmt: skip
+    [documented] = [
+        c for c in doc_commands.run_by(doc_commands.RELEASE) if "scripts/release.sh" in c.text
+    ]
     filled = doc_commands.fill(documented.text, registry="${REGISTRY}")
     assert filled.removeprefix("sudo ") == "scripts/release.sh dist ${REGISTRY}/neuron-dra"
     assert build.run.endswith('scripts/release.sh dist "${REGISTRY}/neuron-dra"')
@@ -164,8 +183,9 @@ def test_the_verification_commands_match_the_signer() -> None:
     assert [c.argv[1] for c in ran] == ["verify", "verify", "verify-blob"], ran
     signed = f"https://github.com/example/neuron-dra/.github/workflows/release.yml@refs/tags/v{DRA_DRIVER_VERSION}"
     for command in ran:
-        text = doc_commands.fill(command.text, registry="registry.example/ml",
-                                 owner="example", repository="neuron-dra")  # fmt: skip
+        text = doc_commands.fill(
+            command.text, registry="registry.example/ml", owner="example", repository="neuron-dra"
+        )
         _, verb, target, *rest = shlex.split(text)
         options = dict(zip(rest[::2], rest[1::2], strict=True))
         assert (

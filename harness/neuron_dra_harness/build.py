@@ -215,8 +215,11 @@ def go_version(version: str | None = None) -> str:
     """The Go release that builds Kubernetes ``version`` (default: the local one)."""
     out = subprocess.run(
         ["go", "env", "GOVERSION"],
-        env=_go_env(toolchain(version)), check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
+        env=_go_env(toolchain(version)),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if not out.startswith("go"):
         raise RuntimeError(f"unexpected `go env GOVERSION` output: {out!r}")
     return out
@@ -241,8 +244,12 @@ def _requirements(module: Path, go: str = "local") -> list[dict[str, str]]:
     """The `require` entries of the module's go.mod (read with toolchain `go`)."""
     out = subprocess.run(
         ["go", "mod", "edit", "-json"],
-        cwd=module, env=_go_env(go), check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        cwd=module,
+        env=_go_env(go),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return list(json.loads(out).get("Require") or [])
 
 

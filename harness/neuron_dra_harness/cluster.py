@@ -266,15 +266,33 @@ class Cluster(ClusterApi):
         pki = self.workdir / "pki"
         pki.mkdir(parents=True, exist_ok=True)
         self._openssl(
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-days", "7", "-subj", "/CN=kube-apiserver",
-            "-addext", f"subjectAltName={self._subject_alt_names()}",
-            "-keyout", str(pki / "serving.key"), "-out", str(self.ca_file),
-        )  # fmt: skip
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "7",
+            "-subj",
+            "/CN=kube-apiserver",
+            "-addext",
+            f"subjectAltName={self._subject_alt_names()}",
+            "-keyout",
+            str(pki / "serving.key"),
+            "-out",
+            str(self.ca_file),
+        )
         self._openssl(
-            "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-out", str(pki / "sa.key"),
-        )  # fmt: skip
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-out",
+            str(pki / "sa.key"),
+        )
         self._openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
         (pki / "tokens.csv").write_text(
             f'{self.token},{ADMIN_USER},e2e-admin-uid,"system:masters"\n'
@@ -495,10 +513,14 @@ class Cluster(ClusterApi):
                 "operatingSystem": "linux",
                 "architecture": "amd64",
                 "containerRuntimeVersion": "kubeletside://0",
-                "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
-                "osImage": "", "kubeProxyVersion": "",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": "",
+                "osImage": "",
+                "kubeProxyVersion": "",
             },
-        }  # fmt: skip
+        }
         self.patch("v1", "Node", name, {"status": status}, subresource="status")
         node = self.get("v1", "Node", name)
         taints = node.get("spec", {}).get("taints") or []

@@ -126,14 +126,22 @@ class ClusterApi(ABC):
                 "pool": {"name": "layout-probe", "generation": 1, "resourceSliceCount": 1},
                 "sharedCounters": [{"name": "set", "counters": {"c": {"value": "1"}}}],
                 "devices": [
-                    {"name": "d", "consumesCounters": [
-                        {"counterSet": "set", "counters": {"c": {"value": "1"}}}]}
+                    {
+                        "name": "d",
+                        "consumesCounters": [
+                            {"counterSet": "set", "counters": {"c": {"value": "1"}}}
+                        ],
+                    }
                 ],
             },
-        }  # fmt: skip
+        }
         try:
-            self.request("POST", self.path("resource.k8s.io/v1", "ResourceSlice"), beside,
-                         query={"dryRun": "All"})  # fmt: skip
+            self.request(
+                "POST",
+                self.path("resource.k8s.io/v1", "ResourceSlice"),
+                beside,
+                query={"dryRun": "All"},
+            )
         except ApiException as err:
             if err.status != 422:
                 raise
@@ -299,9 +307,12 @@ class ClusterApi(ABC):
         self, name: str, namespace: str = DEFAULT_NAMESPACE, timeout: float = 30.0
     ) -> Obj:
         return self.wait_for_pod(
-            name, namespace, lambda p: p.get("status", {}).get("phase") == "Running",
-            "phase Running", timeout,
-        )  # fmt: skip
+            name,
+            namespace,
+            lambda p: p.get("status", {}).get("phase") == "Running",
+            "phase Running",
+            timeout,
+        )
 
     def wait_for_pod_gone(
         self, name: str, namespace: str = DEFAULT_NAMESPACE, timeout: float = 30.0

@@ -15,8 +15,15 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("neuron_dra", "api", "consts")
 SOURCES = ("pyproject.toml", "README.md", *PACKAGES)
 # The tools and the modules their extra installs: the node agent loads none of them.
-TOOL_MODULES = ("neuron_dra.tools", "neuron_dra.hardware.fakenode",
-                "celpy", "lark", "pendulum", "jmespath", "re2")  # fmt: skip
+TOOL_MODULES = (
+    "neuron_dra.tools",
+    "neuron_dra.hardware.fakenode",
+    "celpy",
+    "lark",
+    "pendulum",
+    "jmespath",
+    "re2",
+)
 
 
 def build_wheel(work: Path) -> Path:
@@ -32,9 +39,20 @@ def build_wheel(work: Path) -> Path:
             shutil.copy2(path, src / name)
     out = work / "dist"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(out), str(src)],
-        check=True, cwd=work,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(out),
+            str(src),
+        ],
+        check=True,
+        cwd=work,
+    )
     (found,) = out.glob("neuron_dra-*.whl")
     return found

@@ -50,8 +50,19 @@ BUSYBOX_NAME = "localhost/e2e-busybox:1"
 PAUSE_NAME = "localhost/e2e-pause:1"
 BUSYBOX = Path("/bin/busybox")
 BUSYBOX_APPLETS = (
-    "sh", "ls", "cat", "env", "sleep", "echo", "test", "grep", "stat", "wc", "head", "sort",
-)  # fmt: skip
+    "sh",
+    "ls",
+    "cat",
+    "env",
+    "sleep",
+    "echo",
+    "test",
+    "grep",
+    "stat",
+    "wc",
+    "head",
+    "sort",
+)
 # The examples' pods run `bash -c "export; ..."`, as written for an Ubuntu image; in
 # this one bash is busybox's sh (whose `export` prints NAME='value' lines).
 BASH = '#!/bin/sh\nexec /bin/sh "$@"\n'
@@ -166,8 +177,11 @@ def driver_image() -> Image:
                 partial = Path(tmp) / "image.tar"
                 done = subprocess.run(
                     ["bash", str(BUILD_SCRIPT), str(partial), name],
-                    cwd=REPO, capture_output=True, text=True, check=False,
-                )  # fmt: skip
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
                 if done.returncode != 0:
                     tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
                     raise RuntimeError(
@@ -256,8 +270,9 @@ def oci_archive(
         _umoci("repack", *rootless, "--image", image, str(bundle))
         config = [f"--config.entrypoint={arg}" for arg in entrypoint]
         config += [f"--config.env={var}" for var in env]
-        _umoci("config", "--image", image, *config, f"--config.user={user}",
-               "--config.workingdir=/")  # fmt: skip
+        _umoci(
+            "config", "--image", image, *config, f"--config.user={user}", "--config.workingdir=/"
+        )
         _umoci("gc", "--layout", str(layout))
         _annotate(layout / "index.json", tag, name)
         with tarfile.open(out, "w") as tar:

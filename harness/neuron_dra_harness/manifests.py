@@ -54,21 +54,36 @@ def install_monitoring_crds(cluster: Cluster) -> None:
         name = f"{plural}.{MONITORING_GROUP}"
         if cluster.get_or_none("apiextensions.k8s.io/v1", "CustomResourceDefinition", name):
             continue
-        cluster.create({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": name},
-            "spec": {
-                "group": MONITORING_GROUP, "scope": "Namespaced",
-                "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural,
-                          "singular": kind.lower()},
-                "versions": [{
-                    "name": "v1", "served": True, "storage": True,
-                    "schema": {"openAPIV3Schema": {
-                        "type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                    }},
-                }],
-            },
-        })  # fmt: skip
+        cluster.create(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": name},
+                "spec": {
+                    "group": MONITORING_GROUP,
+                    "scope": "Namespaced",
+                    "names": {
+                        "kind": kind,
+                        "listKind": f"{kind}List",
+                        "plural": plural,
+                        "singular": kind.lower(),
+                    },
+                    "versions": [
+                        {
+                            "name": "v1",
+                            "served": True,
+                            "storage": True,
+                            "schema": {
+                                "openAPIV3Schema": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                }
+                            },
+                        }
+                    ],
+                },
+            }
+        )
 
         def established(name: str = name) -> bool:
             crd = cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
@@ -147,5 +162,9 @@ def run_install_script(
     }
     return subprocess.run(
         [str(INSTALL_SCRIPT), *args],
-        check=False, env=environ, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        check=False,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

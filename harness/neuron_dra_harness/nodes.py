@@ -67,8 +67,10 @@ class PluginNode:
         """The node's slices once they form one whole pool (all of one generation, as many
         as they count), else None: a pool is written slice by slice."""
         slices = self.slices()
-        pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"])
-                 for s in slices}  # fmt: skip
+        pools = {
+            (s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"])
+            for s in slices
+        }
         if len(pools) != 1 or next(iter(pools))[1] != len(slices):
             return None
         return slices
@@ -103,7 +105,10 @@ class SimulatedNode(PluginNode):
         step of the first claim to reach it. `python_options` go to the interpreter."""
         command = PLUGIN if crash_after is None else [*CRASHING_PLUGIN, crash_after]
         argv = [
-            command[0], *python_options, *command[1:], "run",
+            command[0],
+            *python_options,
+            *command[1:],
+            "run",
             f"--node-name={self.name}",
             f"--sysfs-root={self.sysfs}",
             f"--cdi-root={self.cdi_dir}",
@@ -114,7 +119,7 @@ class SimulatedNode(PluginNode):
             # own extra_args may set another hold-off (the last value wins).
             "--withdraw-after=0",
             *self.extra_args,
-        ]  # fmt: skip
+        ]
         return self.launch("plugin", argv, wait=wait)
 
     def devices(self) -> list[Obj]:

@@ -71,8 +71,12 @@ def patched_source(patches: list[Path], version: str, into: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="neuron-dra-download-") as outside:  # no go.mod
         listed = subprocess.run(
             ["go", "mod", "download", "-json", f"{MODULE}@{staging}"],
-            cwd=outside, env=e2e_build._go_env(), check=True, capture_output=True, text=True,
-        ).stdout  # fmt: skip
+            cwd=outside,
+            env=e2e_build._go_env(),
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     shutil.copytree(json.loads(listed)["Dir"], into)
     for path in into.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)  # the module cache is read-only

@@ -113,9 +113,12 @@ def real_cluster(binaries: Binaries | None = None) -> Iterator[RealCluster]:
             Cluster(binaries or build(), address=address, controllers=CONTROLLERS) as cluster,
         ):
             node = realnode.RealNode(
-                cluster, node_binaries, NODE, fake_root,
+                cluster,
+                node_binaries,
+                NODE,
+                fake_root,
                 labels={"node.kubernetes.io/instance-type": INSTANCE_TYPE},
-            )  # fmt: skip
+            )
             with node:
                 for image in (pause, busybox, driver):
                     node.import_image(image)

@@ -476,15 +476,18 @@ SystemdCgroup = false
             "failSwapOn": False,
             "resolvConf": "",
             # Disk and memory are the machine's: no eviction, no image GC.
-            "evictionHard": {"memory.available": "0%", "nodefs.available": "0%",
-                             "imagefs.available": "0%"},
+            "evictionHard": {
+                "memory.available": "0%",
+                "nodefs.available": "0%",
+                "imagefs.available": "0%",
+            },
             "imageGCHighThresholdPercent": 100,
             "localStorageCapacityIsolation": False,
             "protectKernelDefaults": False,
             "makeIPTablesUtilChains": False,
             "syncFrequency": "5s",
             "nodeStatusUpdateFrequency": "5s",
-        }  # fmt: skip
+        }
 
     def _start_kube_proxy(self) -> None:
         argv = [

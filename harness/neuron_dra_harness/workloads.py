@@ -38,8 +38,9 @@ def submit(cluster: Cluster, spec: Obj, node: str | None = None, *, template: bo
     metadata = {"name": name, "namespace": "default"}
     kind = "ResourceClaimTemplate" if template else "ResourceClaim"
     body = {"spec": spec} if template else spec
-    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": kind,
-                    "metadata": metadata, "spec": body})  # fmt: skip
+    cluster.create(
+        {"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": metadata, "spec": body}
+    )
     source = "resourceClaimTemplateName" if template else "resourceClaimName"
     pod_spec: Obj = {
         "automountServiceAccountToken": False,

@@ -319,8 +319,11 @@ class Agent:
             log.info("device healthy again", extra={"device": device})
         else:
             kind = change.problem.kind
-            log.error("device unhealthy: %s", change.problem.detail,
-                      extra={"device": device, "kind": kind})  # fmt: skip
+            log.error(
+                "device unhealthy: %s",
+                change.problem.detail,
+                extra={"device": device, "kind": kind},
+            )
             self.metrics.inc("neuron_dra_health_events_total", kind=kind)
         event = health_event(self.options.node_name, change, time.time())
         try:

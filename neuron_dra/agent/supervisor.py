@@ -79,9 +79,11 @@ class Supervisor:
             self.restarts[name] = self.restarts.get(name, 0) + 1
             delay = backoff.delay()
             log.warning(
-                "starting the %s loop again in %.1fs%s", name, delay,
+                "starting the %s loop again in %.1fs%s",
+                name,
+                delay,
                 " (failing again and again: liveness fails)" if failing else "",
                 extra={"loop": name, "failures": failures},
-            )  # fmt: skip
+            )
             await asyncio.sleep(delay)
             self._health.set_loop(name, down=False, failing=failing)

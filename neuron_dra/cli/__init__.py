@@ -99,15 +99,18 @@ def _command(argv: Sequence[str]) -> str | None:
 def parser(*, only_run: bool = False) -> argparse.ArgumentParser:
     command_line = argparse.ArgumentParser(prog="neuron-dra", description=__doc__.splitlines()[0])
     command_line.add_argument(
-        "--version", action=_VersionAction,
+        "--version",
+        action=_VersionAction,
         help="the driver's version (the package's, which the chart and image carry too)",
-    )  # fmt: skip
+    )
     levels = ["debug", "info", "warning", "error"]
     command_line.add_argument("--log-level", default="info", choices=levels, help="log threshold")
     command_line.add_argument(
-        "--log-format", default="text", choices=["text", "json"],
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
         help="json: one object a line, with claim, device and node fields (the chart's default)",
-    )  # fmt: skip
+    )
     commands = command_line.add_subparsers(required=True, metavar="COMMAND")
     if only_run:
         agent.add_command(commands)

@@ -35,9 +35,11 @@ def add_command(subparsers: SubParsers) -> None:
     cmd.add_argument("--node-name", default=env(ENV_NODE_NAME), help=f"(${ENV_NODE_NAME})")
     cmd.add_argument("--pod-uid", default=env(ENV_POD_UID), help=f"socket names (${ENV_POD_UID})")
     cmd.add_argument(
-        "--cdi-root", type=Path, default=Path(env(ENV_CDI_ROOT, "/var/run/cdi")),
+        "--cdi-root",
+        type=Path,
+        default=Path(env(ENV_CDI_ROOT, "/var/run/cdi")),
         help=f"where CDI specs are written, as the container runtime reads them (${ENV_CDI_ROOT})",
-    )  # fmt: skip
+    )
     cmd.add_argument(
         "--kubelet-registrar-directory-path",
         type=Path,
@@ -83,9 +85,12 @@ def add_command(subparsers: SubParsers) -> None:
         "shared counters (partitionable devices); off: whole devices only",
     )
     cmd.add_argument(
-        "--rediscover-interval", type=float, default=60.0, metavar="SECONDS",
+        "--rediscover-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
         help="how often sysfs is read again for devices and UltraServer membership",
-    )  # fmt: skip
+    )
     cmd.add_argument(
         "--withdraw-after",
         type=_seconds,
@@ -95,9 +100,12 @@ def add_command(subparsers: SubParsers) -> None:
         "NeuronCores (0: at once); shorter holds rewrite nothing",
     )
     cmd.add_argument(
-        "--health-interval", type=float, default=5.0, metavar="SECONDS",
+        "--health-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
         help="how often device health (error counters, kernel log) is checked",
-    )  # fmt: skip
+    )
     cmd.add_argument(
         "--health-recovery",
         type=float,
@@ -107,22 +115,29 @@ def add_command(subparsers: SubParsers) -> None:
         "re-check (ECC increase, kernel error line); 0 keeps it out until restart",
     )
     cmd.add_argument(
-        "--health-heartbeat-timeout", type=float, default=0.0, metavar="SECONDS",
+        "--health-heartbeat-timeout",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
         help="mark a device unhealthy when its firmware heartbeat (driver 2.30+ "
         "health_status/healthcheck_heartbeat) stands still this long; 0 never",
-    )  # fmt: skip
+    )
     cmd.add_argument("--kmsg-path", type=Path, help="kernel log to scan (default: <root>/dev/kmsg)")
     cmd.add_argument(
-        "--pod-resources-socket", type=Path, metavar="PATH",
+        "--pod-resources-socket",
+        type=Path,
+        metavar="PATH",
         help="the kubelet's PodResources API, which says which containers hold which "
         "devices (default: <kubelet plugins directory>/../pod-resources/kubelet.sock)",
-    )  # fmt: skip
+    )
     cmd.add_argument(
-        "--pod-resources-interval", type=_seconds, default=POD_RESOURCES_INTERVAL_S,
+        "--pod-resources-interval",
+        type=_seconds,
+        default=POD_RESOURCES_INTERVAL_S,
         metavar="SECONDS",
         help="ask the kubelet's PodResources API at most once per this many seconds, "
         "however many scrape /metrics (its server allows 100 calls/s to all its clients)",
-    )  # fmt: skip
+    )
     cmd.add_argument(
         "--unhealthy-effect",
         default="NoSchedule",
@@ -133,11 +148,13 @@ def add_command(subparsers: SubParsers) -> None:
         "--metrics-port", type=int, default=-1, help="Prometheus /metrics port; -1 disables"
     )
     cmd.add_argument(
-        "--metrics-auth", default="none", choices=["none", "kubernetes"],
+        "--metrics-auth",
+        default="none",
+        choices=["none", "kubernetes"],
         help="kubernetes: /metrics answers only a bearer token the API server authenticates "
         "(TokenReview), of a user allowed to get the non-resource URL /metrics "
         "(SubjectAccessReview); none: anyone who reaches the port",
-    )  # fmt: skip
+    )
     cmd.set_defaults(command=_run)
 
 

@@ -24,9 +24,12 @@ def add_commands(subparsers: SubParsers) -> None:
     cmd = subparsers.add_parser("discover", help="print the node's Neuron inventory")
     add_sysfs_root(cmd)
     cmd.add_argument(
-        "-o", "--output", default="table", choices=["table", "json"],
+        "-o",
+        "--output",
+        default="table",
+        choices=["table", "json"],
         help="table: devices and findings for a person; json: the whole inventory",
-    )  # fmt: skip
+    )
     cmd.set_defaults(command=_discover)
 
     cmd = subparsers.add_parser("slices", help="print the ResourceSlices the driver would publish")
@@ -63,27 +66,35 @@ def add_commands(subparsers: SubParsers) -> None:
 
     cmd = subparsers.add_parser("fake-node", help="write a simulated node's sysfs tree")
     cmd.add_argument(
-        "--instance-type", required=True, choices=sorted(INSTANCE_TYPES), metavar="TYPE",
+        "--instance-type",
+        required=True,
+        choices=sorted(INSTANCE_TYPES),
+        metavar="TYPE",
         help=f"one of {', '.join(sorted(INSTANCE_TYPES))}",
-    )  # fmt: skip
+    )
     cmd.add_argument("--out", required=True, type=Path, help="directory to write the tree in")
     cmd.add_argument(
-        "--driver-version", metavar="VERSION",
+        "--driver-version",
+        metavar="VERSION",
         help="the Neuron driver release whose sysfs files and formats to write: "
         f"{', '.join(FAKE_VERSIONS)} (a later version writes the layout of the last "
         f"release before it; default {FAKE_VERSIONS[0]}, as the examples select)",
-    )  # fmt: skip
+    )
     cmd.add_argument(
-        "--lnc", type=int, choices=[1, 2],
+        "--lnc",
+        type=int,
+        choices=[1, 2],
         help="logical NeuronCore size in the node's Neuron config (trn2 and trn3)",
-    )  # fmt: skip
+    )
     cmd.add_argument(
         "--ultraserver-server-id", help="UltraServer types: the 4-node unit's id (default us-0)"
     )
     cmd.add_argument(
-        "--ultraserver-node-id", type=int, choices=range(4),
+        "--ultraserver-node-id",
+        type=int,
+        choices=range(4),
         help="UltraServer types: the node's place in its unit, 0-3 (default 0)",
-    )  # fmt: skip
+    )
     cmd.set_defaults(command=_fake_node)
 
 

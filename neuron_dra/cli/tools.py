@@ -28,9 +28,12 @@ def add_commands(subparsers: SubParsers) -> None:
         "or a live cluster",
     )
     cmd.add_argument(
-        "files", nargs="+", type=Path, metavar="FILE",
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
         help="YAML of ResourceClaims, templates, Pods, workloads and DeviceClasses (-: stdin)",
-    )  # fmt: skip
+    )
     where = cmd.add_mutually_exclusive_group(required=True)
     where.add_argument(
         "--node",
@@ -63,9 +66,12 @@ def add_commands(subparsers: SubParsers) -> None:
         "devices only, as on 1.34 and 1.35 (default: on)",
     )
     cmd.add_argument(
-        "-o", "--output", default="text", choices=["text", "json"],
+        "-o",
+        "--output",
+        default="text",
+        choices=["text", "json"],
         help="text: each claim's placement and why not elsewhere; json: the same as data",
-    )  # fmt: skip
+    )
     cmd.add_argument("--picture", type=Path, metavar="FILE.svg", help="draw the allocation")
     cmd.set_defaults(command=_simulate)
 
@@ -181,14 +187,21 @@ def _simulate(args: argparse.Namespace) -> int:
         document = {
             "claims": [simulate.outcome_json(o) for o in outcomes],
             "nodes": [
-                {"name": v.name, "instanceType": v.instance_type,
-                 "devices": {str(i): outcomes[n].claim.key for i, n in sorted(v.owners.items())},
-                 "cores": {str(core): outcomes[n].claim.key for held in v.cores.values()
-                           for core, n in held if n is not None},
-                 "wholeNode": None if v.whole_node is None else outcomes[v.whole_node].claim.key}
+                {
+                    "name": v.name,
+                    "instanceType": v.instance_type,
+                    "devices": {str(i): outcomes[n].claim.key for i, n in sorted(v.owners.items())},
+                    "cores": {
+                        str(core): outcomes[n].claim.key
+                        for held in v.cores.values()
+                        for core, n in held
+                        if n is not None
+                    },
+                    "wholeNode": None if v.whole_node is None else outcomes[v.whole_node].claim.key,
+                }
                 for v in views
             ],
-        }  # fmt: skip
+        }
         print(json.dumps(document, indent=2))
     else:
         for outcome in outcomes:

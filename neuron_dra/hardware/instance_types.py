@@ -50,8 +50,17 @@ def _trn3_48xlarge(name: str, *, reservation: bool) -> InstanceType:
     Every one is an UltraServer node; the Neuron driver's platform table says which
     learn their place by election (as trn2u) and which from their reservation.
     """
-    return InstanceType(name, 16, 8, 144, Shape.SWITCHED, _TRN3, has_lnc=True,
-                        ultraserver=True, reservation=reservation)  # fmt: skip
+    return InstanceType(
+        name,
+        16,
+        8,
+        144,
+        Shape.SWITCHED,
+        _TRN3,
+        has_lnc=True,
+        ultraserver=True,
+        reservation=reservation,
+    )
 
 
 _CATALOGUE = (

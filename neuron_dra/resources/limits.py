@@ -166,9 +166,12 @@ def validate_slice(
         _check_device(path, device, driver, errors)
         consumed += _check_consumptions(path, device, rules, visible, errors)
     _at_most(
-        "spec.devices", consumed, rules.max_consumed_counters_per_slice, "counter consumptions",
+        "spec.devices",
+        consumed,
+        rules.max_consumed_counters_per_slice,
+        "counter consumptions",
         errors,
-    )  # fmt: skip
+    )
     return errors
 
 
@@ -293,9 +296,12 @@ def _check_consumptions(
     """The device's counter consumptions; `visible`: the sets it may use (None: not known here)."""
     consumptions = device.get("consumesCounters") or []
     _at_most(
-        f"{path}.consumesCounters", len(consumptions), rules.max_consumptions_per_device,
-        "counter sets", errors,
-    )  # fmt: skip
+        f"{path}.consumesCounters",
+        len(consumptions),
+        rules.max_consumptions_per_device,
+        "counter sets",
+        errors,
+    )
     used_sets: set[str] = set()
     total = 0
     for j, consumption in enumerate(consumptions):
@@ -310,9 +316,12 @@ def _check_consumptions(
         if not counters:
             errors.append(f"{cpath}.counters: required")
         _at_most(
-            f"{cpath}.counters", len(counters), rules.max_counters_per_consumption, "counters",
+            f"{cpath}.counters",
+            len(counters),
+            rules.max_counters_per_consumption,
+            "counters",
             errors,
-        )  # fmt: skip
+        )
         for counter, value in counters.items():
             _check_counter(f"{cpath}.counters[{counter}]", counter, value, errors)
         total += len(counters)

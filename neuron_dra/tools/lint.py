@@ -324,13 +324,23 @@ class _Checker:
         if self.cores:
             # One note for the claim, ahead of what its requests were found to get wrong.
             plural = len(self.cores) > 1
-            self.findings.insert(start, Finding(self.file, self.where, (
-                f"request{'s' if plural else ''} {', '.join(self.cores)} "
-                f"ask{'' if plural else 's'} for NeuronCores, which the driver publishes only "
-                "where the API server serves partitionable devices (Kubernetes 1.36+ by default, "
-                "1.35 with the DRAPartitionableDevices feature gate, not 1.34); elsewhere the "
-                "claim stays pending"
-            ), False, self.line))  # fmt: skip
+            self.findings.insert(
+                start,
+                Finding(
+                    self.file,
+                    self.where,
+                    (
+                        f"request{'s' if plural else ''} {', '.join(self.cores)} "
+                        f"ask{'' if plural else 's'} for NeuronCores, which the driver "
+                        "publishes only where the API server serves partitionable devices "
+                        "(Kubernetes 1.36+ by default, 1.35 with the "
+                        "DRAPartitionableDevices feature gate, not 1.34); elsewhere the "
+                        "claim stays pending"
+                    ),
+                    False,
+                    self.line,
+                ),
+            )
         counts = [min(a.count for a in r.alternatives) for r in claim.requests]
         if sum(counts) > MAX_CLAIM_DEVICES >= max(counts, default=0):
             self.error(
@@ -397,9 +407,10 @@ class _Checker:
         if alt.all or not pinned:
             return
         groups = [
-            c.attribute for c in claim.constraints
+            c.attribute
+            for c in claim.constraints
             if c.applies(alt.name) and c.attribute.startswith(GROUP_PREFIX)
-        ]  # fmt: skip
+        ]
         for instance_type in pinned:
             self._count(part, alt.count, instance_type, groups)
 

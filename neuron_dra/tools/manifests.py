@@ -39,11 +39,21 @@ READ_KINDS = (*RESOURCE_KINDS, *POD_KINDS)
 # Kinds of Kubernetes that look like one the tools read but are not a misspelling of it.
 OTHER_KINDS = frozenset(
     {
-        "ResourceSlice", "ResourceClass", "ResourceClaimParameters", "DeviceTaintRule",
-        "ResourceQuota", "PodTemplate", "PodGroup", "ReplicationController", "Workload",
-        "PodMonitor", "PodDisruptionBudget", "ControllerRevision", "DeviceClassParameters",
+        "ResourceSlice",
+        "ResourceClass",
+        "ResourceClaimParameters",
+        "DeviceTaintRule",
+        "ResourceQuota",
+        "PodTemplate",
+        "PodGroup",
+        "ReplicationController",
+        "Workload",
+        "PodMonitor",
+        "PodDisruptionBudget",
+        "ControllerRevision",
+        "DeviceClassParameters",
     }
-)  # fmt: skip
+)
 KIND_CUTOFF = 0.8  # difflib ratio from which an unknown kind is taken for a misspelling
 
 # libyaml's loader where PyYAML was built with it.

@@ -31,9 +31,19 @@ from neuron_dra.hardware.topology import TORUS_SIDE, DeviceSet, connected_sets
 from neuron_dra.tools.simulate import Cluster, Outcome, SimNode
 
 PALETTE = (
-    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
-    "#b07aa1", "#ff9da7", "#9c755f", "#2f4b7c", "#a05195", "#008080",
-)  # fmt: skip
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#e15759",
+    "#76b7b2",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#2f4b7c",
+    "#a05195",
+    "#008080",
+)
 TAKEN_COLOUR = "#9e9e9e"  # held by claims that were allocated before the simulation
 FREE_COLOUR = "#ffffff"
 BOX = 44  # device box side, px
@@ -108,8 +118,17 @@ def _view(node: SimNode, cluster: Cluster, holder: Mapping[tuple[str, str, str],
             if size > 1 and frozenset(members) in sets.get(size, ()):
                 outlines.append((frozenset(members), number))
     held = {i: tuple(sorted(c, key=lambda pair: pair[0])) for i, c in sorted(cores.items())}
-    return NodeView(node.name, node.instance_type, shape, count, owners, whole,
-                    frozenset(taken), tuple(outlines), held)  # fmt: skip
+    return NodeView(
+        node.name,
+        node.instance_type,
+        shape,
+        count,
+        owners,
+        whole,
+        frozenset(taken),
+        tuple(outlines),
+        held,
+    )
 
 
 def core_holders(view: NodeView, index: int) -> list[int | None]:
@@ -184,8 +203,10 @@ def _positions(view: NodeView) -> tuple[dict[int, _Box], float, float]:
         boxes = {}
         for i in range(view.devices):
             angle = 2 * math.pi * i / view.devices - math.pi / 2
-            boxes[i] = _Box(centre + radius * math.cos(angle) - BOX / 2,
-                            centre + radius * math.sin(angle) - BOX / 2)  # fmt: skip
+            boxes[i] = _Box(
+                centre + radius * math.cos(angle) - BOX / 2,
+                centre + radius * math.sin(angle) - BOX / 2,
+            )
         side = 2 * centre
         return boxes, side, side
     boxes = {i: _Box(GAP + i * step, GAP) for i in range(max(view.devices, 1))}

@@ -121,8 +121,9 @@ class Fleet:
                     raise AssertionError(self.stuck(step, tracked, pod))
             return not any(t.node.name in self.up_since for t in self.due.values())
 
-        self.cluster.wait_for(f"seed {self.seed} step {step}: pods settled", settled,
-                              timeout=2 * STUCK_S + 30)  # fmt: skip
+        self.cluster.wait_for(
+            f"seed {self.seed} step {step}: pods settled", settled, timeout=2 * STUCK_S + 30
+        )
         for tracked in refused_pods:
             self.cluster.delete("v1", "Pod", tracked.name, tracked.namespace)
         for tracked in refused_pods:
@@ -132,9 +133,11 @@ class Fleet:
         where = f"seed {self.seed} step {step}: {tracked.namespace}/{tracked.name}"
         annotations = pod["metadata"].get("annotations") or {}
         status = pod.get("status", {})
-        claim = claim_of(self.cluster, pod) if status.get("resourceClaimStatuses") or status.get(
-            "extendedResourceClaimStatus"
-        ) else None  # fmt: skip
+        claim = (
+            claim_of(self.cluster, pod)
+            if status.get("resourceClaimStatuses") or status.get("extendedResourceClaimStatus")
+            else None
+        )
         allocation = (claim or {}).get("status", {}).get("allocation")
         if not allocation:
             return f"{where} neither scheduled nor refused after {STUCK_S:.0f}s"
@@ -149,9 +152,11 @@ class Fleet:
         """No physical core in two running containers (admin access shares on purpose);
         each container's device nodes are exactly its cores' devices."""
         seen: dict[tuple[str, int], str] = {}
-        pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p
-                for namespace in ("default", ADMIN_NAMESPACE)
-                for p in self.cluster.list_objects("v1", "Pod", namespace)}  # fmt: skip
+        pods = {
+            (p["metadata"]["namespace"], p["metadata"]["name"]): p
+            for namespace in ("default", ADMIN_NAMESPACE)
+            for p in self.cluster.list_objects("v1", "Pod", namespace)
+        }
         for tracked in self.running.values():
             pod = pods.get((tracked.namespace, tracked.name))
             assert pod is not None, f"seed {self.seed} step {step}: {tracked.name} vanished"
@@ -160,7 +165,11 @@ class Fleet:
             cores = set(parse_cores(env["NEURON_RT_VISIBLE_CORES"]))
             devices = sorted({c // PER_DEVICE for c in cores})
             assert view["deviceNodes"] == [f"/dev/neuron{d}" for d in devices], (
-                self.seed, step, tracked.name, view)  # fmt: skip
+                self.seed,
+                step,
+                tracked.name,
+                view,
+            )
             if tracked.admin:
                 continue
             for core in cores:
@@ -184,8 +193,9 @@ class Fleet:
             return checkpoint_mismatch(node) is None
 
         try:
-            self.cluster.wait_for(f"{where}'s pool following its checkpoint", follows,
-                                  timeout=STUCK_S)  # fmt: skip
+            self.cluster.wait_for(
+                f"{where}'s pool following its checkpoint", follows, timeout=STUCK_S
+            )
         except ClusterError as exc:
             raise AssertionError(f"{where}: {checkpoint_mismatch(node)}") from exc
 
@@ -195,6 +205,7 @@ def whole_devices(cluster: Cluster, pod: Obj) -> tuple[str, ...]:
     claim = claim_of(cluster, pod)
     results = claim["status"]["allocation"]["devices"]["results"]
     return tuple(
-        r["device"] for r in results
+        r["device"]
+        for r in results
         if not r.get("adminAccess") and not r["device"].startswith(CORE_NAME_PREFIX)
-    )  # fmt: skip
+    )

@@ -91,8 +91,10 @@ def pool_problems(node: SimulatedNode) -> list[str]:
     if devices is None:
         return []
     problems = [f"{name} draws on no counter" for name in counters_missing(devices)]
-    problems += [f"{name} not on its device's counter"
-                 for name in cores_beside_their_device_unlinked(devices)]  # fmt: skip
+    problems += [
+        f"{name} not on its device's counter"
+        for name in cores_beside_their_device_unlinked(devices)
+    ]
     return problems
 
 

@@ -145,8 +145,13 @@ def deallocate_held(fleet: Fleet, rng: random.Random) -> None:
     fleet.delete(tracked, grace=0)
     claim_name = claim["metadata"]["name"]
     cluster.delete("resource.k8s.io/v1", "ResourceClaim", claim_name, "default")
-    cluster.wait_for(f"claim {claim_name} deallocated and gone", lambda: cluster.get_or_none(
-        "resource.k8s.io/v1", "ResourceClaim", claim_name, "default") is None)  # fmt: skip
+    cluster.wait_for(
+        f"claim {claim_name} deallocated and gone",
+        lambda: (
+            cluster.get_or_none("resource.k8s.io/v1", "ResourceClaim", claim_name, "default")
+            is None
+        ),
+    )
     index = (
         rng.randrange(DEVICES) if device == NODE_DEVICE_NAME else int(device[len("neurondevice") :])
     )
@@ -196,14 +201,33 @@ def admin(fleet: Fleet, rng: random.Random) -> None:
     spec["devices"]["requests"][0]["exactly"]["adminAccess"] = True
     name = next(_admin_names)
     metadata = {"name": name, "namespace": ADMIN_NAMESPACE}
-    fleet.cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                          "metadata": metadata, "spec": {"spec": spec}})  # fmt: skip
-    fleet.cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {
-        "automountServiceAccountToken": False,
-        "nodeSelector": {"kubernetes.io/hostname": node.name},
-        "containers": [{"name": "ctr0", "image": "none",
-                        "resources": {"claims": [{"name": "neurons"}]}}],
-        "resourceClaims": [{"name": "neurons", "resourceClaimTemplateName": name}]}})  # fmt: skip
+    fleet.cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": metadata,
+            "spec": {"spec": spec},
+        }
+    )
+    fleet.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {
+                "automountServiceAccountToken": False,
+                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "containers": [
+                    {
+                        "name": "ctr0",
+                        "image": "none",
+                        "resources": {"claims": [{"name": "neurons"}]},
+                    }
+                ],
+                "resourceClaims": [{"name": "neurons", "resourceClaimTemplateName": name}],
+            },
+        }
+    )
     fleet.submitted(name, node, admin=True)
 
 

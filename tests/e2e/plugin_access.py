@@ -30,8 +30,11 @@ from neuron_dra_harness.cluster import Cluster
 
 NAMESPACE = "neuron-dra"
 PLUGIN_USER = "system:serviceaccount:neuron-dra:neuron-dra"
-PLUGIN_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:neuron-dra",
-                 "system:authenticated")  # fmt: skip
+PLUGIN_GROUPS = (
+    "system:serviceaccounts",
+    "system:serviceaccounts:neuron-dra",
+    "system:authenticated",
+)
 NODE_NAME_EXTRA = "authentication.kubernetes.io%2Fnode-name"
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str | None]  # apiVersion, kind, name, namespace
@@ -65,11 +68,14 @@ def can(cluster: Cluster, verb: str, target: Target) -> bool:
             "user": PLUGIN_USER,
             "groups": list(PLUGIN_GROUPS),
             "resourceAttributes": {
-                "verb": verb, "group": group, "resource": resource, "subresource": sub,
+                "verb": verb,
+                "group": group,
+                "resource": resource,
+                "subresource": sub,
                 "namespace": namespace,
             },
         },
-    }  # fmt: skip
+    }
     path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
     return bool(cast(Obj, cluster.request("POST", path, review))["status"].get("allowed"))
 
@@ -169,10 +175,13 @@ def add_policy_nodes(cluster: Cluster, own: str, other: str) -> None:
     def enforced() -> bool:
         slice_ = as_plugin(cluster, "POST", f"{SLICES}?dryRun=All", slice_for(other), node=own)
         label = as_plugin(
-            cluster, "PATCH", f"/api/v1/nodes/{other}?dryRun=All",
-            {"metadata": {"labels": {"x": "y"}}}, node=own,
+            cluster,
+            "PATCH",
+            f"/api/v1/nodes/{other}?dryRun=All",
+            {"metadata": {"labels": {"x": "y"}}},
+            node=own,
             content_type="application/merge-patch+json",
-        )  # fmt: skip
+        )
         return slice_.status == 403 and label.status == 403
 
     cluster.wait_for("admission policies in effect", enforced)
@@ -256,10 +265,14 @@ def plugin_kube(cluster: Cluster, node: str) -> Kube:
         f"Impersonate-Extra-{NODE_NAME_EXTRA}": node,
     }
     authorization = f"Bearer {cluster.token}"
-    return Kube(ApiConfig(
-        server=cluster.server, ca_file=str(cluster.ca_file),
-        authorization=lambda: authorization, headers=headers,
-    ))  # fmt: skip
+    return Kube(
+        ApiConfig(
+            server=cluster.server,
+            ca_file=str(cluster.ca_file),
+            authorization=lambda: authorization,
+            headers=headers,
+        )
+    )
 
 
 def check_probes_and_writes(
@@ -364,9 +377,13 @@ def check_own_nodes_ultraserver_labels(cluster: Cluster, own: str, other: str) -
     def patch(node: str, labels: Mapping[str, str | None]) -> Reply:
         body = {"metadata": {"labels": dict(labels)}}
         return as_plugin(
-            cluster, "PATCH", f"/api/v1/nodes/{node}", body, node=own,
+            cluster,
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            body,
+            node=own,
             content_type="application/merge-patch+json",
-        )  # fmt: skip
+        )
 
     assert as_plugin(cluster, "GET", f"/api/v1/nodes/{own}", node=own).status == 200
     # What the agent lists (then watches) to follow its own Node.
@@ -384,12 +401,20 @@ def check_own_nodes_ultraserver_labels(cluster: Cluster, own: str, other: str) -
     assert denied.status == 403, denied.message
     assert "may change only the neuron.amazonaws.com/ultraserver-* labels" in denied.message
     # Nor what would have the Node garbage-collected, or stuck in deletion.
-    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x",
-             "uid": "00000000-0000-4000-8000-000000000000"}  # fmt: skip
+    owner = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "x",
+        "uid": "00000000-0000-4000-8000-000000000000",
+    }
     for metadata in ({"ownerReferences": [owner]}, {"finalizers": ["example.com/hold"]}):
         denied = as_plugin(
-            cluster, "PATCH", f"/api/v1/nodes/{own}", {"metadata": metadata}, node=own,
+            cluster,
+            "PATCH",
+            f"/api/v1/nodes/{own}",
+            {"metadata": metadata},
+            node=own,
             content_type="application/merge-patch+json",
-        )  # fmt: skip
+        )
         assert denied.status == 403, (metadata, denied.message)
         assert "may change only the neuron.amazonaws.com/ultraserver-* labels" in denied.message

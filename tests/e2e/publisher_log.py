@@ -23,7 +23,9 @@ def start_logging_passes(node: SimulatedNode) -> Component:
     """`neuron-dra run` as `SimulatedNode.start_plugin` starts it, logging at debug level,
     where the publisher names every pass: a test sees when a wake has been handled."""
     argv = [
-        *PLUGIN, "--log-level=debug", "run",
+        *PLUGIN,
+        "--log-level=debug",
+        "run",
         f"--node-name={node.name}",
         f"--sysfs-root={node.sysfs}",
         f"--cdi-root={node.cdi_dir}",
@@ -31,7 +33,7 @@ def start_logging_passes(node: SimulatedNode) -> Component:
         f"--kubelet-plugins-directory-path={node.side.plugins_dir}",
         f"--kubeconfig={node.cluster.kubeconfig}",
         *node.extra_args,
-    ]  # fmt: skip
+    ]
     node.plugin = node.cluster.start_process(f"plugin-{node.name}", argv)
     node.side.wait_for_plugin(DRIVER_NAME)
     node.cluster.wait_for(f"slices of {node.name}", lambda: node.slices() or None)

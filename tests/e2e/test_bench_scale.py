@@ -23,15 +23,41 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     subprocess.run(
-        [sys.executable, str(REPO / "bench" / "scale.py"), "--sizes", "20",
-         "--layouts", "partitions,partitions-unordered", "--pods", "1",
-         "--steady-pods", "3", "--states", "full,mixed", "--churn-rates", "4",
-         "--churn-seconds", "2", "--churn-life", "1", "--out", str(out)],
-        check=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "bench" / "scale.py"),
+            "--sizes",
+            "20",
+            "--layouts",
+            "partitions,partitions-unordered",
+            "--pods",
+            "1",
+            "--steady-pods",
+            "3",
+            "--states",
+            "full,mixed",
+            "--churn-rates",
+            "4",
+            "--churn-seconds",
+            "2",
+            "--churn-life",
+            "1",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        timeout=600,
+    )
     result = json.loads(out.read_text())
-    cases = {"no claim", "1 device", "1 core", "4 cores of one device", "4 connected",
-             "16 devices", "aws.amazon.com/neuron: 16"}  # fmt: skip
+    cases = {
+        "no claim",
+        "1 device",
+        "1 core",
+        "4 cores of one device",
+        "4 connected",
+        "16 devices",
+        "aws.amazon.com/neuron: 16",
+    }
     for layout in ("partitions", "partitions-unordered"):
         step = result["layouts"][layout]["sizes"]["20"]
         assert set(step["empty"]) == set(step["full"]) == set(step["mixed"]) == cases, layout

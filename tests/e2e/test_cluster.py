@@ -126,10 +126,11 @@ def test_kubeletside_without_plugin(cluster: Cluster) -> None:
     events = cluster.wait_for(
         "FailedPrepareDynamicResources event",
         lambda: [
-            e for e in cluster.events_for("waiting", ns)
+            e
+            for e in cluster.events_for("waiting", ns)
             if e["reason"] == "FailedPrepareDynamicResources"
         ],
-    )  # fmt: skip
+    )
     assert events[0]["source"]["host"] == node
     assert side.report_events("prepare-error")
     # The slice published after start-up survives.

@@ -87,8 +87,10 @@ def _skip_old_releases(
     if reason and "nodes" in request.fixturenames:
         pytest.skip(reason)
     if e2e_binaries.minor >= PARTITIONS_LOCKED and "unpartitioned" in request.fixturenames:
-        pytest.skip(f"DRAPartitionableDevices is locked on from 1.{PARTITIONS_LOCKED}: "
-                    "every server keeps shared counters")  # fmt: skip
+        pytest.skip(
+            f"DRAPartitionableDevices is locked on from 1.{PARTITIONS_LOCKED}: "
+            "every server keeps shared counters"
+        )
 
 
 # --- claims and pods ------------------------------------------------------------------
@@ -122,20 +124,33 @@ def submit(cluster: Cluster, spec: Obj, node: str) -> str:
     `spec`, held to `node` by a nodeSelector (so the scheduler still places it)."""
     name = next(_names)
     metadata = {"name": name, "namespace": "default"}
-    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                    "metadata": metadata, "spec": {"spec": spec}})  # fmt: skip
-    cluster.create({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {
-            "automountServiceAccountToken": False,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [{"name": "ctr0", "image": "none",
-                            "resources": {"claims": [{"name": "neurons"}]}}],
-            "resourceClaims": [{"name": "neurons", "resourceClaimTemplateName": name}],
-        },
-    })  # fmt: skip
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": metadata,
+            "spec": {"spec": spec},
+        }
+    )
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {
+                "automountServiceAccountToken": False,
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [
+                    {
+                        "name": "ctr0",
+                        "image": "none",
+                        "resources": {"claims": [{"name": "neurons"}]},
+                    }
+                ],
+                "resourceClaims": [{"name": "neurons", "resourceClaimTemplateName": name}],
+            },
+        }
+    )
     return name
 
 
@@ -254,9 +269,11 @@ def published_now(node: SimulatedNode) -> dict[str, tuple[int, int]] | None:
 
 def cores_held_by(whole: list[str]) -> list[str]:
     """The core device names of the whole devices (or the node device) `whole` names."""
-    indexes = range(16) if NODE_DEVICE_NAME in whole else [
-        int(d.removeprefix("neurondevice")) for d in whole
-    ]  # fmt: skip
+    indexes = (
+        range(16)
+        if NODE_DEVICE_NAME in whole
+        else [int(d.removeprefix("neurondevice")) for d in whole]
+    )
     return [f"{CORE_NAME_PREFIX}{i * PER_DEVICE + c}" for i in indexes for c in range(PER_DEVICE)]
 
 
@@ -490,14 +507,33 @@ def submit_admin(node: SimulatedNode, spec: Obj) -> str:
     spec["devices"]["requests"][0]["exactly"]["adminAccess"] = True
     name = next(_names)
     metadata = {"name": name, "namespace": ADMIN_NAMESPACE}
-    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                    "metadata": metadata, "spec": spec})  # fmt: skip
-    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {
-        "automountServiceAccountToken": False,
-        "nodeSelector": {"kubernetes.io/hostname": node.name},
-        "containers": [{"name": "ctr0", "image": "none",
-                        "resources": {"claims": [{"name": "neurons"}]}}],
-        "resourceClaims": [{"name": "neurons", "resourceClaimName": name}]}})  # fmt: skip
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": metadata,
+            "spec": spec,
+        }
+    )
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {
+                "automountServiceAccountToken": False,
+                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "containers": [
+                    {
+                        "name": "ctr0",
+                        "image": "none",
+                        "resources": {"claims": [{"name": "neurons"}]},
+                    }
+                ],
+                "resourceClaims": [{"name": "neurons", "resourceClaimName": name}],
+            },
+        }
+    )
     return name
 
 
@@ -515,8 +551,11 @@ def test_the_allocator_meets_whole_devices_before_cores(nodes: dict[str, Simulat
     for node in nodes.values():
         pool = node.pool()
         assert pool is not None
-        walk = [d["name"] for s in sorted(pool, key=lambda s: s["metadata"]["name"])
-                for d in s["spec"].get("devices") or []]  # fmt: skip
+        walk = [
+            d["name"]
+            for s in sorted(pool, key=lambda s: s["metadata"]["name"])
+            for d in s["spec"].get("devices") or []
+        ]
         first_core = next(i for i, n in enumerate(walk) if n.startswith(CORE_NAME_PREFIX))
         assert not any(n.startswith(CORE_NAME_PREFIX) for n in walk[:first_core])
         assert all(n.startswith(CORE_NAME_PREFIX) for n in walk[first_core:]), walk
@@ -546,9 +585,12 @@ def test_lnc_config_on_a_core_is_refused_at_prepare(nodes: dict[str, SimulatedNo
     assert expected in error, error
     events = cluster.wait_for(
         "the FailedPrepareDynamicResources event",
-        lambda: [e for e in cluster.events_for(name)
-                 if e.get("reason") == "FailedPrepareDynamicResources"],
-    )  # fmt: skip
+        lambda: [
+            e
+            for e in cluster.events_for(name)
+            if e.get("reason") == "FailedPrepareDynamicResources"
+        ],
+    )
     assert expected in events[0]["message"]
     assert pod["status"].get("phase") == "Pending"
     assert_nothing_prepared(node, name, claim)

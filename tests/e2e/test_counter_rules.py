@@ -99,8 +99,10 @@ def test_a_device_allocated_while_held_keeps_its_cores_from_other_claims(
         os.kill(pid, signal.SIGCONT)
     # The first claim unprepared, the second refused at prepare: nothing holds device 3
     # on the node, and its cores are published again, while the second claim has it.
-    cluster.wait_for("device 3's cores published again", lambda: cores_of_3(node) == set(
-        cores_held_by(["neurondevice3"])))  # fmt: skip
+    cluster.wait_for(
+        "device 3's cores published again",
+        lambda: cores_of_3(node) == set(cores_held_by(["neurondevice3"])),
+    )
     cores = submit(cluster, core_spec(PER_DEVICE, cel=on_device(3)), node.name)
     reason = unschedulable_reason(cluster, cores)
     assert "cannot allocate all claims" in reason, reason

@@ -108,9 +108,11 @@ def nodes(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
         for server in ULTRASERVERS:
             for i in range(4):
                 found[f"{server}-{i}"] = add_simulated_node(
-                    cluster, f"{server}-{i}", "trn2u.48xlarge",
+                    cluster,
+                    f"{server}-{i}",
+                    "trn2u.48xlarge",
                     ultraserver=FakeUltraServer(server, i),
-                )  # fmt: skip
+                )
         yield found
 
 
@@ -195,11 +197,14 @@ def test_example_is_accepted_by_the_api_server(
             else:
                 cluster.create_namespace(ns)
     result = cluster.kubectl(
-        "apply", "--dry-run=server", "--validate=strict",
+        "apply",
+        "--dry-run=server",
+        "--validate=strict",
         f"--cache-dir={cluster.workdir / 'kubectl-cache'}",
-        "-f", str(SPECS / spec_file),
+        "-f",
+        str(SPECS / spec_file),
         check=False,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     accepted = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
     assert len(accepted) == len(docs), result.stdout
@@ -244,11 +249,14 @@ def test_first_available_takes_the_half_when_the_whole_is_not_free(
     ns = namespace(cluster)
     create_in(cluster, ns, pinned(load("first-available.yaml"), "trn2-b"))
     pod = cluster.wait_for_pod_running("first-available", ns, timeout=60)
-    [request] = {r["request"] for r in claim_of(cluster, ns, pod)["status"]["allocation"]
-                 ["devices"]["results"]}  # fmt: skip
+    [request] = {
+        r["request"]
+        for r in claim_of(cluster, ns, pod)["status"]["allocation"]["devices"]["results"]
+    }
     assert request == "neurons/whole"
-    delete_and_assert_released(nodes["trn2-b"], "first-available", ns,
-                               claim_of(cluster, ns, pod)["metadata"]["uid"])  # fmt: skip
+    delete_and_assert_released(
+        nodes["trn2-b"], "first-available", ns, claim_of(cluster, ns, pod)["metadata"]["uid"]
+    )
 
     holder = pinned(load("single-device.yaml"), "trn2-b")
     create_in(cluster, ns, holder)
@@ -276,10 +284,23 @@ def test_every_device_on_nodes_of_a_driver_version(nodes: dict[str, SimulatedNod
     ns = namespace(cluster)
     second = "trn2-a" if too_old(cluster.binaries) else "us-b-0"
     template, deployment = load("specific-driver-version.yaml")
-    deployment["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
-            "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
-                                  "values": ["inf2-a", second]}]}]}}}  # fmt: skip
+    deployment["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/hostname",
+                                "operator": "In",
+                                "values": ["inf2-a", second],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
     deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] = False
     create_in(cluster, ns, [template, deployment])
 
@@ -442,8 +463,10 @@ def test_one_claim_shared_by_two_pods(nodes: dict[str, SimulatedNode]) -> None:
     sidecar = [d for d in docs if d["metadata"]["name"] == "shared-sidecar"]
     create_in(cluster, ns, pinned([d for d in docs if d not in sidecar], node.name))
     create_in(cluster, ns, sidecar)
-    pods = {name: cluster.wait_for_pod_running(name, ns, timeout=60)
-            for name in ("shared-server", "shared-sidecar")}  # fmt: skip
+    pods = {
+        name: cluster.wait_for_pod_running(name, ns, timeout=60)
+        for name in ("shared-server", "shared-sidecar")
+    }
     assert {pod["spec"]["nodeName"] for pod in pods.values()} == {node.name}
     claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", "shared-neurons", ns)
     assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == sorted(pods)
@@ -510,23 +533,44 @@ def test_neurons_and_efa(nodes: dict[str, SimulatedNode]) -> None:
     cluster = cluster_of(nodes)
     node = nodes["trn2-b"]
     group = "resource.aws.com/devicegroup4_id"
-    groups = {int(d["name"].removeprefix("neurondevice")): d["attributes"][group]["string"]
-              for d in node.devices() if d["name"].startswith("neurondevice")}  # fmt: skip
+    groups = {
+        int(d["name"].removeprefix("neurondevice")): d["attributes"][group]["string"]
+        for d in node.devices()
+        if d["name"].startswith("neurondevice")
+    }
     assert len(groups) == 16 and len(set(groups.values())) == 4
-    cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-                    "metadata": {"name": EFA_CLASS}, "spec": {"selectors": [
-                        {"cel": {"expression": f"device.driver == '{EFA_CLASS}'"}}]}})  # fmt: skip
-    efa_slice = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                 "metadata": {"name": f"{node.name}-efa"},
-                 "spec": {"driver": EFA_CLASS, "nodeName": node.name,
-                          "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
-                          "devices": [{"name": f"efa{i}", "attributes": {group: {"string": value}}}
-                                      for i, value in sorted(groups.items())]}}  # fmt: skip
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": EFA_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{EFA_CLASS}'"}}]},
+        }
+    )
+    efa_slice = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node.name}-efa"},
+        "spec": {
+            "driver": EFA_CLASS,
+            "nodeName": node.name,
+            "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {"name": f"efa{i}", "attributes": {group: {"string": value}}}
+                for i, value in sorted(groups.items())
+            ],
+        },
+    }
     cluster.create(efa_slice)
     ns = namespace(cluster)
     create_in(cluster, ns, pinned(load("efa-and-neuron.yaml"), node.name))
-    pod = cluster.wait_for_pod("neurons-and-efa", ns, lambda p: bool(
-        p.get("status", {}).get("resourceClaimStatuses")), "claim made", timeout=30)  # fmt: skip
+    pod = cluster.wait_for_pod(
+        "neurons-and-efa",
+        ns,
+        lambda p: bool(p.get("status", {}).get("resourceClaimStatuses")),
+        "claim made",
+        timeout=30,
+    )
     name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     claim = cluster.wait_for_claim_allocated(name, ns, timeout=60)
     results = claim["status"]["allocation"]["devices"]["results"]
@@ -575,15 +619,17 @@ def lws_group(lws: Obj, group: int, unit_label: str, unit: str) -> list[Obj]:
         source = template["leaderTemplate"] if index == 0 else template["workerTemplate"]
         spec = copy.deepcopy(source["spec"])
         spec["nodeSelector"] = {unit_label: unit}
-        pods.append({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{name}-{group}" if index == 0 else f"{name}-{group}-{index}",
-                "labels": dict(source.get("metadata", {}).get("labels", {})),
-            },
-            "spec": spec,
-        })  # fmt: skip
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-{group}" if index == 0 else f"{name}-{group}-{index}",
+                    "labels": dict(source.get("metadata", {}).get("labels", {})),
+                },
+                "spec": spec,
+            }
+        )
     return pods
 
 
@@ -591,16 +637,31 @@ def lws_group(lws: Obj, group: int, unit_label: str, unit: str) -> list[Obj]:
     ("spec_file", "unit_label", "node_id_label", "runtime_mode", "lnc"),
     [
         # The v1 us-4-node-config.yaml runs in test_plugin.py; its beta twin runs here.
-        ("v1beta1/us-4-node-config.yaml", LABEL_ULTRASERVER_SERVER_ID_4,
-         LABEL_ULTRASERVER_NODE_ID_4, "1", None),
+        (
+            "v1beta1/us-4-node-config.yaml",
+            LABEL_ULTRASERVER_SERVER_ID_4,
+            LABEL_ULTRASERVER_NODE_ID_4,
+            "1",
+            None,
+        ),
         # 2 nodes: X2V (3), what a healthy trn2u offers.
-        ("us-2-node-config.yaml", LABEL_ULTRASERVER_SERVER_ID_2,
-         LABEL_ULTRASERVER_NODE_ID_2, "3", None),
+        (
+            "us-2-node-config.yaml",
+            LABEL_ULTRASERVER_SERVER_ID_2,
+            LABEL_ULTRASERVER_NODE_ID_2,
+            "3",
+            None,
+        ),
         # Both configs on one request: both environments.
-        ("us-and-lnc-config.yaml", LABEL_ULTRASERVER_SERVER_ID_2,
-         LABEL_ULTRASERVER_NODE_ID_2, "3", 1),
+        (
+            "us-and-lnc-config.yaml",
+            LABEL_ULTRASERVER_SERVER_ID_2,
+            LABEL_ULTRASERVER_NODE_ID_2,
+            "3",
+            1,
+        ),
     ],
-)  # fmt: skip
+)
 def test_ultraserver_units_with_leaderworkerset_placement(  # noqa: PLR0917
     nodes: dict[str, SimulatedNode],
     spec_file: str,

@@ -69,17 +69,20 @@ def submit(cluster: Cluster, resource: str, count: int, node: str) -> str:
     """A device-plugin-style pod held to `node` by a nodeSelector, so that the scheduler
     still places it (a pod created with nodeName never passes through the scheduler)."""
     name = next(_names)
-    cluster.create({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [{"name": "ctr0", "image": "none",
-                            "resources": {"limits": {resource: count}}}],
-        },
-    })  # fmt: skip
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [
+                    {"name": "ctr0", "image": "none", "resources": {"limits": {resource: count}}}
+                ],
+            },
+        }
+    )
     return name
 
 
@@ -87,9 +90,13 @@ def add_device_plugin_node(cluster: Cluster, name: str, resource: str, count: in
     """A trn2.48xlarge as the device plugin makes it: `resource` in capacity and allocatable."""
     cluster.add_node(name, {"node.kubernetes.io/instance-type": "trn2.48xlarge"})
     advertised = {resource: str(count)}
-    cluster.patch("v1", "Node", name,
-                  {"status": {"capacity": advertised, "allocatable": advertised}},
-                  subresource="status")  # fmt: skip
+    cluster.patch(
+        "v1",
+        "Node",
+        name,
+        {"status": {"capacity": advertised, "allocatable": advertised}},
+        subresource="status",
+    )
 
 
 def special_claim(cluster: Cluster, pod: Obj) -> Obj:

@@ -116,10 +116,16 @@ def _none_of(node: SimulatedNode, specs: set[str]) -> Callable[[], bool]:
 def test_example_is_accepted_by_the_api_server(fleet: Fleet, spec_file: str) -> None:
     cluster = fleet.cluster
     result = cluster.kubectl(
-        "apply", "--dry-run=server", "--validate=strict", "-n", "default",
-        f"--cache-dir={cluster.workdir / 'kubectl-cache'}", "-f", str(PODGROUP / spec_file),
+        "apply",
+        "--dry-run=server",
+        "--validate=strict",
+        "-n",
+        "default",
+        f"--cache-dir={cluster.workdir / 'kubectl-cache'}",
+        "-f",
+        str(PODGROUP / spec_file),
         check=False,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     accepted = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
     assert len(accepted) == len(load(spec_file)), result.stdout
@@ -152,18 +158,47 @@ def test_a_4_node_gang_lands_whole_on_one_ultraserver(fleet: Fleet) -> None:
 
 def busy_pod(node: str) -> list[Obj]:
     """A pod holding one device of `node`: its whole-node device is out of reach."""
-    template: Obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                     "metadata": {"name": f"busy-{node}"}, "spec": {"spec": {"devices": {
-                         "requests": [{"name": "neurons", "exactly": {
-                             "deviceClassName": "neuron.aws.com", "count": 1, "selectors": [
-                                 {"cel": {"expression": "device.attributes['neuron.aws.com']"
-                                          ".resourceType == 'neuron_device'"}}]}}]}}}}  # fmt: skip
+    template: Obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": f"busy-{node}"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "neurons",
+                            "exactly": {
+                                "deviceClassName": "neuron.aws.com",
+                                "count": 1,
+                                "selectors": [
+                                    {
+                                        "cel": {
+                                            "expression": "device.attributes['neuron.aws.com']"
+                                            ".resourceType == 'neuron_device'"
+                                        }
+                                    }
+                                ],
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
     source = {"name": "neurons", "resourceClaimTemplateName": f"busy-{node}"}
-    pod: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"busy-{node}"},
-                "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
-                         "containers": [{"name": "c", "image": "none",
-                                         "resources": {"claims": [{"name": "neurons"}]}}],
-                         "resourceClaims": [source]}}  # fmt: skip
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"busy-{node}"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [
+                {"name": "c", "image": "none", "resources": {"claims": [{"name": "neurons"}]}}
+            ],
+            "resourceClaims": [source],
+        },
+    }
     return [template, pod]
 
 

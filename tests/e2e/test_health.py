@@ -43,13 +43,17 @@ def health(e2e_binaries: Binaries) -> Iterator[tuple[Cluster, SimulatedNode, Sim
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
         port = free_port()
         ecc_node = add_simulated_node(
-            cluster, "ecc", "trn2.48xlarge",
+            cluster,
+            "ecc",
+            "trn2.48xlarge",
             extra_args=[f"--health-interval={POLL_S}", f"--metrics-port={port}"],
-        )  # fmt: skip
+        )
         kmsg_node = add_simulated_node(
-            cluster, "kmsg", "trn2.48xlarge",
+            cluster,
+            "kmsg",
+            "trn2.48xlarge",
             extra_args=[f"--health-interval={POLL_S}", "--health-recovery=2"],
-        )  # fmt: skip
+        )
         yield cluster, ecc_node, kmsg_node, port
 
 
@@ -68,8 +72,11 @@ def taint_of(node: SimulatedNode, device: str) -> list[Obj] | None:
 
 def break_device(node: SimulatedNode, device: int) -> None:
     """An uncorrectable memory error on one device."""
-    write(node.sysfs, f"sys/devices/virtual/neuron_device/neuron{device}/stats/hardware/"
-                      "mem_ecc_uncorrected", "1\n")  # fmt: skip
+    write(
+        node.sysfs,
+        f"sys/devices/virtual/neuron_device/neuron{device}/stats/hardware/mem_ecc_uncorrected",
+        "1\n",
+    )
 
 
 def taint_time(node: SimulatedNode, device: int) -> str | None:
@@ -95,8 +102,11 @@ def test_ecc_error_taints_one_device_and_the_rest_keep_working(
     holder = submit(cluster, claim_spec(1, cel=DEVICE_4), node.name)
     cluster.wait_for_pod_running(holder, timeout=60)
 
-    write(node.sysfs, "sys/devices/virtual/neuron_device/neuron4/stats/hardware/"
-                      "mem_ecc_uncorrected", "1\n")  # fmt: skip
+    write(
+        node.sysfs,
+        "sys/devices/virtual/neuron_device/neuron4/stats/hardware/mem_ecc_uncorrected",
+        "1\n",
+    )
     started = time.monotonic()
     taints = cluster.wait_for("taint on neurondevice4", lambda: taint_of(node, "neurondevice4"), 10)
     assert time.monotonic() - started < 10 * POLL_S + 2  # a poll, a publish, a list
@@ -108,8 +118,11 @@ def test_ecc_error_taints_one_device_and_the_rest_keep_working(
     # The kubelet receives UNHEALTHY for exactly that device.
     def reported(pod: Obj) -> bool:
         statuses = pod["status"].get("containerStatuses") or [{}]
-        resources = [r for s in statuses[0].get("allocatedResourcesStatus") or []
-                     for r in s.get("resources") or []]  # fmt: skip
+        resources = [
+            r
+            for s in statuses[0].get("allocatedResourcesStatus") or []
+            for r in s.get("resources") or []
+        ]
         return any(r.get("health") == "Unhealthy" for r in resources)
 
     pod = cluster.wait_for_pod(holder, predicate=reported, what="device health", timeout=60)
@@ -122,8 +135,7 @@ def test_ecc_error_taints_one_device_and_the_rest_keep_working(
         (f"neuron.aws.com/neuron={claim_uid}-neurondevice4", "Unhealthy")
     ]
     events = cluster.events_for(node.name)
-    assert any(e["reason"] == "NeuronDeviceUnhealthy" and "neuron4" in e["message"]
-               for e in events)  # fmt: skip
+    assert any(e["reason"] == "NeuronDeviceUnhealthy" and "neuron4" in e["message"] for e in events)
 
     cluster.delete("v1", "Pod", holder, "default")
     cluster.wait_for_pod_gone(holder, timeout=60)
@@ -158,8 +170,11 @@ def test_the_tolerations_example_has_a_tainted_device(
     """examples/specs/tolerations.yaml's request, held to one tainted device: given it,
     while the same request without its tolerations is refused."""
     cluster, node, _, _ = health
-    [template] = [d for d in yaml.safe_load_all((REPO / "examples/specs/tolerations.yaml")
-                                                .read_text()) if d["kind"] != "Pod"]  # fmt: skip
+    [template] = [
+        d
+        for d in yaml.safe_load_all((REPO / "examples/specs/tolerations.yaml").read_text())
+        if d["kind"] != "Pod"
+    ]
     spec = template["spec"]["spec"]
     request = spec["devices"]["requests"][0]["exactly"]
     request["selectors"].append({"cel": {"expression": DEVICE_6}})
@@ -184,15 +199,18 @@ def test_kernel_error_line_and_recovery(
     serial = (device / "info/serial_number").read_text().strip()
     with (node.sysfs / "dev/kmsg").open("a") as kmsg:
         # As the Neuron runtime writes it through the driver, naming the device by serial.
-        kmsg.write(f"3,812,9912,-;NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR nd-id=9 nc-id=0 "
-                   f"serial-num={serial} action=TERMINATE_INSTANCE\n")  # fmt: skip
+        kmsg.write(
+            f"3,812,9912,-;NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR nd-id=9 nc-id=0 "
+            f"serial-num={serial} action=TERMINATE_INSTANCE\n"
+        )
     taints = cluster.wait_for("taint on neurondevice9", lambda: taint_of(node, "neurondevice9"), 10)
     assert [t["value"] for t in taints] == ["HBM_UNCORRECTABLE_ERROR"]
     assert "cannot allocate all claims" in unschedulable_reason(
         cluster, submit(cluster, claim_spec(1, cel=DEVICE_9), node.name)
     )
-    cluster.wait_for("taint removed after recovery",
-                     lambda: taint_of(node, "neurondevice9") == [], 20)  # fmt: skip
+    cluster.wait_for(
+        "taint removed after recovery", lambda: taint_of(node, "neurondevice9") == [], 20
+    )
 
 
 @pytest.mark.versions(check="taint")
@@ -202,11 +220,15 @@ def test_without_device_taints_the_device_is_withdrawn(e2e_binaries: Binaries) -
     # Needs the gate off: it is on by default from 1.36.
     with Cluster(e2e_binaries, feature_gates={"DRADeviceTaints": False}) as cluster:
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
-        node = add_simulated_node(cluster, "withdraw", "inf2.48xlarge",
-                                  extra_args=[f"--health-interval={POLL_S}"])  # fmt: skip
+        node = add_simulated_node(
+            cluster, "withdraw", "inf2.48xlarge", extra_args=[f"--health-interval={POLL_S}"]
+        )
         (node.sysfs / "dev/neuron3").unlink()
-        cluster.wait_for("neurondevice3 withdrawn", lambda: node.slices() and
-                         taint_of(node, "neurondevice3") is None, 10)  # fmt: skip
+        cluster.wait_for(
+            "neurondevice3 withdrawn",
+            lambda: node.slices() and taint_of(node, "neurondevice3") is None,
+            10,
+        )
         names = node.device_names()
         assert len([n for n in names if n.startswith("neurondevice")]) == 11
         # Its cores (where the release publishes cores) go with it: inf2 has 2 a device.
@@ -217,8 +239,9 @@ def test_a_taint_is_dated_when_the_problem_was_first_seen(
     health: tuple[Cluster, SimulatedNode, SimulatedNode, int],
 ) -> None:
     cluster = health[0]
-    node = add_simulated_node(cluster, "dated", "trn2.48xlarge", start=False,
-                              extra_args=[f"--health-interval={POLL_S}"])  # fmt: skip
+    node = add_simulated_node(
+        cluster, "dated", "trn2.48xlarge", start=False, extra_args=[f"--health-interval={POLL_S}"]
+    )
     lock = node.side.plugins_dir / DRIVER_NAME / "publisher.lock"
     lock.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
     with lock.open("a") as held:
@@ -232,9 +255,17 @@ def test_a_taint_is_dated_when_the_problem_was_first_seen(
         cluster.wait_for("the agent's start", lambda: "NeuronCore" in plugin.log_path.read_text())
         before = int(time.time())
         break_device(node, 3)
-        event = cluster.wait_for("the unhealthy event", lambda: next(
-            (e for e in cluster.events_for(node.name) if e["reason"] == "NeuronDeviceUnhealthy"),
-            None))  # fmt: skip
+        event = cluster.wait_for(
+            "the unhealthy event",
+            lambda: next(
+                (
+                    e
+                    for e in cluster.events_for(node.name)
+                    if e["reason"] == "NeuronDeviceUnhealthy"
+                ),
+                None,
+            ),
+        )
         reported = seconds(event["firstTimestamp"])
         # Wait for the wall clock, not for the plugin: a write stamped now differs.
         cluster.wait_for("two seconds after the report", lambda: time.time() >= reported + 2, 5)
@@ -249,8 +280,13 @@ def test_wakes_that_change_nothing_write_nothing(
     cluster = health[0]
     port = free_port()
     # Whole devices only: a pool of one slice, so that every write shows on it.
-    node = add_simulated_node(cluster, "steady", "trn2.48xlarge", start=False, extra_args=[
-        f"--health-interval={POLL_S}", f"--metrics-port={port}", "--neuron-cores=off"])  # fmt: skip
+    node = add_simulated_node(
+        cluster,
+        "steady",
+        "trn2.48xlarge",
+        start=False,
+        extra_args=[f"--health-interval={POLL_S}", f"--metrics-port={port}", "--neuron-cores=off"],
+    )
     start_logging_passes(node)
     break_device(node, 3)
     stamp = cluster.wait_for("neurondevice3 tainted", lambda: taint_time(node, 3), 10)

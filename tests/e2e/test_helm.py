@@ -61,10 +61,13 @@ REPOSITORY = "registry.invalid/neuron-dra"
 IMAGE_VALUES = (f"--set=image.repository={REPOSITORY}", "--set=image.tag=1.0.0")
 VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
 STANDARD_LABELS = {
-    "app.kubernetes.io/name": "neuron-dra", "app.kubernetes.io/instance": RELEASE,
-    "app.kubernetes.io/version": VERSION, "app.kubernetes.io/part-of": "neuron-dra",
-    "app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": f"neuron-dra-{VERSION}",
-}  # fmt: skip
+    "app.kubernetes.io/name": "neuron-dra",
+    "app.kubernetes.io/instance": RELEASE,
+    "app.kubernetes.io/version": VERSION,
+    "app.kubernetes.io/part-of": "neuron-dra",
+    "app.kubernetes.io/managed-by": "Helm",
+    "helm.sh/chart": f"neuron-dra-{VERSION}",
+}
 DS_KEY: Key = ("apps/v1", "DaemonSet", "neuron-dra", NAMESPACE)
 
 
@@ -86,9 +89,15 @@ def run(
     timeout: float = 180,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        args, check=False, env=env, input=stdin, capture_output=True, text=True,
-        timeout=timeout, cwd=cwd,
-    )  # fmt: skip
+        args,
+        check=False,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 def rollout(cluster: Cluster) -> str:
@@ -101,8 +110,10 @@ def rollout(cluster: Cluster) -> str:
         ]
 
     ds = cluster.get_or_none(*DS_KEY) or {"metadata": {}}
-    lines = [f"DaemonSet generation={ds['metadata'].get('generation')} "
-             f"status={ds.get('status')} events={events('neuron-dra')}"]  # fmt: skip
+    lines = [
+        f"DaemonSet generation={ds['metadata'].get('generation')} "
+        f"status={ds.get('status')} events={events('neuron-dra')}"
+    ]
     for pod in cluster.list_objects("v1", "Pod", NAMESPACE):
         meta, status = pod["metadata"], pod.get("status", {})
         conditions = [
@@ -163,31 +174,45 @@ def test_lint(helm_bin: Path, offline: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("health.unhealthyEffect=Evict",
-         "at '/health/unhealthyEffect': value must be one of 'NoSchedule', 'NoExecute'"),
+        (
+            "health.unhealthyEffect=Evict",
+            "at '/health/unhealthyEffect': value must be one of 'NoSchedule', 'NoExecute'",
+        ),
         ("neuronCores=on", "at '/neuronCores': value must be one of 'auto', 'off'"),
-        ("ultraserverDevices=all",
-         "at '/ultraserverDevices': value must be one of 'auto', 'both', 'node', 'devices'"),
+        (
+            "ultraserverDevices=all",
+            "at '/ultraserverDevices': value must be one of 'auto', 'both', 'node', 'devices'",
+        ),
         ("logFormat=yaml", "at '/logFormat': value must be one of 'text', 'json'"),
         ("metrics.port=70000", "at '/metrics/port': maximum: got 70,000, want 65,535"),
         ("health.interval=0", "at '/health/interval': exclusiveMinimum: got 0, want 0"),
         ("metrics.prot=9401", "at '/metrics': additional properties 'prot' not allowed"),
         ("image.digest=sha256:abc", "at '/image/digest': 'sha256:abc' does not match pattern"),
-        ("image.pullPolicy=always",
-         "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
+        (
+            "image.pullPolicy=always",
+            "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
+        ),
         # The namespace is helm's (-n), not a value.
         ("namespace=drivers", "at '': additional properties 'namespace' not allowed"),
-        ("securityContext.privilege=true",
-         "at '/securityContext': additional properties 'privilege' not allowed"),
-        ("deviceClasses.extendedResourceNames.neuron=neuron",
-         "at '/deviceClasses/extendedResourceNames/neuron': 'neuron' does not match pattern"),
+        (
+            "securityContext.privilege=true",
+            "at '/securityContext': additional properties 'privilege' not allowed",
+        ),
+        (
+            "deviceClasses.extendedResourceNames.neuron=neuron",
+            "at '/deviceClasses/extendedResourceNames/neuron': 'neuron' does not match pattern",
+        ),
         # Both selectors are the schema's one labelSelector definition ($ref).
-        ("metrics.networkPolicy.podSelector.matchLabelz.a=b",
-         "at '/metrics/networkPolicy/podSelector': additional properties 'matchLabelz'"),
-        ("metrics.networkPolicy.namespaceSelector.matchLabels.a=1",
-         "at '/metrics/networkPolicy/namespaceSelector/matchLabels/a': got number, want string"),
+        (
+            "metrics.networkPolicy.podSelector.matchLabelz.a=b",
+            "at '/metrics/networkPolicy/podSelector': additional properties 'matchLabelz'",
+        ),
+        (
+            "metrics.networkPolicy.namespaceSelector.matchLabels.a=1",
+            "at '/metrics/networkPolicy/namespaceSelector/matchLabels/a': got number, want string",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_values_are_refused_with_a_clear_message(
     helm_bin: Path, offline: dict[str, str], value: str, message: str
 ) -> None:
@@ -241,18 +266,29 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
     assert container["image"] == f"{REPOSITORY}:1.0.0"
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     [untagged] = [
-        o for o in template(helm_bin, offline, f"--set=image.repository={REPOSITORY}")
+        o
+        for o in template(helm_bin, offline, f"--set=image.repository={REPOSITORY}")
         if o["kind"] == "DaemonSet"
-    ]  # fmt: skip
+    ]
     assert untagged["spec"]["template"]["spec"]["containers"][0]["image"] == (
         f"{REPOSITORY}:{chart['appVersion']}"
     )
     kinds = sorted(kind for kind, _ in by_key(objects))
-    assert kinds == sorted([
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-        "Service", "DaemonSet", *["DeviceClass"] * 5, *["ValidatingAdmissionPolicy"] * 3,
-        *["ValidatingAdmissionPolicyBinding"] * 3, "NetworkPolicy",
-    ])  # fmt: skip
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "DaemonSet",
+            *["DeviceClass"] * 5,
+            *["ValidatingAdmissionPolicy"] * 3,
+            *["ValidatingAdmissionPolicyBinding"] * 3,
+            "NetworkPolicy",
+        ]
+    )
     service = by_key(objects)[("Service", "neuron-dra-metrics")]
     assert service["spec"]["ports"] == [
         {"name": "metrics", "port": 9400, "targetPort": "metrics", "protocol": "TCP"}
@@ -264,22 +300,27 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
 def test_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> None:
     digest = "sha256:" + "ab" * 32
     objects = template(
-        helm_bin, offline, *IMAGE_VALUES,
-        f"--set=image.digest={digest}", "--set=image.pullPolicy=Always",
+        helm_bin,
+        offline,
+        *IMAGE_VALUES,
+        f"--set=image.digest={digest}",
+        "--set=image.pullPolicy=Always",
         "--namespace=drivers",
-        "--set=priorityClassName=", "--set=imagePullSecrets={ecr}",
+        "--set=priorityClassName=",
+        "--set=imagePullSecrets={ecr}",
         "--set=instanceTypes={trn2.48xlarge,trn2u.48xlarge}",
         "--set=tolerations[0].key=dedicated,tolerations[0].operator=Exists",
         "--set=resources.requests.memory=128Mi,resources.limits.memory=256Mi",
         "--set=logFormat=text,logLevel=debug",
         # --set reads 2.5 as a string, which the schema refuses; --set-json a number.
-        "--set-json=health.interval=2.5", "--set=health.recovery=600",
+        "--set-json=health.interval=2.5",
+        "--set=health.recovery=600",
         "--set=health.unhealthyEffect=NoExecute",
         "--set=rediscoverInterval=30,ultraserverDevices=devices,neuronCores=off",
         "--set=metrics.port=9500,metrics.service.labels.release=prometheus",
         "--set=deviceClasses.extendedResourceNames.neuron=",
         "--set=deviceClasses.extendedResourceNames.neuroncore=example.com/neuroncore",
-    )  # fmt: skip
+    )
     found = by_key(objects)
     assert "Namespace" not in {kind for kind, _ in found}
     for (kind, name), obj in found.items():
@@ -295,8 +336,9 @@ def test_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> No
     pod = found[("DaemonSet", "neuron-dra")]["spec"]["template"]["spec"]
     container = container_of(objects)
     assert (container["image"], container["imagePullPolicy"]) == (
-        f"{REPOSITORY}@{digest}", "Always",
-    )  # fmt: skip
+        f"{REPOSITORY}@{digest}",
+        "Always",
+    )
     assert "priorityClassName" not in pod and pod["imagePullSecrets"] == [{"name": "ecr"}]
     [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
@@ -304,16 +346,22 @@ def test_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> No
     assert term["matchExpressions"][0]["values"] == ["trn2.48xlarge", "trn2u.48xlarge"]
     assert pod["tolerations"][-1] == {"key": "dedicated", "operator": "Exists"}
     assert len(pod["tolerations"]) == 4
-    assert container["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"},
-                                      "limits": {"memory": "256Mi"}}  # fmt: skip
+    assert container["resources"] == {
+        "requests": {"cpu": "50m", "memory": "128Mi"},
+        "limits": {"memory": "256Mi"},
+    }
     args = parser().parse_args(container["command"][1:])
     assert (args.log_format, args.log_level, args.metrics_port) == ("text", "debug", 9500)
     assert (args.health_interval, args.health_recovery, args.unhealthy_effect) == (
-        2.5, 600.0, "NoExecute",
-    )  # fmt: skip
+        2.5,
+        600.0,
+        "NoExecute",
+    )
     assert (args.rediscover_interval, args.ultraserver_devices, args.neuron_cores) == (
-        30.0, "devices", "off",
-    )  # fmt: skip
+        30.0,
+        "devices",
+        "off",
+    )
     service = found[("Service", "neuron-dra-metrics")]
     assert service["metadata"]["labels"]["release"] == "prometheus"
     assert service["spec"]["ports"][0]["port"] == 9500
@@ -330,14 +378,23 @@ def test_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> No
 
 def test_parts_turn_off(helm_bin: Path, offline: dict[str, str]) -> None:
     objects = template(
-        helm_bin, offline, *IMAGE_VALUES, "--set=deviceClasses.enabled=false",
-        "--set=admissionPolicy.enabled=false", "--set=metrics.enabled=false",
-        "--set=configPolicy.enabled=false", "--set=networkPolicy.enabled=false",
-    )  # fmt: skip
+        helm_bin,
+        offline,
+        *IMAGE_VALUES,
+        "--set=deviceClasses.enabled=false",
+        "--set=admissionPolicy.enabled=false",
+        "--set=metrics.enabled=false",
+        "--set=configPolicy.enabled=false",
+        "--set=networkPolicy.enabled=false",
+    )
     assert sorted({o["kind"] for o in objects}) == [
-        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
+        "Role",
+        "RoleBinding",
         "ServiceAccount",
-    ]  # fmt: skip
+    ]
     container = container_of(objects)
     assert parser().parse_args(container["command"][1:]).metrics_port == -1
     assert [p["name"] for p in container["ports"]] == ["healthz"]
@@ -387,15 +444,27 @@ def helm(helm_bin: Path, cluster: Cluster, *args: str) -> subprocess.CompletedPr
 
 
 def upgrade(helm_bin: Path, cluster: Cluster, *values: str) -> str:
-    return ok(helm(helm_bin, cluster, "upgrade", RELEASE, str(CHART), "--wait",
-                   "--timeout=60s", *values))  # fmt: skip
+    return ok(
+        helm(helm_bin, cluster, "upgrade", RELEASE, str(CHART), "--wait", "--timeout=60s", *values)
+    )
 
 
 @pytest.fixture(scope="module")
 def installed(helm_bin: Path, cluster: Cluster) -> tuple[str, list[Key]]:
     """`helm install --wait` once for the module: its output and the objects it made."""
-    output = ok(helm(helm_bin, cluster, "install", RELEASE, str(CHART), "--wait",
-                     "--timeout=60s", "--create-namespace", *IMAGE_VALUES))  # fmt: skip
+    output = ok(
+        helm(
+            helm_bin,
+            cluster,
+            "install",
+            RELEASE,
+            str(CHART),
+            "--wait",
+            "--timeout=60s",
+            "--create-namespace",
+            *IMAGE_VALUES,
+        )
+    )
     manifest = ok(helm(helm_bin, cluster, "get", "manifest", RELEASE))
     return output, [key(o) for o in yaml.safe_load_all(manifest) if o]
 
@@ -426,13 +495,36 @@ def test_the_server_accepts_the_rendered_objects(
     _, keys = installed
     before = object_state(cluster, keys)
     env = helm_env(cluster.workdir, cluster.kubeconfig)
-    rendered = ok(run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES,
-                       "--set=image.tag=1.0.1"], env))  # fmt: skip
+    rendered = ok(
+        run(
+            [
+                str(helm_bin),
+                "template",
+                RELEASE,
+                str(CHART),
+                *IMAGE_VALUES,
+                "--set=image.tag=1.0.1",
+            ],
+            env,
+        )
+    )
     kubectl = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
-    applied = ok(run([
-        *kubectl, "apply", "--server-side", "--force-conflicts", "--dry-run=server",
-        "--field-manager=dry-run-check", "-f", "-",
-    ], env, stdin=rendered))  # fmt: skip
+    applied = ok(
+        run(
+            [
+                *kubectl,
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--dry-run=server",
+                "--field-manager=dry-run-check",
+                "-f",
+                "-",
+            ],
+            env,
+            stdin=rendered,
+        )
+    )
     assert "daemonset.apps/neuron-dra serverside-applied (server dry run)" in applied
     assert applied.count("(server dry run)") == len(keys)
     assert object_state(cluster, keys) == before
@@ -452,8 +544,10 @@ def test_the_notes_commands_run(cluster: Cluster, installed: tuple[str, list[Key
     for command in commands:
         result = subprocess.run(
             [*kubectl, *command[1:], *(["--timeout=60s"] if "rollout" in command else [])],
-            check=False, capture_output=True, text=True,
-        )  # fmt: skip
+            check=False,
+            capture_output=True,
+            text=True,
+        )
         assert result.returncode == 0, (command, result.stderr)
 
 
@@ -477,8 +571,9 @@ def test_the_values_operators_expect_from_other_charts(
     and the container's securityContext (merged over the driver's) land where an operator
     looks for them, and the server takes it."""
     env = helm_env(cluster.workdir, cluster.kubeconfig)
-    rendered = ok(run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES,
-                       *OPERATOR_VALUES], env))  # fmt: skip
+    rendered = ok(
+        run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES, *OPERATOR_VALUES], env)
+    )
     [daemonset] = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "DaemonSet"]
     pod = daemonset["spec"]["template"]
     assert pod["metadata"]["labels"]["team"] == "ml"
@@ -492,11 +587,15 @@ def test_the_values_operators_expect_from_other_charts(
     ]
     [container] = spec["containers"]
     assert container["securityContext"] == {
-        "seLinuxOptions": {"type": "spc_t"}, "privileged": True,
-        "allowPrivilegeEscalation": True, "runAsUser": 0, "runAsGroup": 0,
-        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+        "seLinuxOptions": {"type": "spc_t"},
+        "privileged": True,
+        "allowPrivilegeEscalation": True,
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
-    }  # fmt: skip
+    }
     env_vars = {e["name"]: e.get("value") for e in container["env"]}
     assert env_vars["KUBELET_REGISTRAR_DIRECTORY_PATH"] == "/data/kubelet/plugins_registry"
     assert env_vars["KUBELET_PLUGINS_DIRECTORY_PATH"] == "/data/kubelet/plugins"
@@ -505,10 +604,22 @@ def test_the_values_operators_expect_from_other_charts(
     for name in ("plugins-registry", "plugin-dir"):
         assert paths[name] == mounts[name] and paths[name].startswith("/data/kubelet/")
     kubectl = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
-    applied = ok(run([
-        *kubectl, "apply", "--server-side", "--force-conflicts", "--dry-run=server",
-        "--field-manager=dry-run-check", "-f", "-",
-    ], env, stdin=rendered))  # fmt: skip
+    applied = ok(
+        run(
+            [
+                *kubectl,
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--dry-run=server",
+                "--field-manager=dry-run-check",
+                "-f",
+                "-",
+            ],
+            env,
+            stdin=rendered,
+        )
+    )
     assert "daemonset.apps/neuron-dra serverside-applied (server dry run)" in applied
 
 
@@ -614,9 +725,10 @@ def test_uninstall_leaves_nothing(
         found = cluster.list_objects("rbac.authorization.k8s.io/v1", kind)
         assert not [o for o in found if o["metadata"]["name"].startswith("neuron-dra")]
     assert not [
-        c for c in cluster.list_objects("resource.k8s.io/v1", "DeviceClass")
+        c
+        for c in cluster.list_objects("resource.k8s.io/v1", "DeviceClass")
         if c["metadata"]["name"].endswith("neuron.aws.com")
-    ]  # fmt: skip
+    ]
     # helm's own record of the release is gone too.
     secrets = cluster.list_objects("v1", "Secret", RELEASE_NAMESPACE)
     assert not [s for s in secrets if s["metadata"].get("labels", {}).get("owner") == "helm"]

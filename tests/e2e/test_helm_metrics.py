@@ -52,21 +52,31 @@ def test_metrics_can_ask_for_a_token_and_a_scrapers_namespace(
     reviews = {"tokenreviews", "subjectaccessreviews"}
     rules = default[("ClusterRole", "neuron-dra")]["rules"]
     assert not reviews & {r for rule in rules for r in rule["resources"]}
-    assert parser().parse_args(container_of(list(default.values()))["command"][1:]).metrics_auth \
-        == "none"  # fmt: skip
+    assert (
+        parser().parse_args(container_of(list(default.values()))["command"][1:]).metrics_auth
+        == "none"
+    )
     # The scrapers' role only where scrapes need it.
     assert ("ClusterRole", "neuron-dra-metrics-reader") not in default
 
     objects = template(
-        helm_bin, offline, *IMAGE_VALUES, "--set=metrics.authorization.enabled=true",
-        "--set=metrics.serviceMonitor.enabled=true", "--set=metrics.networkPolicy.enabled=true",
+        helm_bin,
+        offline,
+        *IMAGE_VALUES,
+        "--set=metrics.authorization.enabled=true",
+        "--set=metrics.serviceMonitor.enabled=true",
+        "--set=metrics.networkPolicy.enabled=true",
         "--set-json=metrics.podResourcesInterval=30",
-    )  # fmt: skip
+    )
     found = by_key(objects)
     args = parser().parse_args(container_of(objects)["command"][1:])
     assert (args.metrics_auth, args.pod_resources_interval) == ("kubernetes", 30.0)
-    granted = {(r, v) for rule in found[("ClusterRole", "neuron-dra")]["rules"]
-               for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+    granted = {
+        (r, v)
+        for rule in found[("ClusterRole", "neuron-dra")]["rules"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
     assert {("tokenreviews", "create"), ("subjectaccessreviews", "create")} <= granted
     assert found[("ClusterRole", "neuron-dra-metrics-reader")]["rules"] == [
         {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
@@ -76,19 +86,28 @@ def test_metrics_can_ask_for_a_token_and_a_scrapers_namespace(
     [rule] = found[("NetworkPolicy", "neuron-dra")]["spec"]["ingress"]
     assert rule == {
         "ports": [{"port": "metrics", "protocol": "TCP"}],
-        "from": [{
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-            "podSelector": {},
-        }],
-    }  # fmt: skip
+        "from": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                "podSelector": {},
+            }
+        ],
+    }
     # No metrics: no port open at all; a scrapers' rule without the policy is refused.
     closed = by_key(template(helm_bin, offline, *IMAGE_VALUES, "--set=metrics.enabled=false"))
     assert closed[("NetworkPolicy", "neuron-dra")]["spec"]["ingress"] == []
     refused = run(
-        [str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES,
-         "--set=networkPolicy.enabled=false", "--set=metrics.networkPolicy.enabled=true"],
+        [
+            str(helm_bin),
+            "template",
+            RELEASE,
+            str(CHART),
+            *IMAGE_VALUES,
+            "--set=networkPolicy.enabled=false",
+            "--set=metrics.networkPolicy.enabled=true",
+        ],
         offline,
-    )  # fmt: skip
+    )
     assert refused.returncode != 0
     assert "metrics.networkPolicy.enabled needs networkPolicy.enabled" in refused.stderr
 
@@ -131,6 +150,6 @@ def test_the_notes_say_a_privileged_plugin_is_host_root(helm_bin: Path, cluster:
         " ".join(notes.split())
     ), notes
     assert "securityContext.privileged" not in ok(run(install, env))
-    assert "securityContext.privileged" not in ok(run(
-        [*install, "--set=securityContext.seLinuxOptions.type=spc_t"], env
-    ))  # fmt: skip
+    assert "securityContext.privileged" not in ok(
+        run([*install, "--set=securityContext.seLinuxOptions.type=spc_t"], env)
+    )

@@ -176,9 +176,11 @@ def test_runs_through_a_symlink(cluster: Cluster, tmp_path: Path) -> None:
     before = state(cluster)
     result = subprocess.run(
         [str(link), IMAGE, "--dry-run"],
-        check=False, capture_output=True, text=True,
+        check=False,
+        capture_output=True,
+        text=True,
         env={**install_environment(cluster), "HOME": str(tmp_path)},
-    )  # fmt: skip
+    )
     assert "daemonset.apps/neuron-dra serverside-applied (server dry run)" in ok(result)
     assert state(cluster) == before
 
@@ -187,9 +189,16 @@ def test_install_applies_every_manifest(cluster: Cluster, installed: str) -> Non
     assert "v1beta1" not in installed  # served here: the seed's spellings apply
     assert all(state(cluster).values()), state(cluster)
     assert {k[1] for k in KEYS} >= {
-        "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "DaemonSet",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass",
-    }  # fmt: skip
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "DaemonSet",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "DeviceClass",
+    }
     spec = daemonset(cluster)["spec"]["template"]["spec"]
     assert spec["containers"][0]["image"] == IMAGE
     affinity = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -248,9 +257,15 @@ def test_the_documented_cluster_commands_run(cluster: Cluster, installed: str) -
     node = "troubleshooting"
     if cluster.get_or_none("v1", "Node", node) is None:
         cluster.add_node(node)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waits", "namespace": "default"},
-           "spec": {"containers": [{"name": "c", "image": "none"}],
-                    "nodeSelector": {"no-such-label": "x"}}}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "waits", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "c", "image": "none"}],
+            "nodeSelector": {"no-such-label": "x"},
+        },
+    }
     if cluster.get_or_none("v1", "Pod", "waits", "default") is None:
         cluster.create(pod)
     neuron_dra = Path(sys.executable).with_name("neuron-dra")
@@ -264,19 +279,24 @@ def test_the_documented_cluster_commands_run(cluster: Cluster, installed: str) -
             result = subprocess.run(argv, check=False, capture_output=True, text=True, cwd=REPO)
             assert result.returncode == 0, (str(command), result.stderr)
         elif argv[:2] == ["neuron-dra", "doctor"]:
-            result = subprocess.run([str(neuron_dra), *argv[1:]], check=False,
-                                    capture_output=True, text=True, cwd=REPO)  # fmt: skip
+            result = subprocess.run(
+                [str(neuron_dra), *argv[1:]], check=False, capture_output=True, text=True, cwd=REPO
+            )
             # The installed driver's classes and policies pass; the stand-in nodes may not.
             assert result.returncode in (0, 1), (str(command), result.stderr)
             assert "OK    device classes" in result.stdout, result.stdout
             assert "OK    admission policies" in result.stdout, result.stdout
         else:
             assert argv[:2] == ["neuron-dra", "simulate"], command
-            result = subprocess.run([str(neuron_dra), *argv[1:]], check=False,
-                                    capture_output=True, text=True, cwd=REPO)  # fmt: skip
+            result = subprocess.run(
+                [str(neuron_dra), *argv[1:]], check=False, capture_output=True, text=True, cwd=REPO
+            )
             # 1: the driver would refuse to prepare (the stand-in nodes have no sysfs).
             assert result.returncode in (0, 1) and "claim default/single-device" in result.stdout, (
-                str(command), result.stdout, result.stderr)  # fmt: skip
+                str(command),
+                result.stdout,
+                result.stderr,
+            )
 
 
 # --------------------------------------------------------------- permissions
@@ -306,19 +326,27 @@ V1_REQUEST = "exactly: {deviceClassName: neuron.aws.com}"
 @pytest.mark.parametrize(
     ("parameters", "refused"),
     [
-        ("{apiVersion: neuron.aws.com/v1, kind: NeuronConfig, logicalNeuronCore: 3}",
-         "logicalNeuronCore must be 1 or 2"),
-        ("{apiVersion: neuron.aws.com/v1, kind: NeuronConfig, logicalNeuronCore: true}",
-         "logicalNeuronCore must be 1 or 2"),
+        (
+            "{apiVersion: neuron.aws.com/v1, kind: NeuronConfig, logicalNeuronCore: 3}",
+            "logicalNeuronCore must be 1 or 2",
+        ),
+        (
+            "{apiVersion: neuron.aws.com/v1, kind: NeuronConfig, logicalNeuronCore: true}",
+            "logicalNeuronCore must be 1 or 2",
+        ),
         ("{apiVersion: neuron.aws.com/v1, kind: NeuronConfig, lnc: 1}", "no other field is known"),
         ("{apiVersion: neuron.aws.com/v2, kind: NeuronConfig}", "apiVersion must be"),
         ("{apiVersion: neuron.aws.com/v1, kind: NeuronSettings}", "kind must be NeuronConfig or"),
-        ("{apiVersion: neuron.aws.com/v1, kind: UltraServerConfig}",
-         "ultraserverMode is required and must be 1, 2 or 4"),
-        ("{apiVersion: neuron.aws.com/v1, kind: UltraServerConfig, ultraserverMode: 3}",
-         "ultraserverMode is required and must be 1, 2 or 4"),
+        (
+            "{apiVersion: neuron.aws.com/v1, kind: UltraServerConfig}",
+            "ultraserverMode is required and must be 1, 2 or 4",
+        ),
+        (
+            "{apiVersion: neuron.aws.com/v1, kind: UltraServerConfig, ultraserverMode: 3}",
+            "ultraserverMode is required and must be 1, 2 or 4",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_opaque_config_is_refused_at_apply(
     cluster: Cluster, installed: str, tmp_path: Path, parameters: str, refused: str
 ) -> None:

@@ -67,9 +67,10 @@ def server(e2e_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> 
         else {}
     )
     root = build_fake_node(
-        tmp_path_factory.mktemp("limits") / "node", "trn2u.48xlarge",
+        tmp_path_factory.mktemp("limits") / "node",
+        "trn2u.48xlarge",
         ultraserver=FakeUltraServer("us-l", 0),
-    )  # fmt: skip
+    )
     inventory = discover(root).inventory
     with Cluster(e2e_binaries, feature_gates=gates) as cluster:
         layout = cluster.counter_layout()
@@ -149,32 +150,62 @@ def spec_case(id_: str, change: Obj, message: str) -> Case:
 
 CASES = [
     spec_case("driver", {"driver": "Neuron_AWS"}, "spec.driver: 'Neuron_AWS' is not a DNS"),
-    spec_case("pool name", {"pool": {"name": "Pool!", "generation": 1, "resourceSliceCount": 1}},
-              "spec.pool.name"),
-    spec_case("pool generation", {"pool": {"name": "p", "generation": -1,
-                                           "resourceSliceCount": 1}}, "spec.pool.generation"),
-    spec_case("slice count", {"pool": {"name": "p", "generation": 1, "resourceSliceCount": 0}},
-              "spec.pool.resourceSliceCount"),
-    Case("no node selection", lambda p: devices_slice(p).pop("nodeName"),
-         "exactly one node selection field"),
+    spec_case(
+        "pool name",
+        {"pool": {"name": "Pool!", "generation": 1, "resourceSliceCount": 1}},
+        "spec.pool.name",
+    ),
+    spec_case(
+        "pool generation",
+        {"pool": {"name": "p", "generation": -1, "resourceSliceCount": 1}},
+        "spec.pool.generation",
+    ),
+    spec_case(
+        "slice count",
+        {"pool": {"name": "p", "generation": 1, "resourceSliceCount": 0}},
+        "spec.pool.resourceSliceCount",
+    ),
+    Case(
+        "no node selection",
+        lambda p: devices_slice(p).pop("nodeName"),
+        "exactly one node selection field",
+    ),
     spec_case("two node selections", {"allNodes": True}, "exactly one node selection field"),
-    Case("129 devices", lambda p: devices_slice(p).update(devices=plain_devices(p, 129)),
-         "spec.devices: 129 devices, at most 128"),
+    Case(
+        "129 devices",
+        lambda p: devices_slice(p).update(devices=plain_devices(p, 129)),
+        "spec.devices: 129 devices, at most 128",
+    ),
     # 1.34 allows 128 tainted devices; 1.35 allows 64, so a bigger 1.34 pool would be
     # refused after an upgrade.
-    Case("65 tainted devices",
-         lambda p: devices_slice(p).update(devices=plain_devices(p, 65, taints=[TAINT])),
-         "spec.devices: 65 devices, at most 64", accepted_until=34),
-    Case("65 devices with counters",
-         lambda p: devices_slice(p).update(devices=[
-             dict(d, consumesCounters=[consumption("neuron-node", 1)])
-             for d in plain_devices(p, 65)]),
-         "spec.devices: 65 devices, at most 64", layouts=(OWN,)),
+    Case(
+        "65 tainted devices",
+        lambda p: devices_slice(p).update(devices=plain_devices(p, 65, taints=[TAINT])),
+        "spec.devices: 65 devices, at most 64",
+        accepted_until=34,
+    ),
+    Case(
+        "65 devices with counters",
+        lambda p: devices_slice(p).update(
+            devices=[
+                dict(d, consumesCounters=[consumption("neuron-node", 1)])
+                for d in plain_devices(p, 65)
+            ]
+        ),
+        "spec.devices: 65 devices, at most 64",
+        layouts=(OWN,),
+    ),
     Case("device name", lambda p: device(p).update(name="Neuron_0"), "is not a DNS label"),
-    Case("duplicate device", lambda p: device(p, 1).update(name=device(p)["name"]),
-         "duplicate 'neurondevice0'"),
-    Case("33 attributes", lambda p: device(p)["attributes"].update(
-        {f"a{i}": {"int": i} for i in range(33)}), "capacities, at most 32"),
+    Case(
+        "duplicate device",
+        lambda p: device(p, 1).update(name=device(p)["name"]),
+        "duplicate 'neurondevice0'",
+    ),
+    Case(
+        "33 attributes",
+        lambda p: device(p)["attributes"].update({f"a{i}": {"int": i} for i in range(33)}),
+        "capacities, at most 32",
+    ),
     Case("attribute domain", attribute("Bad_Domain/x", {"int": 1}), "is not a DNS subdomain"),
     Case("attribute identifier", attribute("bad-name", {"int": 1}), "is not a C identifier"),
     Case("attribute length", attribute("a" * 33, {"int": 1}), "is not a C identifier"),
@@ -184,70 +215,172 @@ CASES = [
     Case("bool", attribute("flag", {"bool": "yes"}), "is not a bool"),
     Case("string length", attribute("long", {"string": "y" * 65}), "at most 64 characters"),
     Case("version", attribute("v", {"version": "2.24.7.0"}), "is not a semantic version"),
-    Case("version length", attribute("v", {"version": "1.0.0-" + "a" * 60}),
-         "at most 64 characters"),
+    Case(
+        "version length", attribute("v", {"version": "1.0.0-" + "a" * 60}), "at most 64 characters"
+    ),
     # 1.38 refuses what earlier releases take: a version number over 18 digits (it would
     # not fit an int64), a qualified name with two slashes.
-    Case("version digits", attribute("v", {"version": "1.0." + "9" * 19}),
-         "is not a semantic version", accepted_until=37),
-    Case("two slashes", attribute(f"{DRIVER_NAME}/a/b", {"int": 1}), "more than one slash",
-         accepted_until=37),
-    Case("capacity", lambda p: device(p)["capacity"].update({"c": {"value": "eight"}}),
-         "is not a quantity"),
+    Case(
+        "version digits",
+        attribute("v", {"version": "1.0." + "9" * 19}),
+        "is not a semantic version",
+        accepted_until=37,
+    ),
+    Case(
+        "two slashes",
+        attribute(f"{DRIVER_NAME}/a/b", {"int": 1}),
+        "more than one slash",
+        accepted_until=37,
+    ),
+    Case(
+        "capacity",
+        lambda p: device(p)["capacity"].update({"c": {"value": "eight"}}),
+        "is not a quantity",
+    ),
     # 1.34 allows 4 taints on a device, 1.35 16: a pool must survive a downgrade too.
-    Case("5 taints", lambda p: device(p).update(
-        taints=[dict(TAINT, key=f"{DRIVER_NAME}/t{i}") for i in range(5)]),
-         "taints: more than 4", accepted_from=35),
+    Case(
+        "5 taints",
+        lambda p: device(p).update(
+            taints=[dict(TAINT, key=f"{DRIVER_NAME}/t{i}") for i in range(5)]
+        ),
+        "taints: more than 4",
+        accepted_from=35,
+    ),
     # Counter sets, in the slice that holds them.
-    Case("counter set name", lambda p: counters_slice(p)["sharedCounters"][0].update(
-        name="Neuron_Node"), "is not a unique DNS label", slice_=lambda p: p[0]),
-    Case("duplicate counter set", lambda p: counters_slice(p)["sharedCounters"].append(
-        copy.deepcopy(counters_slice(p)["sharedCounters"][0])), "is not a unique DNS label",
-         slice_=lambda p: p[0]),
-    Case("empty counter set", add_sets({"name": "s", "counters": {}}), "counters: required",
-         slice_=lambda p: p[0]),
-    Case("counter name", add_sets({"name": "s", "counters": {"Bad_C": {"value": "1"}}}),
-         "'Bad_C' is not a DNS label", slice_=lambda p: p[0]),
-    Case("counter value", add_sets({"name": "s", "counters": {"c": {"value": "one"}}}),
-         "is not a quantity", slice_=lambda p: p[0]),
-    Case("33 counters in a set", add_sets(counter_set("s", 33)),
-         "counters: 33 counters, at most 32", layouts=(OWN,), slice_=lambda p: p[0]),
-    Case("9 counter sets", add_sets(*(counter_set(f"s{i}", 1) for i in range(8))),
-         "9 counter sets, at most 8", layouts=(OWN,), slice_=lambda p: p[0]),
-    Case("33 counters in a slice", lambda p: counters_slice(p).update(
-        sharedCounters=[counter_set(f"s{i}", 11) for i in range(3)]),
-         "spec.sharedCounters: 33 counters, at most 32", layouts=(BESIDE,)),
-    Case("devices beside counters", lambda p: counters_slice(p).update(
-        devices=devices_slice(p)["devices"][:1]),
-         "only one of sharedCounters or devices", layouts=(OWN,), slice_=lambda p: p[0]),
-    Case("empty devices beside counters", lambda p: counters_slice(p).update(devices=[]),
-         "only one of sharedCounters or devices", layouts=(OWN,), slice_=lambda p: p[0]),
+    Case(
+        "counter set name",
+        lambda p: counters_slice(p)["sharedCounters"][0].update(name="Neuron_Node"),
+        "is not a unique DNS label",
+        slice_=lambda p: p[0],
+    ),
+    Case(
+        "duplicate counter set",
+        lambda p: counters_slice(p)["sharedCounters"].append(
+            copy.deepcopy(counters_slice(p)["sharedCounters"][0])
+        ),
+        "is not a unique DNS label",
+        slice_=lambda p: p[0],
+    ),
+    Case(
+        "empty counter set",
+        add_sets({"name": "s", "counters": {}}),
+        "counters: required",
+        slice_=lambda p: p[0],
+    ),
+    Case(
+        "counter name",
+        add_sets({"name": "s", "counters": {"Bad_C": {"value": "1"}}}),
+        "'Bad_C' is not a DNS label",
+        slice_=lambda p: p[0],
+    ),
+    Case(
+        "counter value",
+        add_sets({"name": "s", "counters": {"c": {"value": "one"}}}),
+        "is not a quantity",
+        slice_=lambda p: p[0],
+    ),
+    Case(
+        "33 counters in a set",
+        add_sets(counter_set("s", 33)),
+        "counters: 33 counters, at most 32",
+        layouts=(OWN,),
+        slice_=lambda p: p[0],
+    ),
+    Case(
+        "9 counter sets",
+        add_sets(*(counter_set(f"s{i}", 1) for i in range(8))),
+        "9 counter sets, at most 8",
+        layouts=(OWN,),
+        slice_=lambda p: p[0],
+    ),
+    Case(
+        "33 counters in a slice",
+        lambda p: counters_slice(p).update(
+            sharedCounters=[counter_set(f"s{i}", 11) for i in range(3)]
+        ),
+        "spec.sharedCounters: 33 counters, at most 32",
+        layouts=(BESIDE,),
+    ),
+    Case(
+        "devices beside counters",
+        lambda p: counters_slice(p).update(devices=devices_slice(p)["devices"][:1]),
+        "only one of sharedCounters or devices",
+        layouts=(OWN,),
+        slice_=lambda p: p[0],
+    ),
+    Case(
+        "empty devices beside counters",
+        lambda p: counters_slice(p).update(devices=[]),
+        "only one of sharedCounters or devices",
+        layouts=(OWN,),
+        slice_=lambda p: p[0],
+    ),
     # Consumptions, on a device.
-    Case("3 consumptions", consume(*(consumption(f"s{i}", 1) for i in range(3))),
-         "consumesCounters: 3 counter sets, at most 2", layouts=(OWN,)),
+    Case(
+        "3 consumptions",
+        consume(*(consumption(f"s{i}", 1) for i in range(3))),
+        "consumesCounters: 3 counter sets, at most 2",
+        layouts=(OWN,),
+    ),
     Case("consumption set name", consume(consumption("Bad_Set", 1)), "is not a DNS label"),
-    Case("consumption listed twice", consume(consumption("neuron-node", 1),
-                                             consumption("neuron-node", 1)), "listed twice"),
-    Case("empty consumption", consume({"counterSet": "neuron-node", "counters": {}}),
-         "counters: required"),
-    Case("33 counters consumed", consume(consumption("s", 33)),
-         "counters: 33 counters, at most 32", layouts=(OWN,)),
-    Case("34 counters on a device",
-         lambda p: with_sets_and_devices(
-             p, [counter_set("s", 17), counter_set("t", 16), counter_set("u", 1)],
-             [dict(plain_devices(p, 1)[0], consumesCounters=[
-                 consumption("s", 17), consumption("t", 16), consumption("u", 1)])]),
-         "consumesCounters: 34 counters, at most 32", layouts=(BESIDE,)),
-    Case("unknown counter set", consume(consumption("absent", 1)),
-         "'absent' is not in spec.sharedCounters", layouts=(BESIDE,)),
-    Case("unknown counter", consume({"counterSet": "neuron-node",
-                                     "counters": {"other": {"value": "1"}}}),
-         "not a counter of 'neuron-node'", layouts=(BESIDE,)),
-    Case("1056 counters consumed in a slice",
-         lambda p: with_sets_and_devices(p, [counter_set("s", 32)], [
-             dict(d, consumesCounters=[consumption("s", 32)]) for d in plain_devices(p, 33)]),
-         "spec.devices: 1056 counter consumptions, at most 1024", layouts=(BESIDE,)),
-]  # fmt: skip
+    Case(
+        "consumption listed twice",
+        consume(consumption("neuron-node", 1), consumption("neuron-node", 1)),
+        "listed twice",
+    ),
+    Case(
+        "empty consumption",
+        consume({"counterSet": "neuron-node", "counters": {}}),
+        "counters: required",
+    ),
+    Case(
+        "33 counters consumed",
+        consume(consumption("s", 33)),
+        "counters: 33 counters, at most 32",
+        layouts=(OWN,),
+    ),
+    Case(
+        "34 counters on a device",
+        lambda p: with_sets_and_devices(
+            p,
+            [counter_set("s", 17), counter_set("t", 16), counter_set("u", 1)],
+            [
+                dict(
+                    plain_devices(p, 1)[0],
+                    consumesCounters=[
+                        consumption("s", 17),
+                        consumption("t", 16),
+                        consumption("u", 1),
+                    ],
+                )
+            ],
+        ),
+        "consumesCounters: 34 counters, at most 32",
+        layouts=(BESIDE,),
+    ),
+    Case(
+        "unknown counter set",
+        consume(consumption("absent", 1)),
+        "'absent' is not in spec.sharedCounters",
+        layouts=(BESIDE,),
+    ),
+    Case(
+        "unknown counter",
+        consume({"counterSet": "neuron-node", "counters": {"other": {"value": "1"}}}),
+        "not a counter of 'neuron-node'",
+        layouts=(BESIDE,),
+    ),
+    Case(
+        "1056 counters consumed in a slice",
+        lambda p: with_sets_and_devices(
+            p,
+            [counter_set("s", 32)],
+            [dict(d, consumesCounters=[consumption("s", 32)]) for d in plain_devices(p, 33)],
+        ),
+        "spec.devices: 1056 counter consumptions, at most 1024",
+        layouts=(BESIDE,),
+    ),
+]
 
 
 def test_the_valid_pool_passes_both(server: Server) -> None:
@@ -263,8 +396,9 @@ def test_each_rule_is_the_servers(
     server: Server, case: Case, record_property: Callable[[str, object], None]
 ) -> None:
     if server.layout not in case.layouts:
-        pytest.skip(f"a rule of the {'/'.join(case.layouts)} layout; this server takes "
-                    f"{server.layout}")  # fmt: skip
+        pytest.skip(
+            f"a rule of the {'/'.join(case.layouts)} layout; this server takes {server.layout}"
+        )
     pool = copy.deepcopy(server.pool)
     case.breaks(pool)
     sent = case.slice_(pool)
@@ -288,15 +422,27 @@ def newer(slice_: Obj) -> Obj:
 # and CEL then reads either (Go's map order) where `matchAttribute` reads the qualified.
 # Only `validate_pool` says why.
 DRIVER_CASES = [
-    ("generations disagree", lambda p: p.append(newer(p[-1])),
-     "the slices disagree on spec.pool.generation"),
-    ("slice count wrong", lambda p: [s["spec"]["pool"].update(resourceSliceCount=3) for s in p],
-     "spec.pool.resourceSliceCount: 3, the pool has"),
-    ("device in two slices", lambda p: p.append(copy.deepcopy(p[-1])),
-     "device names are unique in a pool"),
-    ("qualified twice", attribute(f"{DRIVER_NAME}/deviceId", {"int": 1}),
-     "same name as another entry"),
-]  # fmt: skip
+    (
+        "generations disagree",
+        lambda p: p.append(newer(p[-1])),
+        "the slices disagree on spec.pool.generation",
+    ),
+    (
+        "slice count wrong",
+        lambda p: [s["spec"]["pool"].update(resourceSliceCount=3) for s in p],
+        "spec.pool.resourceSliceCount: 3, the pool has",
+    ),
+    (
+        "device in two slices",
+        lambda p: p.append(copy.deepcopy(p[-1])),
+        "device names are unique in a pool",
+    ),
+    (
+        "qualified twice",
+        attribute(f"{DRIVER_NAME}/deviceId", {"int": 1}),
+        "same name as another entry",
+    ),
+]
 
 
 @pytest.mark.parametrize(

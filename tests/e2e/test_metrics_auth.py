@@ -31,25 +31,43 @@ NAMESPACE = "default"
 def reader_role(helm_bin: Path) -> dict[str, Any]:
     """The chart's role for scrapers, which it renders with metrics.authorization on."""
     rendered = subprocess.run(
-        [str(helm_bin), "template", "neuron-dra", str(REPO / "deploy/helm/neuron-dra"),
-         "--set=image.repository=registry.invalid/neuron-dra",
-         "--set=metrics.authorization.enabled=true", "--show-only=templates/rbac.yaml"],
+        [
+            str(helm_bin),
+            "template",
+            "neuron-dra",
+            str(REPO / "deploy/helm/neuron-dra"),
+            "--set=image.repository=registry.invalid/neuron-dra",
+            "--set=metrics.authorization.enabled=true",
+            "--show-only=templates/rbac.yaml",
+        ],
         env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")},
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     [role] = [
-        d for d in yaml.safe_load_all(rendered)
+        d
+        for d in yaml.safe_load_all(rendered)
         if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == READER
-    ]  # fmt: skip
+    ]
     return dict(role)
 
 
 def token_of(cluster: Cluster, account: str) -> str:
-    cluster.create({"apiVersion": "v1", "kind": "ServiceAccount",
-                    "metadata": {"name": account, "namespace": NAMESPACE}})  # fmt: skip
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": NAMESPACE},
+        }
+    )
     path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token"
-    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-               "spec": {"expirationSeconds": 3600}}  # fmt: skip
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600},
+    }
     return str(cluster.request("POST", path, request)["status"]["token"])
 
 
@@ -61,18 +79,26 @@ def secured(
     with Cluster(e2e_binaries) as cluster:
         cluster.apply(reader_role(helm_bin))
         tokens = {name: token_of(cluster, name) for name in ("scraper", "stranger")}
-        cluster.create({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "scraper-reads-metrics"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": READER},
-            "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": NAMESPACE}],
-        })  # fmt: skip
+        cluster.create(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "scraper-reads-metrics"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": READER,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": NAMESPACE}],
+            }
+        )
         port = free_port()
         add_simulated_node(
-            cluster, "sec", "inf2.xlarge",
+            cluster,
+            "sec",
+            "inf2.xlarge",
             extra_args=[f"--metrics-port={port}", "--metrics-auth=kubernetes"],
-        )  # fmt: skip
+        )
         yield cluster, port, tokens
 
 

@@ -48,10 +48,25 @@ SCRAPE_JOB = "neuron-dra-metrics"
 # Labels the agent's series carry, `le` of its histograms, and those of a ServiceMonitor
 # target that the queries use.
 KNOWN_LABELS = {
-    "node", "neuron_device", "device", "serial_number", "namespace", "pod", "container",
-    "claim", "health", "state", "phase", "reason", "kind", "status", "memory", "le",
-    "job", "instance",
-}  # fmt: skip
+    "node",
+    "neuron_device",
+    "device",
+    "serial_number",
+    "namespace",
+    "pod",
+    "container",
+    "claim",
+    "health",
+    "state",
+    "phase",
+    "reason",
+    "kind",
+    "status",
+    "memory",
+    "le",
+    "job",
+    "instance",
+}
 # Grafana's variables as a query reaches Prometheus; any other `$` fails the parse check.
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$node": ".*"}
 MONITORING_VALUES = (
@@ -99,17 +114,23 @@ def uses(promtool_bin: Path, exprs: list[str]) -> list[tuple[set[str], set[str]]
     fails the test with the parser's message."""
     done = subprocess.run(
         [str(promtool_bin.with_name("promqlnames"))],
-        input=json.dumps(exprs), capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        input=json.dumps(exprs),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return [(set(n["metrics"]), set(n["labels"])) for n in json.loads(done.stdout)]
 
 
 def test_uses_reads_names_and_labels(promtool_bin: Path) -> None:
-    [(metrics, labels)] = uses(promtool_bin, [
-        'max by (node) (rate(a_total{node=~".*", x="{y}"}[5m] offset 10m)) '
-        "* on(node) group_left(z) b > 0 unless c"
-    ])  # fmt: skip
+    [(metrics, labels)] = uses(
+        promtool_bin,
+        [
+            'max by (node) (rate(a_total{node=~".*", x="{y}"}[5m] offset 10m)) '
+            "* on(node) group_left(z) b > 0 unless c"
+        ],
+    )
     assert (metrics, labels) == ({"a_total", "b", "c"}, {"node", "x", "z"})
     with pytest.raises(AssertionError, match="unknown function"):
         uses(promtool_bin, ["sum(rte(a[5m]))"])
@@ -140,9 +161,10 @@ def test_each_alert_fires_and_stays_quiet(promtool_bin: Path) -> None:
     """`promtool test rules`: labels, annotations as rendered, `for` and the queries."""
     assert "SUCCESS" in promtool(promtool_bin, "test", "rules", str(RULE_TESTS))
     cases = [
-        case for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+        case
+        for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
         for case in test["alert_rule_test"]
-    ]  # fmt: skip
+    ]
     for rule in rules():
         name = rule["alert"]
         assert any(c["alertname"] == name and c["exp_alerts"] for c in cases), f"{name} never fires"
@@ -157,19 +179,25 @@ def test_the_documented_promtool_commands_run(promtool_bin: Path) -> None:
     assert ran
     for command in ran:
         done = subprocess.run(
-            [str(promtool_bin), *command.argv[1:]], cwd=REPO, check=False, capture_output=True,
-            text=True, timeout=120,
-        )  # fmt: skip
+            [str(promtool_bin), *command.argv[1:]],
+            cwd=REPO,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, (str(command), done.stdout, done.stderr)
 
 
 def test_every_dashboard_query_parses(promtool_bin: Path, tmp_path: Path) -> None:
     """Each query as a recording rule: `promtool check rules` parses it as Prometheus does."""
     records = [
-        {"record": f"dashboard:panel_{panel['id']}_{target['refId']}",
-         "expr": as_sent(target["expr"])}
+        {
+            "record": f"dashboard:panel_{panel['id']}_{target['refId']}",
+            "expr": as_sent(target["expr"]),
+        }
         for panel, target in dashboard_targets()
-    ]  # fmt: skip
+    ]
     assert len(records) >= 20
     for record in records:
         assert "$" not in record["expr"], f"a Grafana variable left in {record['expr']!r}"
@@ -221,15 +249,23 @@ def test_the_allocation_table_joins_power_and_memory(promtool_bin: Path, tmp_pat
         "B": [per_device[h[:2]][0] for h in holders],
         "C": [per_device[h[:2]][1] for h in holders],
     }
-    tests = [{
-        "interval": "1m", "input_series": series,
-        "promql_expr_test": [
-            {"expr": queries[ref], "eval_time": "2m",
-             "exp_samples": [{"labels": labels(h), "value": v}
-                             for h, v in zip(holders, values, strict=True)]}
-            for ref, values in expected.items()
-        ],
-    }]  # fmt: skip
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                {
+                    "expr": queries[ref],
+                    "eval_time": "2m",
+                    "exp_samples": [
+                        {"labels": labels(h), "value": v}
+                        for h, v in zip(holders, values, strict=True)
+                    ],
+                }
+                for ref, values in expected.items()
+            ],
+        }
+    ]
     test_file = tmp_path / "allocation.test.yaml"
     test_file.write_text(yaml.safe_dump({"rule_files": [], "tests": tests}))
     assert "SUCCESS" in promtool(promtool_bin, "test", "rules", str(test_file))
@@ -269,9 +305,16 @@ def test_the_documented_per_pod_question_is_answered(promtool_bin: Path, tmp_pat
     """ "Which pod uses neurondevice3 on ip-10-0-1-7 and how hot is it", as the docs ask it,
     on series as the agent exposes them: one answer, its pod's labels and its power."""
     [(_, query)] = [q for q in documented_queries() if 'device="neurondevice3"' in q[1]]
-    held = {"node": "ip-10-0-1-7", "neuron_device": "3", "device": "neurondevice3",
-            "serial_number": "0a1b2c3d00000003", "namespace": "ml", "pod": "train-0",
-            "container": "main", "claim": "neurons"}  # fmt: skip
+    held = {
+        "node": "ip-10-0-1-7",
+        "neuron_device": "3",
+        "device": "neurondevice3",
+        "serial_number": "0a1b2c3d00000003",
+        "namespace": "ml",
+        "pod": "train-0",
+        "container": "main",
+        "claim": "neurons",
+    }
 
     def selector(name: str, labels: dict[str, str]) -> str:
         return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
@@ -283,11 +326,19 @@ def test_the_documented_per_pod_question_is_answered(promtool_bin: Path, tmp_pat
         {"series": selector("neuron_dra_device_power_draw_ratio", device), "values": "0.42x5"},
         {"series": selector("neuron_dra_device_power_draw_ratio", other), "values": "0.9x5"},
     ]
-    tests = [{
-        "interval": "1m", "input_series": series,
-        "promql_expr_test": [{"expr": query, "eval_time": "2m",
-                              "exp_samples": [{"labels": selector("", held), "value": 0.42}]}],
-    }]  # fmt: skip
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                {
+                    "expr": query,
+                    "eval_time": "2m",
+                    "exp_samples": [{"labels": selector("", held), "value": 0.42}],
+                }
+            ],
+        }
+    ]
     test_file = tmp_path / "question.test.yaml"
     test_file.write_text(yaml.safe_dump({"rule_files": [], "tests": tests}))
     assert "SUCCESS" in promtool(promtool_bin, "test", "rules", str(test_file))
@@ -337,8 +388,9 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
     assert board["schemaVersion"] == 39
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert (variables["datasource"]["type"], variables["datasource"]["query"]) == (
-        "datasource", "prometheus",
-    )  # fmt: skip
+        "datasource",
+        "prometheus",
+    )
     assert variables["node"]["multi"] and variables["node"]["includeAll"]
     source = {"type": "prometheus", "uid": "${datasource}"}
     ids = [p["id"] for p in board["panels"]]
@@ -347,8 +399,9 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
     for panel in board["panels"]:
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24, panel["title"]
-        cells = {(grid["x"] + dx, grid["y"] + dy) for dx in range(grid["w"])
-                 for dy in range(grid["h"])}  # fmt: skip
+        cells = {
+            (grid["x"] + dx, grid["y"] + dy) for dx in range(grid["w"]) for dy in range(grid["h"])
+        }
         assert not cells & taken, f"{panel['title']} overlaps another panel"
         taken |= cells
         if panel["type"] == "row":
@@ -359,11 +412,18 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
         assert all(t["datasource"] == source for t in panel["targets"]), panel["title"]
     titles = {p["title"] for p in board["panels"]}
     assert titles >= {
-        "Devices by health and state", "Which pod holds which device", "Power draw per device",
-        "Device memory used", "Executions by status", "ECC errors",
-        "Prepare and unprepare latency", "Prepare and unprepare errors by reason",
-        "Registered", "Devices without a health source", "PodResources API up",
-    }  # fmt: skip
+        "Devices by health and state",
+        "Which pod holds which device",
+        "Power draw per device",
+        "Device memory used",
+        "Executions by status",
+        "ECC errors",
+        "Prepare and unprepare latency",
+        "Prepare and unprepare errors by reason",
+        "Registered",
+        "Devices without a health source",
+        "PodResources API up",
+    }
 
 
 # --------------------------------------------------------------------- helm
@@ -375,14 +435,20 @@ def offline(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 def test_the_chart_renders_the_monitoring_objects(helm_bin: Path, offline: dict[str, str]) -> None:
-    objects = by_key(template(
-        helm_bin, offline, *IMAGE_VALUES, *MONITORING_VALUES, "--namespace=drivers",
-        "--set=metrics.serviceMonitor.interval=15s",
-        "--set=metrics.serviceMonitor.labels.release=prometheus",
-        "--set=metrics.prometheusRule.labels.release=prometheus",
-        "--set=metrics.grafanaDashboard.namespace=monitoring",
-        "--set=metrics.grafanaDashboard.annotations.grafana_folder=Neuron",
-    ))  # fmt: skip
+    objects = by_key(
+        template(
+            helm_bin,
+            offline,
+            *IMAGE_VALUES,
+            *MONITORING_VALUES,
+            "--namespace=drivers",
+            "--set=metrics.serviceMonitor.interval=15s",
+            "--set=metrics.serviceMonitor.labels.release=prometheus",
+            "--set=metrics.prometheusRule.labels.release=prometheus",
+            "--set=metrics.grafanaDashboard.namespace=monitoring",
+            "--set=metrics.grafanaDashboard.annotations.grafana_folder=Neuron",
+        )
+    )
     service = objects[("Service", SCRAPE_JOB)]
     monitor = objects[("ServiceMonitor", "neuron-dra")]
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
@@ -396,12 +462,17 @@ def test_the_chart_renders_the_monitoring_objects(helm_bin: Path, offline: dict[
     [endpoint] = spec["endpoints"]
     assert [p["name"] for p in service["spec"]["ports"]] == [endpoint["port"]] == ["metrics"]
     assert (endpoint["honorLabels"], endpoint["interval"], endpoint["path"]) == (
-        True, "15s", "/metrics",
-    )  # fmt: skip
-    assert endpoint["relabelings"] == [{
-        "action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
-        "targetLabel": "node",
-    }]  # fmt: skip
+        True,
+        "15s",
+        "/metrics",
+    )
+    assert endpoint["relabelings"] == [
+        {
+            "action": "replace",
+            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+            "targetLabel": "node",
+        }
+    ]
 
     rule = objects[("PrometheusRule", "neuron-dra")]
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
@@ -419,11 +490,16 @@ def test_the_chart_renders_the_monitoring_objects(helm_bin: Path, offline: dict[
 
 
 def test_the_monitoring_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> None:
-    objects = by_key(template(
-        helm_bin, offline, *IMAGE_VALUES, *MONITORING_VALUES,
-        "--set=metrics.prometheusRule.runbookBaseURL=https://example.com/neuron-dra/blob/v1/",
-        "--set=metrics.grafanaDashboard.label=dashboards,metrics.grafanaDashboard.labelValue=on",
-    ))  # fmt: skip
+    objects = by_key(
+        template(
+            helm_bin,
+            offline,
+            *IMAGE_VALUES,
+            *MONITORING_VALUES,
+            "--set=metrics.prometheusRule.runbookBaseURL=https://example.com/neuron-dra/blob/v1/",
+            "--set=metrics.grafanaDashboard.label=dashboards,metrics.grafanaDashboard.labelValue=on",
+        )
+    )
     groups = yaml.safe_load(RULES.read_text())["groups"]
     for group in groups:
         for rule in group["rules"]:
@@ -442,18 +518,28 @@ def test_the_monitoring_values_shape_the_objects(helm_bin: Path, offline: dict[s
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        (("--set=metrics.serviceMonitor.interval=half-minute",),
-         "at '/metrics/serviceMonitor/interval': 'half-minute' does not match pattern"),
-        (("--set=metrics.serviceMonitor.honorLabels=false",),
-         "at '/metrics/serviceMonitor': additional properties 'honorLabels' not allowed"),
-        (("--set=metrics.prometheusRule.runbookBaseURL=example.com",),
-         "at '/metrics/prometheusRule/runbookBaseURL': 'example.com' does not match pattern"),
-        (("--set=metrics.grafanaDashboard.namespace=Monitoring",),
-         "at '/metrics/grafanaDashboard/namespace': 'Monitoring' does not match pattern"),
-        (("--set=metrics.serviceMonitor.enabled=true", "--set=metrics.service.enabled=false"),
-         "metrics.serviceMonitor.enabled needs metrics.enabled and metrics.service.enabled"),
+        (
+            ("--set=metrics.serviceMonitor.interval=half-minute",),
+            "at '/metrics/serviceMonitor/interval': 'half-minute' does not match pattern",
+        ),
+        (
+            ("--set=metrics.serviceMonitor.honorLabels=false",),
+            "at '/metrics/serviceMonitor': additional properties 'honorLabels' not allowed",
+        ),
+        (
+            ("--set=metrics.prometheusRule.runbookBaseURL=example.com",),
+            "at '/metrics/prometheusRule/runbookBaseURL': 'example.com' does not match pattern",
+        ),
+        (
+            ("--set=metrics.grafanaDashboard.namespace=Monitoring",),
+            "at '/metrics/grafanaDashboard/namespace': 'Monitoring' does not match pattern",
+        ),
+        (
+            ("--set=metrics.serviceMonitor.enabled=true", "--set=metrics.service.enabled=false"),
+            "metrics.serviceMonitor.enabled needs metrics.enabled and metrics.service.enabled",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_monitoring_values_are_refused(
     helm_bin: Path, offline: dict[str, str], values: tuple[str, ...], message: str
 ) -> None:
@@ -474,16 +560,39 @@ def cluster(e2e_binaries: Binaries) -> Iterator[Cluster]:
 
 def test_the_server_accepts_the_monitoring_objects(helm_bin: Path, cluster: Cluster) -> None:
     env = helm_env(cluster.workdir, cluster.kubeconfig)
-    rendered = ok(run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES,
-                       *MONITORING_VALUES, "--namespace=default",
-                       "--show-only=templates/servicemonitor.yaml",
-                       "--show-only=templates/prometheusrule.yaml",
-                       "--show-only=templates/dashboard.yaml"], env))  # fmt: skip
+    rendered = ok(
+        run(
+            [
+                str(helm_bin),
+                "template",
+                RELEASE,
+                str(CHART),
+                *IMAGE_VALUES,
+                *MONITORING_VALUES,
+                "--namespace=default",
+                "--show-only=templates/servicemonitor.yaml",
+                "--show-only=templates/prometheusrule.yaml",
+                "--show-only=templates/dashboard.yaml",
+            ],
+            env,
+        )
+    )
     kubectl = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
-    applied = ok(run([
-        *kubectl, "apply", "--server-side", "--dry-run=server", "--field-manager=dry-run-check",
-        "-f", "-",
-    ], env, stdin=rendered))  # fmt: skip
+    applied = ok(
+        run(
+            [
+                *kubectl,
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--field-manager=dry-run-check",
+                "-f",
+                "-",
+            ],
+            env,
+            stdin=rendered,
+        )
+    )
     assert sorted(applied.splitlines()) == [
         "configmap/neuron-dra-dashboard serverside-applied (server dry run)",
         "prometheusrule.monitoring.coreos.com/neuron-dra serverside-applied (server dry run)",

@@ -165,8 +165,10 @@ def test_network_layer_labels_become_attributes_a_selector_allocates_on(
         cluster.wait_for_pod_gone("near", "layers", timeout=60)
 
         # Moved (layer 3), and layer 1 no longer known: the slices follow the labels.
-        moved = {f"{LABEL_NETWORK_NODE_LAYER_PREFIX}1": None,
-                 f"{LABEL_NETWORK_NODE_LAYER_PREFIX}3": "nn-moved-3"}  # fmt: skip
+        moved = {
+            f"{LABEL_NETWORK_NODE_LAYER_PREFIX}1": None,
+            f"{LABEL_NETWORK_NODE_LAYER_PREFIX}3": "nn-moved-3",
+        }
         cluster.patch("v1", "Node", layered.name, {"metadata": {"labels": moved}})
         now = {"networkNodeLayer2": "nn-layered-2", "networkNodeLayer3": "nn-moved-3"}
         cluster.wait_for("the new layers published", lambda: on_each(layered, now))
@@ -188,12 +190,20 @@ LAYERS_CLASS: Obj = {
 
 
 def claim(name: str, expression: str) -> Obj:
-    request = {"name": "neurons", "exactly": {
-        "deviceClassName": LAYERS_CLASS["metadata"]["name"], "count": 1,
-        "selectors": [{"cel": {"expression": expression}}]}}  # fmt: skip
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": "layers"},
-            "spec": {"devices": {"requests": [request]}}}  # fmt: skip
+    request = {
+        "name": "neurons",
+        "exactly": {
+            "deviceClassName": LAYERS_CLASS["metadata"]["name"],
+            "count": 1,
+            "selectors": [{"cel": {"expression": expression}}],
+        },
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "layers"},
+        "spec": {"devices": {"requests": [request]}},
+    }
 
 
 def pod(name: str, claim_name: str) -> Obj:

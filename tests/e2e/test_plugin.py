@@ -78,11 +78,12 @@ def pod_using(name: str, template: str, node: str | None = None, *, claim: bool 
         "metadata": {"name": name},
         "spec": {
             "automountServiceAccountToken": False,
-            "containers": [{"name": "ctr0", "image": "none",
-                            "resources": {"claims": [{"name": "neurons"}]}}],
+            "containers": [
+                {"name": "ctr0", "image": "none", "resources": {"claims": [{"name": "neurons"}]}}
+            ],
             "resourceClaims": [{"name": "neurons", **source}],
         },
-    }  # fmt: skip
+    }
     if node:
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     return pod
@@ -238,18 +239,33 @@ V1 = "neuron.aws.com/v1"
 @pytest.mark.parametrize(
     ("node", "parameters", "message"),
     [
-        ("trn2-b", {"apiVersion": V1, "kind": "NeuronConfig", "lnc": 1},
-         "unknown field 'lnc' (known fields: apiVersion, kind, logicalNeuronCore)"),
-        ("trn2-b", {"apiVersion": V1, "kind": "GpuConfig"},
-         "kind 'GpuConfig' is not one of NeuronConfig, UltraServerConfig"),
-        ("trn2-b", {"apiVersion": V1, "kind": "NeuronConfig", "logicalNeuronCore": 3},
-         "field 'logicalNeuronCore': 3 is not allowed; allowed values: 1, 2"),
-        ("inf2-a", {"apiVersion": V1, "kind": "NeuronConfig", "logicalNeuronCore": 1},
-         "but inf2.48xlarge has no logical NeuronCores"),
-        ("trn2-b", {"apiVersion": V1, "kind": "UltraServerConfig", "ultraserverMode": 4},
-         "it is only valid for the neuronnode device"),
+        (
+            "trn2-b",
+            {"apiVersion": V1, "kind": "NeuronConfig", "lnc": 1},
+            "unknown field 'lnc' (known fields: apiVersion, kind, logicalNeuronCore)",
+        ),
+        (
+            "trn2-b",
+            {"apiVersion": V1, "kind": "GpuConfig"},
+            "kind 'GpuConfig' is not one of NeuronConfig, UltraServerConfig",
+        ),
+        (
+            "trn2-b",
+            {"apiVersion": V1, "kind": "NeuronConfig", "logicalNeuronCore": 3},
+            "field 'logicalNeuronCore': 3 is not allowed; allowed values: 1, 2",
+        ),
+        (
+            "inf2-a",
+            {"apiVersion": V1, "kind": "NeuronConfig", "logicalNeuronCore": 1},
+            "but inf2.48xlarge has no logical NeuronCores",
+        ),
+        (
+            "trn2-b",
+            {"apiVersion": V1, "kind": "UltraServerConfig", "ultraserverMode": 4},
+            "it is only valid for the neuronnode device",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_config_keeps_the_pod_pending_and_says_why(
     nodes: dict[str, SimulatedNode], node: str, parameters: Obj, message: str
 ) -> None:
@@ -259,11 +275,13 @@ def test_bad_config_keeps_the_pod_pending_and_says_why(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": "bad", "namespace": ns},
-        "spec": {"devices": {
-            "requests": [{"name": "neurons", "exactly": {"deviceClassName": "neuron.aws.com"}}],
-            "config": [{"opaque": {"driver": "neuron.aws.com", "parameters": parameters}}],
-        }},
-    }  # fmt: skip
+        "spec": {
+            "devices": {
+                "requests": [{"name": "neurons", "exactly": {"deviceClassName": "neuron.aws.com"}}],
+                "config": [{"opaque": {"driver": "neuron.aws.com", "parameters": parameters}}],
+            }
+        },
+    }
     cluster.create(claim)
     create_in(cluster, ns, [pod_using("p", "bad", node, claim=True)])
     pod = cluster.wait_for_pod(
@@ -286,11 +304,13 @@ def test_parameters_that_are_not_an_object_are_refused(nodes: dict[str, Simulate
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": "not-an-object", "namespace": "default"},
-        "spec": {"devices": {
-            "requests": [{"name": "neurons", "exactly": {"deviceClassName": "neuron.aws.com"}}],
-            "config": [{"opaque": {"driver": "neuron.aws.com", "parameters": [1, 2]}}],
-        }},
-    }  # fmt: skip
+        "spec": {
+            "devices": {
+                "requests": [{"name": "neurons", "exactly": {"deviceClassName": "neuron.aws.com"}}],
+                "config": [{"opaque": {"driver": "neuron.aws.com", "parameters": [1, 2]}}],
+            }
+        },
+    }
     with pytest.raises(Exception, match="parameters"):
         cluster.create(claim)
 
@@ -327,8 +347,11 @@ def test_the_agent_loads_no_tool_in_its_whole_life(nodes: dict[str, SimulatedNod
     node.start_plugin()
     assert plugin.process.returncode == 0
     # `-X importtime` lines: "import time: self [us] | cumulative | module", nested by indent.
-    loaded = {line.rsplit("|", 1)[1].strip() for line in plugin.log_path.read_text().splitlines()
-              if line.startswith("import time:") and "[us]" not in line}  # fmt: skip
+    loaded = {
+        line.rsplit("|", 1)[1].strip()
+        for line in plugin.log_path.read_text().splitlines()
+        if line.startswith("import time:") and "[us]" not in line
+    }
     assert {
         "neuron_dra.agent.claims.preparer",
         "neuron_dra.agent.slices.publisher",
@@ -457,17 +480,19 @@ def test_a_slice_of_another_pool_on_the_node_is_deleted(nodes: dict[str, Simulat
 
     def leave_behind(name: str) -> None:
         """What an older driver, or a test by hand, leaves: the node's slice in another pool."""
-        cluster.create({
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": name},
-            "spec": {
-                "driver": "neuron.aws.com",
-                "nodeName": node.name,
-                "pool": {"name": f"{node.name}-old", "generation": 7, "resourceSliceCount": 1},
-                "devices": [{"name": "neurondevice0"}],
-            },
-        })  # fmt: skip
+        cluster.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": name},
+                "spec": {
+                    "driver": "neuron.aws.com",
+                    "nodeName": node.name,
+                    "pool": {"name": f"{node.name}-old", "generation": 7, "resourceSliceCount": 1},
+                    "devices": [{"name": "neurondevice0"}],
+                },
+            }
+        )
 
     def gone(name: str) -> bool:
         return cluster.get_or_none("resource.k8s.io/v1", "ResourceSlice", name) is None

@@ -27,9 +27,13 @@ def test_fields_the_server_drops_are_named_once_and_rewrite_nothing(
     with Cluster(e2e_binaries, feature_gates={"DRAPartitionableDevices": False}) as cluster:
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
         node = add_simulated_node(
-            cluster, "us-d", "trn2u.48xlarge", ultraserver=FakeUltraServer("us-d", 0),
-            extra_args=["--ultraserver-devices=both"], start=False,
-        )  # fmt: skip
+            cluster,
+            "us-d",
+            "trn2u.48xlarge",
+            ultraserver=FakeUltraServer("us-d", 0),
+            extra_args=["--ultraserver-devices=both"],
+            start=False,
+        )
         plugin = start_logging_passes(node)
         # The pool is several slices, created one by one: wait for the whole of it.
         cluster.wait_for("the whole pool", lambda: len(node.device_names()) == 17 or None)

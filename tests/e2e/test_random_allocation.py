@@ -171,9 +171,16 @@ class Ask:
             exactly = {
                 "deviceClassName": "neuron.aws.com",
                 "count": self.count,
-                "selectors": [{"cel": {"expression":
-                    f"device.attributes['{ATTRIBUTE_DOMAIN}'].resourceType == '{kind}'"}}],
-            }  # fmt: skip
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": (
+                                f"device.attributes['{ATTRIBUTE_DOMAIN}'].resourceType == '{kind}'"
+                            )
+                        }
+                    }
+                ],
+            }
         spec: Obj = {"devices": {"requests": [{"name": "r", "exactly": exactly}]}}
         if self.match:
             attribute = DEVICE_ID if self.match == "deviceId" else GROUP4
@@ -313,8 +320,10 @@ class Run:
             self.draining.add(node)
         if mine and (node in self.draining or self.rng.random() < 0.1 + 0.5 * used):
             victim = self.rng.choice(mine)
-            self.log.append(f"{self.tally.steps}: delete {victim.pod} on {node} ({victim.ask}: "
-                            f"{','.join(victim.devices)})")  # fmt: skip
+            self.log.append(
+                f"{self.tally.steps}: delete {victim.pod} on {node} ({victim.ask}: "
+                f"{','.join(victim.devices)})"
+            )
             self.cluster.delete("v1", "Pod", victim.pod, NS)
             self.tally.steps += 1
             # Often the next step asks for the same again: what was freed must fit.
@@ -329,23 +338,36 @@ class Run:
             ask = again or random_ask(self.rng, topo, empty=not mine)
         name = next(_names)
         fits = ask.fits(topo, self.free(node))
-        self.log.append(f"{self.tally.steps}: {name} on {node}: {ask} (model: "
-                        f"{'fits' if fits else 'no room'})")  # fmt: skip
-        self.cluster.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                             "metadata": {"name": name, "namespace": NS},
-                             "spec": ask.claim_spec()})  # fmt: skip
-        self.cluster.create({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "automountServiceAccountToken": False,
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [{"name": CONTAINER, "image": "none",
-                                "resources": {"claims": [{"name": "c"}]}}],
-                "resourceClaims": [{"name": "c", "resourceClaimName": name}],
-            },
-        })  # fmt: skip
+        self.log.append(
+            f"{self.tally.steps}: {name} on {node}: {ask} (model: {'fits' if fits else 'no room'})"
+        )
+        self.cluster.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": ask.claim_spec(),
+            }
+        )
+        self.cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [
+                        {
+                            "name": CONTAINER,
+                            "image": "none",
+                            "resources": {"claims": [{"name": "c"}]},
+                        }
+                    ],
+                    "resourceClaims": [{"name": "c", "resourceClaimName": name}],
+                },
+            }
+        )
         self.tally.steps += 1
         return Submitted(name, node, ask, fits)
 
@@ -361,14 +383,18 @@ class Run:
             pod = self.cluster.get("v1", "Pod", step.pod, NS)
             annotations = pod["metadata"].get("annotations") or {}
             if KUBELETSIDE_ERROR_ANNOTATION in annotations:
-                self.fail(f"{step.pod} ({step.ask}) on {step.node} failed to prepare: "
-                          f"{annotations[KUBELETSIDE_ERROR_ANNOTATION]}")  # fmt: skip
+                self.fail(
+                    f"{step.pod} ({step.ask}) on {step.node} failed to prepare: "
+                    f"{annotations[KUBELETSIDE_ERROR_ANNOTATION]}"
+                )
             if pod["spec"].get("nodeName") and not step.fits:
                 claim = self.cluster.get("resource.k8s.io/v1", "ResourceClaim", step.pod, NS)
-                self.fail(f"{step.pod} ({step.ask}) was scheduled to {pod['spec']['nodeName']}, "
-                          f"yet the model has no room for it: free "
-                          f"{sorted(self.free(step.node))}; allocation "
-                          f"{claim.get('status', {}).get('allocation')}")  # fmt: skip
+                self.fail(
+                    f"{step.pod} ({step.ask}) was scheduled to {pod['spec']['nodeName']}, "
+                    f"yet the model has no room for it: free "
+                    f"{sorted(self.free(step.node))}; allocation "
+                    f"{claim.get('status', {}).get('allocation')}"
+                )
             if KUBELETSIDE_CDI_ANNOTATION in annotations:
                 self.prepared(step, pod)
                 return
@@ -384,12 +410,16 @@ class Run:
                 step.refused_at = step.refused_at or now
                 if now - step.refused_at > CHANGE_OF_MIND:
                     free = sorted(self.free(step.node))
-                    self.fail(f"{step.pod} ({step.ask}) on {step.node} fits the model but the "
-                              f"scheduler refuses it for {CHANGE_OF_MIND:.0f}s: "
-                              f"{refusal.get('message')}; free {free}")  # fmt: skip
+                    self.fail(
+                        f"{step.pod} ({step.ask}) on {step.node} fits the model but the "
+                        f"scheduler refuses it for {CHANGE_OF_MIND:.0f}s: "
+                        f"{refusal.get('message')}; free {free}"
+                    )
             if now > deadline:
-                self.fail(f"{step.pod} ({step.ask}) on {step.node}: neither prepared nor "
-                          f"refused after {PREPARE_TIMEOUT:.0f}s: {pod.get('status')}")  # fmt: skip
+                self.fail(
+                    f"{step.pod} ({step.ask}) on {step.node}: neither prepared nor "
+                    f"refused after {PREPARE_TIMEOUT:.0f}s: {pod.get('status')}"
+                )
             time.sleep(0.05)
 
     def prepared(self, step: Submitted, pod: Obj) -> None:
@@ -404,13 +434,16 @@ class Run:
         assert sum(len(topo.units(n)) for n in names) == len(units), f"{names} overlap"
         free = self.free(step.node)
         if not units <= free:
-            self.fail(f"{step.pod} ({step.ask}) got {names}, but "
-                      f"{sorted(units - free)} are held by "
-                      f"{[h.pod for h in self.on(step.node) if h.units & units]}")  # fmt: skip
+            self.fail(
+                f"{step.pod} ({step.ask}) got {names}, but "
+                f"{sorted(units - free)} are held by "
+                f"{[h.pod for h in self.on(step.node) if h.units & units]}"
+            )
         if step.refused_at is not None:
             self.tally.late += 1
-        self.held[step.pod] = Held(step.pod, step.node, step.ask, claim["metadata"]["uid"],
-                                   tuple(names), units)  # fmt: skip
+        self.held[step.pod] = Held(
+            step.pod, step.node, step.ask, claim["metadata"]["uid"], tuple(names), units
+        )
         self.tally.allocated[step.ask.kind] += 1
         self.log.append(f"   {step.pod} prepared: {','.join(names)}")
 
@@ -469,9 +502,11 @@ class Run:
                 seen[key] = name
                 for unit in self.topo[result["pool"]].units(result["device"]):
                     if (result["pool"], unit) in units:
-                        self.fail(f"{result['pool']}: device {unit[0]} core {unit[1]} is "
-                                  f"allocated to {units[result['pool'], unit]} and to {name} "
-                                  f"({result['device']})")  # fmt: skip
+                        self.fail(
+                            f"{result['pool']}: device {unit[0]} core {unit[1]} is "
+                            f"allocated to {units[result['pool'], unit]} and to {name} "
+                            f"({result['device']})"
+                        )
                     units[result["pool"], unit] = name
                     mine.add(unit)
             allocated[name] = frozenset(mine)
@@ -480,8 +515,10 @@ class Run:
             extra = sorted(set(allocated) - set(model))
             missing = sorted(set(model) - set(allocated))
             differ = sorted(n for n in set(model) & set(allocated) if model[n] != allocated[n])
-            self.fail(f"allocated claims differ from the model: not in the model {extra}, "
-                      f"not allocated {missing}, other units {differ}")  # fmt: skip
+            self.fail(
+                f"allocated claims differ from the model: not in the model {extra}, "
+                f"not allocated {missing}, other units {differ}"
+            )
 
     def check_containers(self) -> None:
         """Each prepared container sees exactly its claim's cores, disjoint from every
@@ -499,19 +536,25 @@ class Run:
             if len(set(cores)) != len(cores) or cores != sorted(cores):
                 self.fail(f"{name}: NEURON_RT_VISIBLE_CORES={env['NEURON_RT_VISIBLE_CORES']}")
             if set(cores) != {c for _, c in held.units}:
-                self.fail(f"{name} ({held.ask}, {','.join(held.devices)}) sees cores {cores}, "
-                          f"its claim holds {sorted(c for _, c in held.units)}")  # fmt: skip
+                self.fail(
+                    f"{name} ({held.ask}, {','.join(held.devices)}) sees cores {cores}, "
+                    f"its claim holds {sorted(c for _, c in held.units)}"
+                )
             for core in cores:
                 if (held.node, core) in claimed:
-                    self.fail(f"{held.node}: core {core} is visible to {claimed[held.node, core]} "
-                              f"and to {name}")  # fmt: skip
+                    self.fail(
+                        f"{held.node}: core {core} is visible to {claimed[held.node, core]} "
+                        f"and to {name}"
+                    )
                 claimed[held.node, core] = name
             devices = sorted({topo.device_of_core[c] for c in cores})
             # In the order of the claim's CDI devices, which is the allocation's.
             nodes = view["deviceNodes"]
             if len(set(nodes)) != len(nodes) or set(nodes) != {f"/dev/neuron{d}" for d in devices}:
-                self.fail(f"{name} sees cores {cores} of devices {devices} but device nodes "
-                          f"{view['deviceNodes']}")  # fmt: skip
+                self.fail(
+                    f"{name} sees cores {cores} of devices {devices} but device nodes "
+                    f"{view['deviceNodes']}"
+                )
 
     def check_driver(self) -> None:
         """Each node's checkpoint and CDI specs are exactly the model's prepared claims."""

@@ -75,8 +75,9 @@ def test_random_pods_and_kills_never_share_a_core(
         fleet.delete(tracked, grace=None)
     fleet.check(STEPS)
     for node in nodes.values():
-        fleet.cluster.wait_for(f"{node.name} holds nothing", partial(holds_nothing, node),
-                               timeout=STUCK_S)  # fmt: skip
+        fleet.cluster.wait_for(
+            f"{node.name} holds nothing", partial(holds_nothing, node), timeout=STUCK_S
+        )
 
 
 def holds_nothing(node: SimulatedNode) -> bool:

@@ -308,8 +308,17 @@ def test_rolling_update_of_the_driver_while_a_claim_is_in_use(real: RealCluster)
     ns = namespace(real.cluster)
     _, uid = user_pod(real, ns, "during-update")
     [old] = real.plugin_pods()
-    stamp = {"spec": {"template": {"metadata": {"annotations": {
-        "kubectl.kubernetes.io/restartedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ")}}}}}  # fmt: skip
+    stamp = {
+        "spec": {
+            "template": {
+                "metadata": {
+                    "annotations": {
+                        "kubectl.kubernetes.io/restartedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ")
+                    }
+                }
+            }
+        }
+    }
     real.cluster.patch("apps/v1", "DaemonSet", "neuron-dra", stamp, "neuron-dra")
     replaced = real.cluster.wait_for(
         "a new plugin pod alone and Ready",
@@ -369,10 +378,24 @@ def test_the_helm_chart_installs_the_same_driver(
     selector = yaml.safe_load(documented)["nodeSelector"]
     real.cluster.patch("v1", "Node", NODE, {"metadata": {"labels": selector}})
     repository, tag = real.driver.name.rsplit(":", 1)
-    values = (f"--values={values_file}", f"--set=image.repository={repository}",
-              f"--set=image.tag={tag}")  # fmt: skip
-    ok(helm(helm_bin, real.cluster, "install", RELEASE, str(CHART), "--wait",
-            "--timeout=120s", "--create-namespace", *values))  # fmt: skip
+    values = (
+        f"--values={values_file}",
+        f"--set=image.repository={repository}",
+        f"--set=image.tag={tag}",
+    )
+    ok(
+        helm(
+            helm_bin,
+            real.cluster,
+            "install",
+            RELEASE,
+            str(CHART),
+            "--wait",
+            "--timeout=120s",
+            "--create-namespace",
+            *values,
+        )
+    )
     real.cluster.wait_for("the chart's plugin pod Ready", real.ready_plugin, 120.0)
     [plugin] = real.plugin_pods()
     spec = plugin["spec"]

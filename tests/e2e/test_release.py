@@ -49,8 +49,9 @@ def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> 
     for command in ran:
         text = doc_commands.fill(command.text, registry="registry.example/ml")
         text = text.removeprefix("sudo ").replace("scripts/", f"{REPO}/scripts/")
-        done = subprocess.run(["bash", "-c", text], cwd=tmp_path, env=env, check=False,
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", text], cwd=tmp_path, env=env, check=False, capture_output=True, text=True
+        )
         assert done.returncode == 0, (str(command), done.stdout[-2000:], done.stderr[-2000:])
     image, chart = f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz"
     assert sorted(p.name for p in out.iterdir()) == sorted([image, chart, WHEEL, "SHA256SUMS"])
@@ -83,17 +84,24 @@ def test_a_chart_of_another_version_is_refused(tmp_path: Path) -> None:
     chart.write_text(chart.read_text().replace(f"version: {VERSION}", "version: 9.9.9"))
     result = subprocess.run(
         [str(copy / "scripts/release.sh"), str(tmp_path / "out")],
-        env={**os.environ, "HELM": "/bin/true"}, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        env={**os.environ, "HELM": "/bin/true"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 2
     assert f"Chart.yaml version is 9.9.9, consts.DRA_DRIVER_VERSION says {VERSION}" in result.stderr
 
 
 REGISTRY = "registry.example/ml"
 EMULATED = (
-    "actions/checkout", "actions/setup-python", "azure/setup-helm",
-    "actions/upload-artifact", "actions/download-artifact", "sigstore/cosign-installer",
-)  # fmt: skip
+    "actions/checkout",
+    "actions/setup-python",
+    "azure/setup-helm",
+    "actions/upload-artifact",
+    "actions/download-artifact",
+    "sigstore/cosign-installer",
+)
 
 
 @dataclass
@@ -115,9 +123,16 @@ class Run:
 
 def copy_of_the_checkout(destination: Path) -> None:
     """The repository's files as a checkout has them: tracked and new, not ignored."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], cwd=REPO, check=True,
-                            capture_output=True).stdout.decode().split("\0")  # fmt: skip
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         source = REPO / name
         if source.is_file():
@@ -160,8 +175,14 @@ def run_step(run: Run, job_env: dict[str, str], step: Step, number: int) -> dict
     script.write_text(step.run)
     github_output.touch()
     env = run.env(job_env, step) | {"GITHUB_OUTPUT": str(github_output)}
-    done = subprocess.run([*SHELL, str(script)], cwd=run.workspaces[step.job], env=env,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [*SHELL, str(script)],
+        cwd=run.workspaces[step.job],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, (step.name, done.stdout[-3000:], done.stderr[-3000:])
     return release_workflow.read_assignments(github_output)
 
@@ -177,8 +198,9 @@ def run_workflow(root: Path, base_env: dict[str, str]) -> Run:
         run.workspaces[job] = root / "workspaces" / job
         run.workspaces[job].mkdir(parents=True)
         run.path.clear()
-        job_env = {k: release_workflow.expand(str(v), run.context)
-                   for k, v in spec.get("env", {}).items()}  # fmt: skip
+        job_env = {
+            k: release_workflow.expand(str(v), run.context) for k, v in spec.get("env", {}).items()
+        }
         for step, raw in zip(release_workflow.steps(workflow, job), spec["steps"], strict=True):
             number += 1
             if step.uses:
@@ -189,8 +211,10 @@ def run_workflow(root: Path, base_env: dict[str, str]) -> Run:
                 run.ran.append(f"{job}/{step.name}")
             else:
                 assert step.name in REMOTE, step.name
-        run.context |= {f"needs.{job}.outputs.{k}": release_workflow.expand(str(v), run.context)
-                        for k, v in spec.get("outputs", {}).items()}  # fmt: skip
+        run.context |= {
+            f"needs.{job}.outputs.{k}": release_workflow.expand(str(v), run.context)
+            for k, v in spec.get("outputs", {}).items()
+        }
     return run
 
 
@@ -205,8 +229,9 @@ def released(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
         (shims / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
         (shims / "sudo").chmod(0o755)
     # The machine's environment (its proxy and CA settings), less this test's Python's.
-    inherited = {k: v for k, v in os.environ.items()
-                 if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}  # fmt: skip
+    inherited = {
+        k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}
+    }
     base_env = {
         **inherited,
         "PATH": f"{shims}:{os.environ['PATH']}",
@@ -222,9 +247,12 @@ def test_the_workflows_local_steps_run_as_written(released: Run) -> None:
     """Version check, lock check, build and checksums in the build job; the checksums
     again in the publish job, on the artifact it downloaded and without a checkout."""
     assert released.ran == [
-        "build/The tag is the package's version", "build/The locks are up to date",
-        "build/Build", "build/Checksums", "publish/Checksums",
-    ]  # fmt: skip
+        "build/The tag is the package's version",
+        "build/The locks are up to date",
+        "build/Build",
+        "build/Checksums",
+        "publish/Checksums",
+    ]
     assert released.context["needs.build.outputs.version"] == VERSION
     dist = released.workspaces["publish"] / "dist"
     assert sorted(p.name for p in dist.iterdir()) == sorted(
@@ -258,8 +286,11 @@ def image_distributions(archive: Path) -> dict[str, str]:
         for layer in manifest["layers"]:
             with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob(layer["digest"])))) as t:
                 for name in t.getnames():
-                    if m := re.fullmatch(r"(?:\./)?usr/local/lib/python3[.\d]*/dist-packages/"
-                                         r"([^/]+)-([^/-]+)\.dist-info", name):  # fmt: skip
+                    if m := re.fullmatch(
+                        r"(?:\./)?usr/local/lib/python3[.\d]*/dist-packages/"
+                        r"([^/]+)-([^/-]+)\.dist-info",
+                        name,
+                    ):
                         found[m[1].lower().replace("_", "-")] = m[2]
     return found
 
@@ -279,8 +310,9 @@ def test_the_version_step_refuses_another_tag(tmp_path: Path) -> None:
     (tmp_path / "env").touch()
     path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"  # `python`, as setup-python's
     env = {"PATH": path, "GITHUB_REF_NAME": "v9.9.9", "GITHUB_OUTPUT": str(tmp_path / "env")}
-    done = subprocess.run([*SHELL, str(script)], cwd=REPO, env=env, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [*SHELL, str(script)], cwd=REPO, env=env, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 1
     assert done.stdout.strip() == f"tag v9.9.9 is not v{VERSION}"
     assert (tmp_path / "env").read_text() == ""
@@ -318,8 +350,12 @@ def test_a_stale_lock_is_found(tmp_path: Path) -> None:
     lock.write_text(text.replace(dropped[0], "", 1))
 
     def check() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(tmp_path / "scripts/lock.py"), "--check"],
-                              capture_output=True, text=True, check=False)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, str(tmp_path / "scripts/lock.py"), "--check"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
 
     stale = check()
     assert stale.returncode == 1, stale.stderr

@@ -114,8 +114,11 @@ def test_each_container_sees_the_cores_of_the_request_it_references(
         } | {f"{KIND}={uid}.request.{ctr}"}
 
     broken = devices["b"][0]
-    write(node.sysfs, f"sys/devices/virtual/neuron_device/neuron{broken}/stats/hardware/"
-                      "mem_ecc_uncorrected", "1\n")  # fmt: skip
+    write(
+        node.sysfs,
+        f"sys/devices/virtual/neuron_device/neuron{broken}/stats/hardware/mem_ecc_uncorrected",
+        "1\n",
+    )
     broken_id = f"{KIND}={uid}-neurondevice{broken}"
     reported = cluster.wait_for_pod(
         "split", ns, lambda p: health(p, "b").get(broken_id) == "Unhealthy", "health", 60

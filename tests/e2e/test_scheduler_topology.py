@@ -91,8 +91,10 @@ def test_connected_sets_on_trn2(topo: Cluster) -> None:
 
 
 def test_allocation_mode_all_gets_every_device(topo: Cluster) -> None:
-    claim = submit(topo, claim_spec(None, cel="device.attributes['neuron.aws.com'].instanceType "
-                                              "== 'inf2.48xlarge'"))  # fmt: skip
+    claim = submit(
+        topo,
+        claim_spec(None, cel="device.attributes['neuron.aws.com'].instanceType == 'inf2.48xlarge'"),
+    )
     pool, devices = allocated(topo, claim)
     assert pool == "inf2-a" and indices(devices) == set(range(12))
 
@@ -100,8 +102,11 @@ def test_allocation_mode_all_gets_every_device(topo: Cluster) -> None:
 def test_taken_devices_leave_free_rows_and_impossible_claims_wait(topo: Cluster) -> None:
     node = "ver-b"
     for taken in (1, 6):
-        single = submit(topo, claim_spec(1, cel=f"device.attributes['neuron.aws.com']"
-                                                f".deviceId == {taken}"), node)  # fmt: skip
+        single = submit(
+            topo,
+            claim_spec(1, cel=f"device.attributes['neuron.aws.com'].deviceId == {taken}"),
+            node,
+        )
         assert indices(allocated(topo, single)[1]) == {taken}
     row = submit(topo, claim_spec(4, group=4), node)
     assert indices(allocated(topo, row)[1]) in ROW_SETS[2:]
@@ -158,9 +163,11 @@ def test_seed_template_as_written(topo: Cluster, spec_file: str) -> None:
             doc["spec"]["automountServiceAccountToken"] = False
         topo.create(doc)
     pod = topo.wait_for_pod(
-        "pod0", namespace, lambda p: bool(p.get("status", {}).get("resourceClaimStatuses")),
+        "pod0",
+        namespace,
+        lambda p: bool(p.get("status", {}).get("resourceClaimStatuses")),
         "claim created",
-    )  # fmt: skip
+    )
     [status] = pod["status"]["resourceClaimStatuses"]
     claim = topo.wait_for_claim_allocated(status["resourceClaimName"], namespace)
     results = claim["status"]["allocation"]["devices"]["results"]

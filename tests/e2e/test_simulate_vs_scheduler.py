@@ -120,17 +120,25 @@ def submit(real: Cluster, example: str, claims: list[Claim], docs: list[tuple[st
         pods.setdefault(claim.pod or claim.name, []).append(claim)
     for i, members in enumerate(pods.values()):
         refs = [{"name": f"c{k}", "resourceClaimName": c.name} for k, c in enumerate(members)]
-        real.create({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"pod{i}", "namespace": example},
-            "spec": {
-                "automountServiceAccountToken": False,
-                "nodeSelector": {EXAMPLE_LABEL: example},
-                "containers": [{"name": "c", "image": "none", "resources": {
-                    "claims": [{"name": r["name"]} for r in refs]}}],
-                "resourceClaims": refs,
-            },
-        })  # fmt: skip
+        real.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"pod{i}", "namespace": example},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "nodeSelector": {EXAMPLE_LABEL: example},
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "none",
+                            "resources": {"claims": [{"name": r["name"]} for r in refs]},
+                        }
+                    ],
+                    "resourceClaims": refs,
+                },
+            }
+        )
 
 
 def scheduled(real: Cluster, example: str, claim: Claim) -> tuple[str, dict[str, list[str]]]:
@@ -194,18 +202,29 @@ def test_claims_the_simulator_rejects_stay_unschedulable(real: Cluster, tmp_path
         template = next(d for _, d in docs if d["metadata"]["name"] == claim.template)
         # The same template given twice stands for two claims of one name; number them.
         name = f"{claim.name}-{i}"
-        real.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                     "metadata": {"name": name, "namespace": example},
-                     "spec": template["spec"]["spec"]})  # fmt: skip
-        real.create({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"pod{i}", "namespace": example},
-            "spec": {"automountServiceAccountToken": False,
-                     "nodeSelector": {EXAMPLE_LABEL: example},
-                     "containers": [{"name": "c", "image": "none",
-                                     "resources": {"claims": [{"name": "n"}]}}],
-                     "resourceClaims": [{"name": "n", "resourceClaimName": name}]},
-        })  # fmt: skip
+        real.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": example},
+                "spec": template["spec"]["spec"],
+            }
+        )
+        real.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"pod{i}", "namespace": example},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "nodeSelector": {EXAMPLE_LABEL: example},
+                    "containers": [
+                        {"name": "c", "image": "none", "resources": {"claims": [{"name": "n"}]}}
+                    ],
+                    "resourceClaims": [{"name": "n", "resourceClaimName": name}],
+                },
+            }
+        )
         if outcomes[i].allocated:
             real.wait_for_claim_allocated(name, example)
         else:

@@ -33,10 +33,17 @@ def telemetry(e2e_binaries: Binaries) -> Iterator[tuple[Cluster, SimulatedNode, 
         cluster.apply_yaml((REPO / "deploy" / "deviceclass.yaml").read_text())
         port = free_port()
         node = add_simulated_node(
-            cluster, "tel", "trn2.48xlarge", driver_version="2.30.2.0", counters=Counters.READ,
-            extra_args=[f"--health-interval={POLL_S}", f"--metrics-port={port}",
-                        "--pod-resources-interval=0"],  # the tests wait for the kubelet's changes
-        )  # fmt: skip
+            cluster,
+            "tel",
+            "trn2.48xlarge",
+            driver_version="2.30.2.0",
+            counters=Counters.READ,
+            extra_args=[
+                f"--health-interval={POLL_S}",
+                f"--metrics-port={port}",
+                "--pod-resources-interval=0",
+            ],  # the tests wait for the kubelet's changes
+        )
         yield cluster, node, port
 
 
@@ -62,34 +69,46 @@ def test_a_running_pods_devices_carry_its_labels_until_it_ends(
     results = cluster.wait_for_claim_allocated(pod)["status"]["allocation"]["devices"]["results"]
     devices = sorted(r["device"] for r in results)
     expected = sorted(("default", "c", pod, d, d.removeprefix("neurondevice")) for d in devices)
-    cluster.wait_for("the pod's devices on the metrics endpoint",
-                     lambda: held_by(port, pod) == expected, 30)  # fmt: skip
+    cluster.wait_for(
+        "the pod's devices on the metrics endpoint", lambda: held_by(port, pod) == expected, 30
+    )
     series = scrape(port)
     assert series["neuron_dra_pod_resources_up"] == [{"node": node.name, "value": "1.0"}]
-    serials = {s["neuron_device"]: s["serial_number"]
-               for s in series["neuron_dra_device_allocation_info"]}  # fmt: skip
+    serials = {
+        s["neuron_device"]: s["serial_number"] for s in series["neuron_dra_device_allocation_info"]
+    }
     assert all(len(serial) == 16 for serial in serials.values())
 
     cluster.delete("v1", "Pod", pod, "default")
     cluster.wait_for_pod_gone(pod, timeout=60)
-    cluster.wait_for("the pod's devices gone from the endpoint",
-                     lambda: held_by(port, pod) == [], 30)  # fmt: skip
+    cluster.wait_for(
+        "the pod's devices gone from the endpoint", lambda: held_by(port, pod) == [], 30
+    )
 
 
 def test_per_device_series_read_what_the_driver_writes(
     telemetry: tuple[Cluster, SimulatedNode, int],
 ) -> None:
     _, node, port = telemetry
-    write(node.sysfs, f"{DEVICE.format(2)}/stats/power/utilization",
-          "POWER_STATUS_VALID,1764115260,10.00,80.00,42.50\n")  # fmt: skip
-    write(node.sysfs, f"{DEVICE.format(2)}/neuron_core3/stats/memory_usage/device_mem/total",
-          f"{5 << 30}\n")  # fmt: skip
+    write(
+        node.sysfs,
+        f"{DEVICE.format(2)}/stats/power/utilization",
+        "POWER_STATUS_VALID,1764115260,10.00,80.00,42.50\n",
+    )
+    write(
+        node.sysfs,
+        f"{DEVICE.format(2)}/neuron_core3/stats/memory_usage/device_mem/total",
+        f"{5 << 30}\n",
+    )
     write(node.sysfs, f"{DEVICE.format(2)}/stats/hardware/mem_ecc_corrected", "7\n")
     series = scrape(port)
 
     def value(name: str, **labels: str) -> str:
-        [found] = [s["value"] for s in series[name]
-                   if s["neuron_device"] == "2" and labels.items() <= s.items()]  # fmt: skip
+        [found] = [
+            s["value"]
+            for s in series[name]
+            if s["neuron_device"] == "2" and labels.items() <= s.items()
+        ]
         return found
 
     assert value("neuron_dra_device_power_draw_ratio") == "0.425"
@@ -109,8 +128,12 @@ def test_unhealthy_components_taint_the_device_with_the_subsystem(
     components = f"{DEVICE.format(9)}/stats/hardware/health_status/unhealthy_components"
 
     def taints() -> list[tuple[str, str]]:
-        return [(t["key"], t["value"]) for d in node.devices() if d["name"] == "neurondevice9"
-                for t in d.get("taints") or []]  # fmt: skip
+        return [
+            (t["key"], t["value"])
+            for d in node.devices()
+            if d["name"] == "neurondevice9"
+            for t in d.get("taints") or []
+        ]
 
     write(node.sysfs, components, "hbm,link_efa\n")
     cluster.wait_for(
@@ -119,8 +142,9 @@ def test_unhealthy_components_taint_the_device_with_the_subsystem(
     healthy = {s["neuron_device"]: s["value"] for s in scrape(port)["neuron_dra_device_healthy"]}
     assert healthy["9"] == "0.0" and healthy["8"] == "1.0"
     events = cluster.events_for(node.name)
-    assert any("neuron9: Hbm.LinkEfa (unhealthy components: hbm, link_efa)" in e["message"]
-               for e in events)  # fmt: skip
+    assert any(
+        "neuron9: Hbm.LinkEfa (unhealthy components: hbm, link_efa)" in e["message"] for e in events
+    )
 
     write(node.sysfs, components, "\n")  # the firmware says healthy again: no recovery wait
     cluster.wait_for("the taint gone", lambda: taints() == [], 30)

@@ -67,9 +67,12 @@ def release(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
                 else []
             )
             found[name] = add_simulated_node(
-                cluster, name, instance_type, ultraserver=ultraserver,
+                cluster,
+                name,
+                instance_type,
+                ultraserver=ultraserver,
                 extra_args=[f"--health-interval={POLL_S}", *metrics],
-            )  # fmt: skip
+            )
         yield found
 
 
@@ -112,10 +115,13 @@ def test_slices_are_published_valid_and_complete(
     if counters_served(release):
         # Every device, the whole node and each logical core (LNC 2: 4 a device),
         # exclusive through shared counters.
-        assert sorted(us) == sorted([
-            *(f"neurondevice{i}" for i in range(16)), NODE_DEVICE_NAME,
-            *(f"neuroncore{i}" for i in range(64)),
-        ])  # fmt: skip
+        assert sorted(us) == sorted(
+            [
+                *(f"neurondevice{i}" for i in range(16)),
+                NODE_DEVICE_NAME,
+                *(f"neuroncore{i}" for i in range(64)),
+            ]
+        )
         assert counter_slices
         record_property("detail", f"counters {layout_of(release['us-0'].slices())}, cores")
     else:
@@ -147,8 +153,11 @@ def test_neuronnode_and_its_devices_never_go_to_two_claims(
 
 
 def break_device(node: SimulatedNode, device: int) -> None:
-    write(node.sysfs, f"sys/devices/virtual/neuron_device/neuron{device}/stats/hardware/"
-                      "mem_ecc_uncorrected", "1\n")  # fmt: skip
+    write(
+        node.sysfs,
+        f"sys/devices/virtual/neuron_device/neuron{device}/stats/hardware/mem_ecc_uncorrected",
+        "1\n",
+    )
 
 
 @pytest.mark.versions(check="taint")
@@ -193,20 +202,26 @@ def test_device_health_reaches_pod_status(
 
     def health(pod: Obj) -> list[tuple[str, str]]:
         statuses = pod["status"].get("containerStatuses") or [{}]
-        return [(r["resourceID"].rsplit("-", 1)[-1], r.get("health", ""))
-                for s in statuses[0].get("allocatedResourcesStatus") or []
-                for r in s.get("resources") or []]  # fmt: skip
+        return [
+            (r["resourceID"].rsplit("-", 1)[-1], r.get("health", ""))
+            for s in statuses[0].get("allocatedResourcesStatus") or []
+            for r in s.get("resources") or []
+        ]
 
     found = cluster.wait_for_pod(
-        holder, predicate=lambda p: ("neurondevice3", "Unhealthy") in health(p),
-        what="neurondevice3 Unhealthy in pod status", timeout=60,
-    )  # fmt: skip
+        holder,
+        predicate=lambda p: ("neurondevice3", "Unhealthy") in health(p),
+        what="neurondevice3 Unhealthy in pod status",
+        timeout=60,
+    )
     assert health(found) == [("neurondevice3", "Unhealthy")]
     # The whole-node device has a status of its own, not Unknown.
     found = cluster.wait_for_pod(
-        us_holder, predicate=lambda p: health(p) == [("neuronnode", "Healthy")],
-        what="neuronnode Healthy in pod status", timeout=60,
-    )  # fmt: skip
+        us_holder,
+        predicate=lambda p: health(p) == [("neuronnode", "Healthy")],
+        what="neuronnode Healthy in pod status",
+        timeout=60,
+    )
     claims = "claims from templates" if template else "claims by name"
     record_property("detail", f"{health_service(node)}, {claims}")
 
@@ -234,9 +249,11 @@ def test_a_pods_devices_are_attributed_through_the_kubelet(
         return by_name(url)
 
     def held() -> list[tuple[str, str, str]]:
-        return sorted((s["namespace"], s["container"], s["device"])
-                      for s in scrape().get("neuron_dra_device_allocation_info", [])
-                      if s["pod"] == pod)  # fmt: skip
+        return sorted(
+            (s["namespace"], s["container"], s["device"])
+            for s in scrape().get("neuron_dra_device_allocation_info", [])
+            if s["pod"] == pod
+        )
 
     answering = [{"node": node.name, "value": "1.0"}]
     cluster.wait_for(

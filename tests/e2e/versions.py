@@ -64,9 +64,21 @@ def run(combination: Combination, extra: Sequence[str] = ()) -> list[Outcome]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"
         # xunit1: the report keeps each test's recorded properties (check, detail).
-        command = [sys.executable, "-m", "pytest", "tests/e2e", "-m", "versions", "-q",
-                   "-p", "no:cacheprovider", "-o", "junit_family=xunit1",
-                   f"--junitxml={report}", *extra]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/e2e",
+            "-m",
+            "versions",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "junit_family=xunit1",
+            f"--junitxml={report}",
+            *extra,
+        ]
         print(f"== {combination.label}: {' '.join(command[2:])}", flush=True)
         subprocess.run(command, cwd=REPO, env=env, check=False)
         if not report.exists():

@@ -44,15 +44,32 @@ CHANNEL_OPTIONS = [
 def allocated_claim(cluster: Cluster, name: str, node: str, device: int) -> Obj:
     """A claim allocated one device, written through the status subresource as the
     scheduler does, so the plugin's GET sees a real allocation."""
-    claim = cluster.create({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "neurons", "exactly": {
-            "deviceClassName": DRIVER_NAME}}]}},
-    })  # fmt: skip
-    claim["status"] = {"allocation": {"devices": {"results": [
-        {"request": "neurons", "driver": DRIVER_NAME, "pool": node,
-         "device": f"neurondevice{device}"}]}}}  # fmt: skip
+    claim = cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "neurons", "exactly": {"deviceClassName": DRIVER_NAME}}]
+                }
+            },
+        }
+    )
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "neurons",
+                        "driver": DRIVER_NAME,
+                        "pool": node,
+                        "device": f"neurondevice{device}",
+                    }
+                ]
+            }
+        }
+    }
     path = cluster.path("resource.k8s.io/v1", "ResourceClaim", name, "default")
     updated: Obj = cluster.request("PUT", path + "/status", claim)
     return updated

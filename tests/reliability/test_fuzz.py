@@ -180,30 +180,40 @@ def obj_of(fields: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[Obj]:
 
 
 results = obj_of({"request": requests, "driver": drivers, "pool": pools, "device": devices})
-opaque_config = obj_of({
-    "source": st.sampled_from(["FromClass", "FromClaim", "FromClaim", "", "Other"]),
-    "requests": st.lists(requests, max_size=2),
-    "opaque": obj_of({"driver": drivers, "parameters": parameters}),
-})  # fmt: skip
-allocation = obj_of({
-    "devices": obj_of({
-        "results": st.lists(results, min_size=1, max_size=4) | st.just([]),
-        "config": st.lists(opaque_config, max_size=3),
-    }),
-    "nodeSelector": st.just({}),
-})  # fmt: skip
+opaque_config = obj_of(
+    {
+        "source": st.sampled_from(["FromClass", "FromClaim", "FromClaim", "", "Other"]),
+        "requests": st.lists(requests, max_size=2),
+        "opaque": obj_of({"driver": drivers, "parameters": parameters}),
+    }
+)
+allocation = obj_of(
+    {
+        "devices": obj_of(
+            {
+                "results": st.lists(results, min_size=1, max_size=4) | st.just([]),
+                "config": st.lists(opaque_config, max_size=3),
+            }
+        ),
+        "nodeSelector": st.just({}),
+    }
+)
 # Every field typed as the resource.k8s.io/v1 schema types it, any of them left out.
 # Claims are for UIDS[0] mostly, so that later checks are reached.
-claim_objects = obj_of({
-    "apiVersion": st.just("resource.k8s.io/v1"),
-    "kind": st.just("ResourceClaim"),
-    "metadata": obj_of({
-        "name": st.just("c"),
-        "namespace": st.just("ns"),
-        "uid": st.sampled_from([UIDS[0]] * 8 + ["another-uid", ""]),
-    }),
-    "status": obj_of({"allocation": allocation, "reservedFor": st.just([])}),
-})  # fmt: skip
+claim_objects = obj_of(
+    {
+        "apiVersion": st.just("resource.k8s.io/v1"),
+        "kind": st.just("ResourceClaim"),
+        "metadata": obj_of(
+            {
+                "name": st.just("c"),
+                "namespace": st.just("ns"),
+                "uid": st.sampled_from([UIDS[0]] * 8 + ["another-uid", ""]),
+            }
+        ),
+        "status": obj_of({"allocation": allocation, "reservedFor": st.just([])}),
+    }
+)
 
 
 def _replace_somewhere(obj: Any, value: Any, rnd: random.Random) -> Any:
@@ -298,11 +308,13 @@ def test_prepare_outcomes_are_devices_or_an_error(
     try:
         cdi_root, checkpoint = root / "cdi", root / "plugin" / "checkpoint.json"
         refs = [ClaimRef("ns", f"c{i}", UIDS[i]) for i in range(len(claims))]
-        api = FlakyApi({
-            ref.name: _with_identity(copy.deepcopy(obj), ref.uid, keep)
-            for ref, (obj, keep) in zip(refs, claims, strict=True)
-            if obj is not None
-        })  # fmt: skip
+        api = FlakyApi(
+            {
+                ref.name: _with_identity(copy.deepcopy(obj), ref.uid, keep)
+                for ref, (obj, keep) in zip(refs, claims, strict=True)
+                if obj is not None
+            }
+        )
         inventory = inventories[instance_type]
         preparer = Preparer(
             inventory=lambda: inventory,

@@ -44,10 +44,16 @@ TOKEN_REREAD_S = 60.0
 
 # The kubeconfig fields read here. A user entry with any other field (exec,
 # auth-provider, username, ...) is handed to the client library's loader.
-_USER_FIELDS = frozenset({
-    "token", "tokenFile",
-    "client-certificate", "client-certificate-data", "client-key", "client-key-data",
-})  # fmt: skip
+_USER_FIELDS = frozenset(
+    {
+        "token",
+        "tokenFile",
+        "client-certificate",
+        "client-certificate-data",
+        "client-key",
+        "client-key-data",
+    }
+)
 # Fields that change nothing for this client.
 _IGNORED_CLUSTER_FIELDS = frozenset({"extensions", "disable-compression"})
 
@@ -207,17 +213,25 @@ def from_kubeconfig(path: Path) -> ApiConfig:
         )
     if set(user) - _USER_FIELDS:
         return _library_config(path)
-    return _native_config(where, f"clusters[{cluster_name}].cluster", cluster,
-                          f"users[{user_name}].user", user)  # fmt: skip
+    return _native_config(
+        where, f"clusters[{cluster_name}].cluster", cluster, f"users[{user_name}].user", user
+    )
 
 
 def _native_config(
     where: _Where, cluster_at: str, cluster: dict[str, Any], user_at: str, user: dict[str, Any]
 ) -> ApiConfig:
-    unknown = set(cluster) - _IGNORED_CLUSTER_FIELDS - {
-        "server", "certificate-authority", "certificate-authority-data",
-        "insecure-skip-tls-verify", "tls-server-name",
-    }  # fmt: skip
+    unknown = (
+        set(cluster)
+        - _IGNORED_CLUSTER_FIELDS
+        - {
+            "server",
+            "certificate-authority",
+            "certificate-authority-data",
+            "insecure-skip-tls-verify",
+            "tls-server-name",
+        }
+    )
     if unknown:
         raise ConfigError(f"{where.path}: {cluster_at}.{sorted(unknown)[0]}: not supported")
     server = where.string(cluster, "server", cluster_at).rstrip("/")

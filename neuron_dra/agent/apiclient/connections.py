@@ -62,9 +62,12 @@ class Pool:
                     self._context, self._ca_stamp = context, found
         if self._https:
             return TLSConnection(
-                self._host, self._port, timeout=REQUEST_TIMEOUT_S,
-                context=self._context, server_name=self._server_name,
-            )  # fmt: skip
+                self._host,
+                self._port,
+                timeout=REQUEST_TIMEOUT_S,
+                context=self._context,
+                server_name=self._server_name,
+            )
         return http.client.HTTPConnection(self._host, self._port, timeout=REQUEST_TIMEOUT_S)
 
     def take(self) -> tuple[http.client.HTTPConnection, bool]:

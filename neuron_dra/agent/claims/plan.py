@@ -340,8 +340,10 @@ def _claim_env(inventory: NodeInventory, lnc: int | None, ultraserver_mode: int 
         env.append((ENV_NEURON_RT_ULTRASERVER_MODE, str(us.runtime_mode(ultraserver_mode))))
         unit = us.unit(ultraserver_mode)
         if unit is not None:
-            env += [(ENV_NEURON_RT_ULTRASERVER_SERVER_ID, unit[0]),
-                    (ENV_NEURON_RT_ULTRASERVER_NODE_ID, str(unit[1]))]  # fmt: skip
+            env += [
+                (ENV_NEURON_RT_ULTRASERVER_SERVER_ID, unit[0]),
+                (ENV_NEURON_RT_ULTRASERVER_NODE_ID, str(unit[1])),
+            ]
     return tuple(env)
 
 

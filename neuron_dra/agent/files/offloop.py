@@ -142,9 +142,12 @@ class Watched(Generic[T]):
             if not self.stalled:
                 log.error(
                     "%s stalled: running for %.0f s (%s); %s",
-                    self._what, self._run.running_s, self._cause, self._meanwhile,
+                    self._what,
+                    self._run.running_s,
+                    self._cause,
+                    self._meanwhile,
                     extra={"deadline_s": self._deadline_s},
-                )  # fmt: skip
+                )
             self.stalled = True
             return None
         except Exception:

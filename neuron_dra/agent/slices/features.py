@@ -108,24 +108,35 @@ def log_lines(
         lines.append((logging.WARNING, _NODE_ONLY))
     elif before is None and after.layout is not None:
         words = LAYOUT_WORDS[after.layout]
-        lines.append((logging.INFO, f"API server {version} serves shared counters: "
-                                    f"publishing pool {pool} with {words}"))  # fmt: skip
+        lines.append(
+            (
+                logging.INFO,
+                f"API server {version} serves shared counters: publishing pool {pool} with {words}",
+            )
+        )
     elif before is not None and after.layout != before.layout:
-        lines.append((
-            logging.WARNING if after.layout is None else logging.INFO,
-            f"API server {version} serves {LAYOUT_WORDS[after.layout]}: re-laying pool {pool} "
-            f"(was: {LAYOUT_WORDS[before.layout]})"
-            + ("; publishing only the whole-node device" if node_only else ""),
-        ))  # fmt: skip
+        lines.append(
+            (
+                logging.WARNING if after.layout is None else logging.INFO,
+                f"API server {version} serves {LAYOUT_WORDS[after.layout]}: re-laying pool {pool} "
+                f"(was: {LAYOUT_WORDS[before.layout]})"
+                + ("; publishing only the whole-node device" if node_only else ""),
+            )
+        )
     if cores and after.cores != (before.cores if before is not None else None):
         if after.cores:
             lines.append((logging.INFO, _CORES))
         elif after.layout is None:
             lines.append((logging.WARNING, _NO_CORES))
         else:
-            lines.append((logging.WARNING, f"NeuronCores are not published as devices: with "
-                                           f"{LAYOUT_WORDS[after.layout]} they break a "
-                                           "ResourceSlice limit"))  # fmt: skip
+            lines.append(
+                (
+                    logging.WARNING,
+                    f"NeuronCores are not published as devices: with "
+                    f"{LAYOUT_WORDS[after.layout]} they break a "
+                    "ResourceSlice limit",
+                )
+            )
     if not after.taints and (before is None or before.taints):
         lines.append((logging.WARNING, _NO_TAINTS))
     elif after.taints and before is not None and not before.taints:

@@ -51,13 +51,18 @@ class LabelKeeper:
         if self._healed_at is not None and self._clock() - self._healed_at < CONTESTED_S:
             delay = self._backoff.delay()
             log.warning(
-                "UltraServer labels of Node %s changed again by another writer; restoring "
-                "in %.0fs", self._name, delay, extra={"node": self._name, "labels": patch},
-            )  # fmt: skip
+                "UltraServer labels of Node %s changed again by another writer; restoring in %.0fs",
+                self._name,
+                delay,
+                extra={"node": self._name, "labels": patch},
+            )
             await self._sleep(delay)
         else:
             self._backoff.reset()
-            log.info("setting UltraServer labels of Node %s", self._name,
-                     extra={"node": self._name, "labels": patch})  # fmt: skip
+            log.info(
+                "setting UltraServer labels of Node %s",
+                self._name,
+                extra={"node": self._name, "labels": patch},
+            )
         await self._kube.patch_node_labels(self._name, patch)
         self._healed_at = self._clock()

@@ -63,8 +63,9 @@ class NodeWatch:
             except ApiError as err:
                 retry_after = err.retry_after_s
                 level = logging.INFO if err.status == 410 else logging.WARNING
-                log.log(level, "Node %s not followed: %s", self._name, err,
-                        extra={"node": self._name})  # fmt: skip
+                log.log(
+                    level, "Node %s not followed: %s", self._name, err, extra={"node": self._name}
+                )
             except Exception:
                 # Never give up on the Node: log it loudly and list it again.
                 log.exception("following Node %s failed", self._name, extra={"node": self._name})
@@ -95,7 +96,10 @@ class NodeWatch:
 
     async def _seen(self, node: Json | None) -> None:
         if node is None and self.node is not None:
-            log.warning("Node %s is gone; waiting for it to come back", self._name,
-                        extra={"node": self._name})  # fmt: skip
+            log.warning(
+                "Node %s is gone; waiting for it to come back",
+                self._name,
+                extra={"node": self._name},
+            )
         self.node = node
         await self._on_node(node)

@@ -177,9 +177,11 @@ class SlicePublisher:
         for old in foreign:
             log.warning(
                 "deleting ResourceSlice %s of pool %r: this node's pool is %r",
-                old["metadata"]["name"], old["spec"]["pool"]["name"], self._node,
+                old["metadata"]["name"],
+                old["spec"]["pool"]["name"],
+                self._node,
                 extra={"node": self._node},
-            )  # fmt: skip
+            )
             await self._delete(old["metadata"]["name"])
         if changed:
             await self._write(existing, desired)
@@ -219,8 +221,10 @@ class SlicePublisher:
                 raise
             log.warning(
                 "the API server refuses to update ResourceSlice %s in place, re-creating it: %s",
-                name, err, extra={"node": self._node},
-            )  # fmt: skip
+                name,
+                err,
+                extra={"node": self._node},
+            )
             await self._delete(name)
             await self._create(new)
             return
@@ -243,9 +247,10 @@ class SlicePublisher:
             log.warning(
                 "the API server dropped %s from ResourceSlice %s, probably a feature it does "
                 "not serve: the pool is compared without it",
-                spelled(found), stored.get("metadata", {}).get("name"),
+                spelled(found),
+                stored.get("metadata", {}).get("name"),
                 extra={"node": self._node},
-            )  # fmt: skip
+            )
         self._dropped |= news
 
     def _recheck_server(self) -> None:
@@ -261,8 +266,11 @@ class SlicePublisher:
         if known is not None and uid != known:
             log.info(
                 "Node %s was created again (UID %s, was %s): ResourceSlices follow it",
-                self._node, uid, known, extra={"node": self._node},
-            )  # fmt: skip
+                self._node,
+                uid,
+                known,
+                extra={"node": self._node},
+            )
         return uid
 
     async def _follow_server(self) -> None:
@@ -282,8 +290,10 @@ class SlicePublisher:
             if self._server_version is not None and version != self._server_version:
                 log.info(
                     "API server version changed from %s to %s: probing its features again",
-                    self._server_version, version, extra={"node": self._node},
-                )  # fmt: skip
+                    self._server_version,
+                    version,
+                    extra={"node": self._node},
+                )
                 self._reprobe_due = True
             self._server_version = version
         if self._reprobe_due:

@@ -72,9 +72,13 @@ class SliceSource:
         uses = await self._counters(taints)
         auto = self._options.ultraserver_devices == "auto"
         for level, line in features.log_lines(
-            version, self._options.node_name, self._uses, uses, auto=auto,
+            version,
+            self._options.node_name,
+            self._uses,
+            uses,
+            auto=auto,
             cores=self._options.neuron_cores,
-        ):  # fmt: skip
+        ):
             log.log(level, line)
         changed, self._uses = uses != (self._uses or features.Uses()), uses
         return changed
@@ -146,9 +150,10 @@ class SliceSource:
         if pool.problems and pool.problems != self._pool_problems:
             log.error(
                 "the node's pool breaks resource.k8s.io/v1 limits (%s): publishing its "
-                "devices without their NeuronCores", "; ".join(pool.problems),
+                "devices without their NeuronCores",
+                "; ".join(pool.problems),
                 extra={"node": self._options.node_name},
-            )  # fmt: skip
+            )
         self._pool_problems = pool.problems
         return pool.slices
 
@@ -158,7 +163,15 @@ class SliceSource:
         # Without counters every layout gives the same slices: any will do.
         layout = uses.layout or CounterLayout.BESIDE_DEVICES
         return SliceOptions(
-            self._options.node_name, node_uid, generation, uses.mode, state.unhealthy,
-            uses.taints, layout, cores=uses.cores, held=state.held, kept=state.kept,
+            self._options.node_name,
+            node_uid,
+            generation,
+            uses.mode,
+            state.unhealthy,
+            uses.taints,
+            layout,
+            cores=uses.cores,
+            held=state.held,
+            kept=state.kept,
             topology=state.topology,
-        )  # fmt: skip
+        )

@@ -148,8 +148,9 @@ class PodResources:
             if dropped:
                 log.warning(
                     "allocation info capped at %d series; %d left out",
-                    MAX_ALLOCATION_SERIES, dropped,
-                )  # fmt: skip
+                    MAX_ALLOCATION_SERIES,
+                    dropped,
+                )
             else:
                 log.info("allocation info no longer capped")
         return found

@@ -353,7 +353,14 @@ def _without_created(series: Counter | Histogram) -> list[Metric]:
 
 def _response(status: bytes, body: bytes, extra: bytes = b"", kind: bytes = b"text/plain") -> bytes:
     return (
-        b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind
-        + b"\r\nContent-Length: " + str(len(body)).encode()
-        + b"\r\nConnection: close\r\n" + extra + b"\r\n" + body
-    )  # fmt: skip
+        b"HTTP/1.1 "
+        + status
+        + b"\r\nContent-Type: "
+        + kind
+        + b"\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\nConnection: close\r\n"
+        + extra
+        + b"\r\n"
+        + body
+    )

@@ -169,9 +169,12 @@ class Authorizer:
     async def _review(self, token: str) -> HTTPStatus:
         review = await self._create(
             TOKEN_REVIEWS,
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-             "spec": {"token": token}},
-        )  # fmt: skip
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "spec": {"token": token},
+            },
+        )
         status = review.get("status") or {}
         if not status.get("authenticated"):
             return UNAUTHORIZED
@@ -187,9 +190,8 @@ class Authorizer:
             spec["extra"] = user["extra"]
         access = await self._create(
             ACCESS_REVIEWS,
-            {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-             "spec": spec},
-        )  # fmt: skip
+            {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
+        )
         allowed = bool((access.get("status") or {}).get("allowed"))
         if not allowed:
             log.info("metrics scrape refused", extra={"user": spec["user"]})

@@ -85,8 +85,11 @@ def check_root(root: Path, mountinfo: Path) -> tuple[Check, ...]:
     try:
         mounts = parse(read_text(mountinfo, MAX_MOUNTINFO_BYTES))
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        log.warning("recursive read-only mounts not checked: %s", reason(err),
-                    extra={"path": str(mountinfo)})  # fmt: skip
+        log.warning(
+            "recursive read-only mounts not checked: %s",
+            reason(err),
+            extra={"path": str(mountinfo)},
+        )
         return ()
     checks = check(mounts, (str(root.resolve() / p) for p in RECURSIVE_READ_ONLY))
     fallen = [c for c in checks if not c.effective]

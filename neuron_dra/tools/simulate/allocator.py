@@ -239,20 +239,37 @@ class Cluster:
         config.extend({"source": "FromClaim", **entry} for entry in claim.spec.config)
         obj = {
             "metadata": {"uid": claim.key},
-            "status": {"allocation": {"devices": {"results": [
-                {"request": p.request, "driver": p.device.driver, "pool": p.device.pool,
-                 "device": p.device.name}
-                for p in ours
-            ], "config": config}}},
-        }  # fmt: skip
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {
+                                "request": p.request,
+                                "driver": p.device.driver,
+                                "pool": p.device.pool,
+                                "device": p.device.name,
+                            }
+                            for p in ours
+                        ],
+                        "config": config,
+                    }
+                }
+            },
+        }
         try:
-            prepared = plan(ClaimRef(claim.namespace, claim.name, claim.key), obj,
-                            node.inventory, ours[0].device.pool)  # fmt: skip
+            prepared = plan(
+                ClaimRef(claim.namespace, claim.name, claim.key),
+                obj,
+                node.inventory,
+                ours[0].device.pool,
+            )
         except ClaimError as err:
             outcome.prepare_error = str(err)
             return
-        nodes = sorted({d.dev_path for p in prepared.devices for d in p.neuron_devices},
-                       key=lambda p: int(p.removeprefix("/dev/neuron")))  # fmt: skip
+        nodes = sorted(
+            {d.dev_path for p in prepared.devices for d in p.neuron_devices},
+            key=lambda p: int(p.removeprefix("/dev/neuron")),
+        )
         outcome.prepared = Prepared(prepared.env, tuple(nodes))
 
     # --- explanations --------------------------------------------------------
@@ -353,8 +370,9 @@ class Cluster:
         if not left:
             return "publishes no devices"
         parts = []
-        steps = [(f"DeviceClass {alt.device_class} selector `{e}`", e)
-                 for e in device_class.selectors]  # fmt: skip
+        steps = [
+            (f"DeviceClass {alt.device_class} selector `{e}`", e) for e in device_class.selectors
+        ]
         steps += [(f"selector `{e}`", e) for e in alt.selectors]
         for label, expression in steps:
             kept = [d for d in left if self.matches(expression, d)]

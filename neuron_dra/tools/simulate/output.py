@@ -27,10 +27,14 @@ def outcome_json(outcome: Outcome) -> Json:
     if outcome.allocated:
         out["node"] = outcome.node
         out["results"] = [
-            {"request": p.request, "driver": p.device.driver, "pool": p.device.pool,
-             "device": p.device.name}
+            {
+                "request": p.request,
+                "driver": p.device.driver,
+                "pool": p.device.pool,
+                "device": p.device.name,
+            }
             for p in outcome.placements
-        ]  # fmt: skip
+        ]
         if outcome.prepared is not None:
             out["env"] = dict(outcome.prepared.env)
             out["deviceNodes"] = list(outcome.prepared.device_nodes)

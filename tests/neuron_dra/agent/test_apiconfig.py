@@ -27,10 +27,25 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp("pki")
     cert, key = directory / "tls.crt", directory / "tls.key"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=test", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -89,9 +104,11 @@ def test_inline_ca_and_client_certificate(tmp_path: Path, pki: tuple[Path, Path]
     path = kubeconfig(
         tmp_path / "kubeconfig",
         {"server": SERVER, "certificate-authority-data": b64(cert.read_bytes())},
-        {"client-certificate-data": b64(cert.read_bytes()),
-         "client-key-data": b64(key.read_bytes())},
-    )  # fmt: skip
+        {
+            "client-certificate-data": b64(cert.read_bytes()),
+            "client-key-data": b64(key.read_bytes()),
+        },
+    )
     config = apiconfig.load(path)
     assert config.ca_data == cert.read_text()
     assert config.cert_data == cert.read_bytes()
@@ -202,25 +219,51 @@ def test_other_users_go_through_the_client_library(tmp_path: Path) -> None:
         ({"current-context": ""}, r"current-context: missing"),
         ({"current-context": "absent"}, r"contexts: no entry named 'absent'"),
         ({"contexts": {"ctx": {}}}, r"contexts: expected a list"),
-        ({"clusters": [{"name": "c1", "cluster": {"server": 7}}]},
-         r"clusters\[c1\]\.cluster\.server: expected a string"),
-        ({"clusters": [{"name": "c1", "cluster": {}}]},
-         r"clusters\[c1\]\.cluster\.server: missing"),
-        ({"clusters": [{"name": "c1", "cluster": {"server": "10.0.0.1:6443"}}]},
-         r"clusters\[c1\]\.cluster\.server: not an http\(s\) URL"),
-        ({"clusters": [{"name": "c1", "cluster": {
-            "server": SERVER, "certificate-authority-data": "not base64!"}}]},
-         r"clusters\[c1\]\.cluster\.certificate-authority-data: not valid base64"),
-        ({"clusters": [{"name": "c1", "cluster": {
-            "server": SERVER, "insecure-skip-tls-verify": "yes"}}]},
-         r"clusters\[c1\]\.cluster\.insecure-skip-tls-verify: not a boolean"),
-        ({"clusters": [{"name": "c1", "cluster": {
-            "server": SERVER, "proxy-url": "http://proxy:3128"}}]},
-         r"clusters\[c1\]\.cluster\.proxy-url: not supported"),
-        ({"users": [{"name": "u1", "user": {"token": ["a"]}}]},
-         r"users\[u1\]\.user\.token: expected a string"),
+        (
+            {"clusters": [{"name": "c1", "cluster": {"server": 7}}]},
+            r"clusters\[c1\]\.cluster\.server: expected a string",
+        ),
+        (
+            {"clusters": [{"name": "c1", "cluster": {}}]},
+            r"clusters\[c1\]\.cluster\.server: missing",
+        ),
+        (
+            {"clusters": [{"name": "c1", "cluster": {"server": "10.0.0.1:6443"}}]},
+            r"clusters\[c1\]\.cluster\.server: not an http\(s\) URL",
+        ),
+        (
+            {
+                "clusters": [
+                    {
+                        "name": "c1",
+                        "cluster": {"server": SERVER, "certificate-authority-data": "not base64!"},
+                    }
+                ]
+            },
+            r"clusters\[c1\]\.cluster\.certificate-authority-data: not valid base64",
+        ),
+        (
+            {
+                "clusters": [
+                    {"name": "c1", "cluster": {"server": SERVER, "insecure-skip-tls-verify": "yes"}}
+                ]
+            },
+            r"clusters\[c1\]\.cluster\.insecure-skip-tls-verify: not a boolean",
+        ),
+        (
+            {
+                "clusters": [
+                    {"name": "c1", "cluster": {"server": SERVER, "proxy-url": "http://proxy:3128"}}
+                ]
+            },
+            r"clusters\[c1\]\.cluster\.proxy-url: not supported",
+        ),
+        (
+            {"users": [{"name": "u1", "user": {"token": ["a"]}}]},
+            r"users\[u1\]\.user\.token: expected a string",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_kubeconfig_names_the_file_and_the_field(
     tmp_path: Path, change: dict[str, Any], message: str
 ) -> None:

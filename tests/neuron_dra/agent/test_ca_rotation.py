@@ -31,14 +31,51 @@ def authority(directory: Path, name: str) -> tuple[Path, Path, Path]:
     def run(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}",
-        "-keyout", f"{name}-ca.key", "-out", f"{name}-ca.crt")  # fmt: skip
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-        "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        f"/CN={name}",
+        "-keyout",
+        f"{name}-ca.key",
+        "-out",
+        f"{name}-ca.crt",
+    )
+    run(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+    )
     (directory / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{name}-ca.crt", "-CAkey",
-        f"{name}-ca.key", "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext",
-        "-out", f"{name}.crt")  # fmt: skip
+    run(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        f"{name}-ca.crt",
+        "-CAkey",
+        f"{name}-ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        f"{name}.ext",
+        "-out",
+        f"{name}.crt",
+    )
     return directory / f"{name}-ca.crt", directory / f"{name}.crt", directory / f"{name}.key"
 
 

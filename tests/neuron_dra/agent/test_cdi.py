@@ -108,14 +108,20 @@ def test_requests_with_other_devices_carry_their_own_cores(fake_node: FakeNode) 
         "devices": [
             {"name": f"{uid}-neurondevice0", "containerEdits": {"deviceNodes": [node_device(0)]}},
             {"name": f"{uid}-neurondevice5", "containerEdits": {"deviceNodes": [node_device(5)]}},
-            {"name": f"{uid}.request.a",
-             "containerEdits": {"env": ["NEURON_RT_VISIBLE_CORES=0-3"]}},
-            {"name": f"{uid}.request.b",
-             "containerEdits": {"env": ["NEURON_RT_VISIBLE_CORES=20-23"]}},
-            {"name": f"{uid}.claim",
-             "containerEdits": {"env": ["NEURON_RT_VISIBLE_CORES=0,1,2,3,20,21,22,23"]}},
+            {
+                "name": f"{uid}.request.a",
+                "containerEdits": {"env": ["NEURON_RT_VISIBLE_CORES=0-3"]},
+            },
+            {
+                "name": f"{uid}.request.b",
+                "containerEdits": {"env": ["NEURON_RT_VISIBLE_CORES=20-23"]},
+            },
+            {
+                "name": f"{uid}.claim",
+                "containerEdits": {"env": ["NEURON_RT_VISIBLE_CORES=0,1,2,3,20,21,22,23"]},
+            },
         ],
-    }  # fmt: skip
+    }
 
 
 def test_a_device_of_two_requests_is_one_cdi_device(fake_node: FakeNode) -> None:

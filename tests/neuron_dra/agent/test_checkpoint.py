@@ -138,10 +138,20 @@ def test_malformed_entry(claims: Any, names: str) -> None:
 
 def test_admin_access_is_recorded() -> None:
     # The exclusivity check of a later prepare, maybe by a restarted plugin, needs it.
-    admin = ClaimRecord("uid-3", "default", "watch", (
-        RecordedDevice(("watch",), "node-a", "neurondevice2",
-                       ("neuron.aws.com/neuron=uid-3-neurondevice2",), admin_access=True),
-    ))  # fmt: skip
+    admin = ClaimRecord(
+        "uid-3",
+        "default",
+        "watch",
+        (
+            RecordedDevice(
+                ("watch",),
+                "node-a",
+                "neurondevice2",
+                ("neuron.aws.com/neuron=uid-3-neurondevice2",),
+                admin_access=True,
+            ),
+        ),
+    )
     claims = CLAIMS | {"uid-3": admin}
     assert decode(encode(BOOT, claims)) == (BOOT, claims)
     entry = json.loads(encode(BOOT, claims))["claims"]["uid-3"]["devices"][0]
@@ -150,8 +160,12 @@ def test_admin_access_is_recorded() -> None:
 
 def test_a_record_without_admin_access_is_exclusive() -> None:
     # Records of earlier versions of the driver have no field: nothing there was shared.
-    device = {"requestNames": ["neurons"], "pool": "node-a", "device": "neurondevice1",
-              "cdiDeviceIds": ["neuron.aws.com/neuron=uid-1-neurondevice1"]}  # fmt: skip
+    device = {
+        "requestNames": ["neurons"],
+        "pool": "node-a",
+        "device": "neurondevice1",
+        "cdiDeviceIds": ["neuron.aws.com/neuron=uid-1-neurondevice1"],
+    }
     claim = {"namespace": "default", "name": "a", "devices": [device]}
     body = {"version": 1, "bootId": BOOT, "claims": {"uid-1": claim}}
     _, claims = decode(with_checksum(body))

@@ -28,8 +28,11 @@ def inventory_of(fake_node: FakeNode, instance_type: str, **kw: object) -> NodeI
     return discover(fake_node(instance_type, **kw)).inventory  # type: ignore[arg-type]
 
 
-def planned(inventory: NodeInventory, devices: list[str] | dict[str, list[str]],
-            config: list[dict[str, object]] | None = None) -> PreparedClaim:  # fmt: skip
+def planned(
+    inventory: NodeInventory,
+    devices: list[str] | dict[str, list[str]],
+    config: list[dict[str, object]] | None = None,
+) -> PreparedClaim:
     return plan(REF, allocated_claim(REF.uid, devices, config=config), inventory, "node-a")
 
 
@@ -43,8 +46,11 @@ def test_a_row_of_trn2_gets_its_logical_cores(fake_node: FakeNode) -> None:
     assert env(prepared) == {"NEURON_RT_VISIBLE_CORES": "16-31"}  # LNC 2: 4 per device
     assert [d.device for d in prepared.devices] == [f"neurondevice{i}" for i in (6, 4, 7, 5)]
     assert [d.neuron_devices[0].dev_path for d in prepared.devices] == [
-        "/dev/neuron6", "/dev/neuron4", "/dev/neuron7", "/dev/neuron5"
-    ]  # fmt: skip
+        "/dev/neuron6",
+        "/dev/neuron4",
+        "/dev/neuron7",
+        "/dev/neuron5",
+    ]
     assert all(d.request_names == ("neurons",) for d in prepared.devices)
 
 
@@ -76,9 +82,13 @@ def test_non_contiguous_devices_list_their_cores(fake_node: FakeNode) -> None:
 
 def test_other_drivers_results_and_configs_are_ignored(fake_node: FakeNode) -> None:
     inventory = inventory_of(fake_node, "inf2.xlarge")
-    claim = allocated_claim(REF.uid, ["neurondevice0"], config=[
-        opaque({"anything": True}, driver="efa.aws.com"),
-    ])  # fmt: skip
+    claim = allocated_claim(
+        REF.uid,
+        ["neurondevice0"],
+        config=[
+            opaque({"anything": True}, driver="efa.aws.com"),
+        ],
+    )
     claim["status"]["allocation"]["devices"]["results"] += [
         {"request": "efa", "driver": "efa.aws.com", "pool": "node-a", "device": "efa0"},
         {"request": "neurons", "driver": "neuron.aws.com", "pool": "node-b", "device": "x"},
@@ -91,31 +101,42 @@ def test_other_drivers_results_and_configs_are_ignored(fake_node: FakeNode) -> N
 def test_configs_apply_only_to_their_requests(fake_node: FakeNode) -> None:
     inventory = inventory_of(fake_node, "trn2.48xlarge")
     with pytest.raises(ClaimError) as caught:
-        planned(inventory, {"a": ["neurondevice0"], "b": ["neurondevice1"]},
-                [opaque(neuron_config(1), requests=["a"])])  # fmt: skip
+        planned(
+            inventory,
+            {"a": ["neurondevice0"], "b": ["neurondevice1"]},
+            [opaque(neuron_config(1), requests=["a"])],
+        )
     assert str(caught.value) == (
         f"claim {REF}: request a asks for logical NeuronCore size 1, request b for 2 (the "
         "node's default); the requests of one claim share one NeuronCore layout"
     )
-    prepared = planned(inventory, {"a": ["neurondevice0"], "b": ["neurondevice1"]},
-                       [opaque(neuron_config(1), requests=["a", "b"])])  # fmt: skip
+    prepared = planned(
+        inventory,
+        {"a": ["neurondevice0"], "b": ["neurondevice1"]},
+        [opaque(neuron_config(1), requests=["a", "b"])],
+    )
     assert env(prepared) == {"NEURON_RT_VISIBLE_CORES": "0-15", "NEURON_LOGICAL_NC_CONFIG": "1"}
 
 
 def test_a_request_without_config_takes_the_node_default(fake_node: FakeNode) -> None:
     # Request a says what the node does anyway; only effective sizes can disagree.
     inventory = inventory_of(fake_node, "trn2.48xlarge", lnc=1)
-    prepared = planned(inventory, {"a": ["neurondevice0"], "b": ["neurondevice1"]},
-                       [opaque(neuron_config(1), requests=["a"])])  # fmt: skip
+    prepared = planned(
+        inventory,
+        {"a": ["neurondevice0"], "b": ["neurondevice1"]},
+        [opaque(neuron_config(1), requests=["a"])],
+    )
     assert env(prepared) == {"NEURON_RT_VISIBLE_CORES": "0-15", "NEURON_LOGICAL_NC_CONFIG": "1"}
 
 
 def test_disagreeing_requests_are_named_in_words(fake_node: FakeNode) -> None:
     inventory = inventory_of(fake_node, "trn2.48xlarge", lnc=1)
     with pytest.raises(ClaimError) as caught:
-        planned(inventory,
-                {"a": ["neurondevice0"], "b": ["neurondevice1"], "c": ["neurondevice2"]},
-                [opaque(neuron_config(2), requests=["b", "c"])])  # fmt: skip
+        planned(
+            inventory,
+            {"a": ["neurondevice0"], "b": ["neurondevice1"], "c": ["neurondevice2"]},
+            [opaque(neuron_config(2), requests=["b", "c"])],
+        )
     assert str(caught.value) == (
         f"claim {REF}: request a asks for logical NeuronCore size 1 (the node's default), "
         "requests b and c for 2; the requests of one claim share one NeuronCore layout"
@@ -124,8 +145,9 @@ def test_disagreeing_requests_are_named_in_words(fake_node: FakeNode) -> None:
 
 def test_each_request_gets_the_cores_of_its_own_devices(fake_node: FakeNode) -> None:
     inventory = inventory_of(fake_node, "trn2.48xlarge")
-    prepared = planned(inventory, {"a": ["neurondevice0"], "b": ["neurondevice5"]},
-                       [opaque(neuron_config(2))])  # fmt: skip
+    prepared = planned(
+        inventory, {"a": ["neurondevice0"], "b": ["neurondevice5"]}, [opaque(neuron_config(2))]
+    )
     # A container referencing the whole claim gets every device, so every core.
     assert env(prepared) == {
         "NEURON_RT_VISIBLE_CORES": "0,1,2,3,20,21,22,23",
@@ -147,11 +169,14 @@ def test_a_container_asking_two_extended_resources_sees_the_cores_of_both(
     the scheduler's claim has two requests for that container, each a CDI device of
     its own, and CDI keeps one value of NEURON_RT_VISIBLE_CORES. Each carries both."""
     inventory = inventory_of(fake_node, "trn2.48xlarge")
-    prepared = planned(inventory, {
-        "container-0-request-0": ["neurondevice0"],
-        "container-0-request-1": ["neuroncore48", "neuroncore49"],
-        "container-1-request-0": ["neurondevice5"],
-    })  # fmt: skip
+    prepared = planned(
+        inventory,
+        {
+            "container-0-request-0": ["neurondevice0"],
+            "container-0-request-1": ["neuroncore48", "neuroncore49"],
+            "container-1-request-0": ["neurondevice5"],
+        },
+    )
     assert prepared.request_env == (
         ("container-0-request-0", (("NEURON_RT_VISIBLE_CORES", "0,1,2,3,48,49"),)),
         ("container-0-request-1", (("NEURON_RT_VISIBLE_CORES", "0,1,2,3,48,49"),)),
@@ -172,8 +197,9 @@ def test_requests_with_the_same_devices_share_their_env(fake_node: FakeNode) -> 
     assert prepared.common_env == prepared.env == (("NEURON_RT_VISIBLE_CORES", "6-7"),)
     assert prepared.request_env == ()
     assert [(d.request_names, d.device) for d in prepared.devices] == [
-        (("work",), "neurondevice3"), (("watch",), "neurondevice3")
-    ]  # fmt: skip
+        (("work",), "neurondevice3"),
+        (("watch",), "neurondevice3"),
+    ]
 
 
 def test_a_device_listed_twice_for_a_request_is_prepared_once(fake_node: FakeNode) -> None:
@@ -189,8 +215,9 @@ def test_admin_access_is_kept_per_result(fake_node: FakeNode) -> None:
     claim["status"]["allocation"]["devices"]["results"][1]["adminAccess"] = True
     prepared = plan(REF, claim, inventory, "node-a")
     assert [(d.device, d.admin_access) for d in prepared.devices] == [
-        ("neurondevice0", False), ("neurondevice1", True)
-    ]  # fmt: skip
+        ("neurondevice0", False),
+        ("neurondevice1", True),
+    ]
 
 
 @pytest.mark.parametrize("request_name", ["Not_A_Label", "a.b", "-a"])
@@ -228,28 +255,50 @@ def test_ultraserver_node_device(fake_node: FakeNode) -> None:
 @pytest.mark.parametrize(
     ("instance_type", "devices", "config", "message"),
     [
-        ("inf2.48xlarge", ["neurondevice0"], [opaque(neuron_config(1))],
-         "NeuronConfig.logicalNeuronCore is set for request 'neurons' but inf2.48xlarge has "
-         "no logical NeuronCores"),
-        ("trn2.48xlarge", ["neurondevice0"], [opaque(neuron_config(3))],
-         "config[0] from the claim: NeuronConfig: field 'logicalNeuronCore': 3 is not allowed; "
-         "allowed values: 1, 2"),
-        ("trn2.48xlarge", ["neurondevice0"], [opaque([1])],
-         "config[0] from the claim: parameters must be an object, not an array"),
-        ("trn2.48xlarge", ["neurondevice0"], [opaque(ultraserver_config(4))],
-         "UltraServerConfig applies to request 'neurons' whose device neurondevice0 is not the "
-         "whole node; it is only valid for the neuronnode device"),
-        ("trn2.48xlarge", ["neuronnode"], [],
-         "device neuronnode needs UltraServer membership, which this node does not report"),
-        ("trn2u.48xlarge", ["neuronnode"], [opaque(ultraserver_config(1), source="FromClass")],
-         ""),
+        (
+            "inf2.48xlarge",
+            ["neurondevice0"],
+            [opaque(neuron_config(1))],
+            "NeuronConfig.logicalNeuronCore is set for request 'neurons' but inf2.48xlarge has "
+            "no logical NeuronCores",
+        ),
+        (
+            "trn2.48xlarge",
+            ["neurondevice0"],
+            [opaque(neuron_config(3))],
+            "config[0] from the claim: NeuronConfig: field 'logicalNeuronCore': 3 is not allowed; "
+            "allowed values: 1, 2",
+        ),
+        (
+            "trn2.48xlarge",
+            ["neurondevice0"],
+            [opaque([1])],
+            "config[0] from the claim: parameters must be an object, not an array",
+        ),
+        (
+            "trn2.48xlarge",
+            ["neurondevice0"],
+            [opaque(ultraserver_config(4))],
+            "UltraServerConfig applies to request 'neurons' whose device neurondevice0 is not the "
+            "whole node; it is only valid for the neuronnode device",
+        ),
+        (
+            "trn2.48xlarge",
+            ["neuronnode"],
+            [],
+            "device neuronnode needs UltraServer membership, which this node does not report",
+        ),
+        ("trn2u.48xlarge", ["neuronnode"], [opaque(ultraserver_config(1), source="FromClass")], ""),
         ("trn2.48xlarge", ["neurondevice16"], [], "device neurondevice16 is not on this node"),
     ],
-)  # fmt: skip
+)
 def test_bad_claims_name_claim_field_and_allowed_values(
-    fake_node: FakeNode, instance_type: str, devices: list[str],
-    config: list[dict[str, object]], message: str,
-) -> None:  # fmt: skip
+    fake_node: FakeNode,
+    instance_type: str,
+    devices: list[str],
+    config: list[dict[str, object]],
+    message: str,
+) -> None:
     inventory = inventory_of(fake_node, instance_type)
     if not message:
         assert planned(inventory, devices, config).env[-1] == ("NEURON_RT_ULTRASERVER_MODE", "4")
@@ -290,8 +339,9 @@ def test_a_trn3_reservation_names_its_unit(fake_node: FakeNode) -> None:
         "NEURON_RT_ULTRASERVER_SERVER_ID": "0000004005590728",
         "NEURON_RT_ULTRASERVER_NODE_ID": "3",
     }
-    with pytest.raises(ClaimError, match="ultraserverMode 2 is not supported by this "
-                                         "UltraServer; supported: 1, 4"):  # fmt: skip
+    with pytest.raises(
+        ClaimError, match="ultraserverMode 2 is not supported by this UltraServer; supported: 1, 4"
+    ):
         planned(inventory, ["neuronnode"], [opaque(ultraserver_config(2))])
 
 
@@ -310,8 +360,9 @@ def test_unsupported_ultraserver_mode(fake_node: FakeNode) -> None:
     root = fake_node("trn2u.48xlarge")
     (root / "sys/class/neuron_device/ultraserver_mode").write_text("2,4\n")  # X2H, X1
     inventory = discover(root).inventory
-    with pytest.raises(ClaimError, match="ultraserverMode 4 is not supported by this "
-                                         "UltraServer; supported: 1, 2"):  # fmt: skip
+    with pytest.raises(
+        ClaimError, match="ultraserverMode 4 is not supported by this UltraServer; supported: 1, 2"
+    ):
         planned(inventory, ["neuronnode"], [opaque(ultraserver_config(4))])
 
 
@@ -407,11 +458,15 @@ def test_admin_access_on_either_side_may_share(
 def test_only_the_holdings_of_other_claims_on_this_pool_count(fake_node: FakeNode) -> None:
     inventory = inventory_of(fake_node, "trn2.48xlarge")
     prepared = planned(inventory, ["neurondevice3"])
-    check_exclusive(prepared, [
-        Holding(REF, "node-a", "neurondevice3", admin_access=False),  # its own earlier record
-        Holding(OTHER, "node-b", "neurondevice3", admin_access=False),
-        Holding(OTHER, "node-a", "neurondevice4", admin_access=False),
-    ], inventory)  # fmt: skip
+    check_exclusive(
+        prepared,
+        [
+            Holding(REF, "node-a", "neurondevice3", admin_access=False),  # its own earlier record
+            Holding(OTHER, "node-b", "neurondevice3", admin_access=False),
+            Holding(OTHER, "node-a", "neurondevice4", admin_access=False),
+        ],
+        inventory,
+    )
 
 
 def test_the_whole_node_device_overlaps_each_device(fake_node: FakeNode) -> None:

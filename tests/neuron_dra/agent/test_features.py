@@ -87,8 +87,13 @@ def test_the_layout_each_release_keeps(
 
 def test_judge_needs_every_slice_and_every_counter() -> None:
     counters: Json = {"spec": {"sharedCounters": [{"name": "neuron-node", "counters": {}}]}}
-    devices: Json = {"spec": {"devices": [{"name": "d0", "consumesCounters": [
-        {"counterSet": "neuron-node", "counters": {}}]}]}}  # fmt: skip
+    devices: Json = {
+        "spec": {
+            "devices": [
+                {"name": "d0", "consumesCounters": [{"counterSet": "neuron-node", "counters": {}}]}
+            ]
+        }
+    }
     sent: list[Json] = [counters, devices]
     assert judge(sent, sent) is Answer.KEPT
     assert judge(sent, [counters, None]) is Answer.REFUSED
@@ -190,10 +195,20 @@ def test_cores_are_one_line_at_start_and_one_per_change() -> None:
         logging.INFO,
         "publishing each logical NeuronCore as a device, drawing on its device's counter",
     )
-    assert log_lines("v", "n", Uses(BOTH, OWN, cores=True), Uses(BOTH, OWN, cores=True),
-                     auto=True, cores=True) == []  # fmt: skip
-    [(level, line)] = log_lines("v1.34.4", "n", Uses(BOTH, OWN, cores=True), Uses(BOTH, BESIDE),
-                                auto=False, cores=True)[1:]  # fmt: skip
+    assert (
+        log_lines(
+            "v",
+            "n",
+            Uses(BOTH, OWN, cores=True),
+            Uses(BOTH, OWN, cores=True),
+            auto=True,
+            cores=True,
+        )
+        == []
+    )
+    [(level, line)] = log_lines(
+        "v1.34.4", "n", Uses(BOTH, OWN, cores=True), Uses(BOTH, BESIDE), auto=False, cores=True
+    )[1:]
     assert line == (
         "NeuronCores are not published as devices: with counters beside devices they break a "
         "ResourceSlice limit"

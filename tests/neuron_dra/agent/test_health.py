@@ -20,8 +20,11 @@ class Clock:
 
 
 def ecc(root: Path, device: int, value: int, counter: str = "mem_ecc_uncorrected") -> None:
-    write(root, f"sys/devices/virtual/neuron_device/neuron{device}/stats/hardware/{counter}",
-          f"{value}\n")  # fmt: skip
+    write(
+        root,
+        f"sys/devices/virtual/neuron_device/neuron{device}/stats/hardware/{counter}",
+        f"{value}\n",
+    )
 
 
 def monitor(
@@ -47,8 +50,9 @@ def test_an_uncorrectable_ecc_increase_marks_exactly_that_device(fake_node: Fake
     [change] = health.poll()
     assert change.device == 5 and change.problem is not None
     assert (change.problem.kind, change.problem.detail) == (
-        Kind.MEM_ECC_UNCORRECTED, "mem_ecc_uncorrected 3 -> 4"
-    )  # fmt: skip
+        Kind.MEM_ECC_UNCORRECTED,
+        "mem_ecc_uncorrected 3 -> 4",
+    )
     assert health.poll() == [] and set(health.problems) == {5}
 
 

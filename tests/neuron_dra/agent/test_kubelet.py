@@ -76,9 +76,10 @@ def with_plugin(
 ) -> None:
     claims: dict[tuple[str, str], dict[str, Any]] = {
         ("ns", "good"): allocated_claim(UID, ["neurondevice4", "neurondevice5"], name="good"),
-        ("ns", "bad"): allocated_claim(BAD, ["neurondevice0"], name="bad",
-                                       config=[opaque(neuron_config(3))]),
-    }  # fmt: skip
+        ("ns", "bad"): allocated_claim(
+            BAD, ["neurondevice0"], name="bad", config=[opaque(neuron_config(3))]
+        ),
+    }
 
     async def main() -> None:
         preparer = make_preparer(tmp_path, root, claims)
@@ -150,31 +151,47 @@ def test_registration_dra_and_sockets(tmp_path: Path, fake_node: FakeNode) -> No
             stub = reg_grpc.RegistrationStub(channel)
             info = await stub.GetInfo(reg.InfoRequest())
             assert (info.type, info.name, info.endpoint) == (
-                "DRAPlugin", "neuron.aws.com", str(plugin.dra_socket)
-            )  # fmt: skip
+                "DRAPlugin",
+                "neuron.aws.com",
+                str(plugin.dra_socket),
+            )
             assert list(info.supported_versions) == [
-                "v1.DRAPlugin", "v1beta1.DRAPlugin",
-                "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth",
-            ]  # fmt: skip
+                "v1.DRAPlugin",
+                "v1beta1.DRAPlugin",
+                "v1.DRAResourceHealth",
+                "v1alpha1.DRAResourceHealth",
+            ]
             await stub.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True))
             assert plugin.registration.registered.is_set()
 
         async with grpc.aio.insecure_channel(f"unix://{plugin.dra_socket}") as channel:
             response = await v1_grpc.DRAPluginStub(channel).NodePrepareResources(
-                v1.NodePrepareResourcesRequest(claims=[
-                    v1.Claim(namespace="ns", name="good", uid=UID),
-                    v1.Claim(namespace="ns", name="bad", uid=BAD),
-                ])
-            )  # fmt: skip
+                v1.NodePrepareResourcesRequest(
+                    claims=[
+                        v1.Claim(namespace="ns", name="good", uid=UID),
+                        v1.Claim(namespace="ns", name="bad", uid=BAD),
+                    ]
+                )
+            )
             good = response.claims[UID]
             assert good.error == ""
-            assert [(list(d.request_names), d.pool_name, d.device_name, list(d.cdi_device_ids))
-                    for d in good.devices] == [
-                (["neurons"], "node-a", "neurondevice4",
-                 [f"neuron.aws.com/neuron={UID}-neurondevice4"]),
-                (["neurons"], "node-a", "neurondevice5",
-                 [f"neuron.aws.com/neuron={UID}-neurondevice5"]),
-            ]  # fmt: skip
+            assert [
+                (list(d.request_names), d.pool_name, d.device_name, list(d.cdi_device_ids))
+                for d in good.devices
+            ] == [
+                (
+                    ["neurons"],
+                    "node-a",
+                    "neurondevice4",
+                    [f"neuron.aws.com/neuron={UID}-neurondevice4"],
+                ),
+                (
+                    ["neurons"],
+                    "node-a",
+                    "neurondevice5",
+                    [f"neuron.aws.com/neuron={UID}-neurondevice5"],
+                ),
+            ]
             assert "field 'logicalNeuronCore': 3 is not allowed" in response.claims[BAD].error
             assert not response.claims[BAD].devices
 
@@ -184,8 +201,9 @@ def test_registration_dra_and_sockets(tmp_path: Path, fake_node: FakeNode) -> No
                 )
             )
             assert [d.device_name for d in beta.claims[UID].devices] == [
-                "neurondevice4", "neurondevice5"
-            ]  # fmt: skip
+                "neurondevice4",
+                "neurondevice5",
+            ]
             undone = await v1beta1_grpc.DRAPluginStub(channel).NodeUnprepareResources(
                 v1beta1.NodeUnprepareResourcesRequest(
                     claims=[v1beta1.Claim(namespace="ns", name="good", uid=UID)]
@@ -273,8 +291,10 @@ def test_a_call_with_more_claims_than_any_pod_is_refused_before_any_work(
         assert len(answer.claims) == len(claims)
         done = "prepared" if call == "NodePrepareResources" else "unprepared"
         errors = {c.error for c in answer.claims.values()}
-        assert errors == {f"{len(claims)} claims in one {call} call; at most "
-                          f"{MAX_CLAIMS_PER_CALL} are {done} at once"}  # fmt: skip
+        assert errors == {
+            f"{len(claims)} claims in one {call} call; at most "
+            f"{MAX_CLAIMS_PER_CALL} are {done} at once"
+        }
         # Nothing written or removed: the one prepared claim is as it was.
         assert list((tmp_path / "cdi").iterdir()) == [spec]
         assert {p: p.read_bytes() for p in files} == files
@@ -574,9 +594,13 @@ def test_whole_node_device_health_follows_its_devices(fake_node: FakeNode) -> No
     assert one["neurondevice3"] == (False, "MemEccUncorrected")
     assert one["neuronnode"] == (False, "unhealthy devices: neurondevice3 (MemEccUncorrected)")
     assert [name for name, (ok, _) in one.items() if not ok] == [
-        "neurondevice3", "neuronnode", "neuroncore12", "neuroncore13", "neuroncore14",
+        "neurondevice3",
+        "neuronnode",
+        "neuroncore12",
+        "neuroncore13",
+        "neuroncore14",
         "neuroncore15",
-    ]  # fmt: skip
+    ]
 
     two = health_entries(
         inventory, {12: _problem("DeviceMissing"), 2: _problem("SramEccUncorrected")}

@@ -91,8 +91,12 @@ def test_each_token_not_kept_is_counted_by_result() -> None:
 
     asyncio.run(main())
     assert counted == {
-        "allowed": 1, "forbidden": 1, "unauthorized": 2, "unavailable": 1, "limited": 1
-    }  # fmt: skip
+        "allowed": 1,
+        "forbidden": 1,
+        "unauthorized": 2,
+        "unavailable": 1,
+        "limited": 1,
+    }
 
 
 def test_a_refusal_is_kept_until_it_expires() -> None:

@@ -60,12 +60,21 @@ def test_recursive_read_only_that_took_effect() -> None:
 def test_recursive_read_only_that_fell_back_names_what_stays_writable() -> None:
     checks = check(parse(FALLEN_BACK), (*POINTS, "/host/run"))  # /host/run: no mount
     assert checks == (
-        Check("/host/sys", ("/host/sys/fs/bpf", "/host/sys/fs/cgroup", "/host/sys/kernel/debug",
-                            "/host/sys/kernel/security")),
-        Check("/host/dev", ("/host/dev/huge pages", "/host/dev/mqueue", "/host/dev/pts",
-                            "/host/dev/shm")),
+        Check(
+            "/host/sys",
+            (
+                "/host/sys/fs/bpf",
+                "/host/sys/fs/cgroup",
+                "/host/sys/kernel/debug",
+                "/host/sys/kernel/security",
+            ),
+        ),
+        Check(
+            "/host/dev",
+            ("/host/dev/huge pages", "/host/dev/mqueue", "/host/dev/pts", "/host/dev/shm"),
+        ),
         Check("/host/opt/aws/neuron", ()),
-    )  # fmt: skip
+    )
     assert {s.labels: s.value for s in read_only_samples(checks)} == {
         (("state", "effective"),): 1,
         (("state", "not_effective"),): 2,

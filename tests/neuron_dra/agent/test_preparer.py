@@ -515,9 +515,12 @@ def injected(
     applies the spec's edits once, then each device's in order, a variable given again
     replacing the earlier value and a device node given again replacing the earlier one.
     """
-    ids = [i for d in answer.devices
-           if not request or not d.request_names or request in d.request_names
-           for i in d.cdi_device_ids]  # fmt: skip
+    ids = [
+        i
+        for d in answer.devices
+        if not request or not d.request_names or request in d.request_names
+        for i in d.cdi_device_ids
+    ]
     edits = {f"{spec['kind']}={d['name']}": d["containerEdits"] for d in spec["devices"]}
     env: dict[str, str] = {}
     nodes: list[str] = []
@@ -529,8 +532,11 @@ def injected(
 
 
 def test_each_container_gets_the_cores_of_the_devices_it_gets(node: Node) -> None:
-    ref = node.api.add(UID, {"a": ["neurondevice0", "neurondevice1"], "b": ["neurondevice5"]},
-                       config=[opaque(neuron_config(2))])  # fmt: skip
+    ref = node.api.add(
+        UID,
+        {"a": ["neurondevice0", "neurondevice1"], "b": ["neurondevice5"]},
+        config=[opaque(neuron_config(2))],
+    )
     answer = prepare(node.preparer(), ref)[UID]
     assert not answer.error
     spec = node.spec(ref)
@@ -553,17 +559,27 @@ def test_the_answer_of_a_claim_with_two_requests(node: Node) -> None:
     ref = node.api.add(UID, {"a": ["neurondevice0"], "b/big": ["neurondevice5"]})
     answer = prepare(node.preparer(), ref)[UID]
     kind = "neuron.aws.com/neuron"
-    assert answer == Outcome((
-        RecordedDevice(("a",), POOL, "neurondevice0",
-                       (f"{kind}={UID}-neurondevice0", f"{kind}={UID}.request.a")),
-        RecordedDevice(("b", "b/big"), POOL, "neurondevice5",
-                       (f"{kind}={UID}-neurondevice5", f"{kind}={UID}.request.b")),
-        # Only a container referencing the whole claim matches the request name "", and
-        # it gets this entry last, so every core of the claim replaces one request's. Its
-        # first id is its own: kubelets before 1.36 list the first id of every entry in
-        # each container's status, and the API server refuses a status naming one twice.
-        RecordedDevice(("",), POOL, "neurondevice5", (f"{kind}={UID}.claim",)),
-    ))  # fmt: skip
+    assert answer == Outcome(
+        (
+            RecordedDevice(
+                ("a",),
+                POOL,
+                "neurondevice0",
+                (f"{kind}={UID}-neurondevice0", f"{kind}={UID}.request.a"),
+            ),
+            RecordedDevice(
+                ("b", "b/big"),
+                POOL,
+                "neurondevice5",
+                (f"{kind}={UID}-neurondevice5", f"{kind}={UID}.request.b"),
+            ),
+            # Only a container referencing the whole claim matches the request name "", and
+            # it gets this entry last, so every core of the claim replaces one request's. Its
+            # first id is its own: kubelets before 1.36 list the first id of every entry in
+            # each container's status, and the API server refuses a status naming one twice.
+            RecordedDevice(("",), POOL, "neurondevice5", (f"{kind}={UID}.claim",)),
+        )
+    )
     assert node.checkpointed()[UID].devices == answer.devices
     spec_ids = {f"{node.spec(ref)['kind']}={d['name']}" for d in node.spec(ref)["devices"]}
     assert {i for d in answer.devices for i in d.cdi_device_ids} == spec_ids
@@ -624,10 +640,16 @@ def test_a_device_of_two_requests_with_one_env_is_answered_once(node: Node) -> N
     # the device's CDI id first twice, which the kubelet's status may not repeat.
     ref = node.api.add(UID, {"work": ["neurondevice4"], "watch": ["neurondevice4"]})
     outcome = prepare(node.preparer(), ref)[UID]
-    assert outcome == Outcome((
-        RecordedDevice(("work", "watch"), POOL, "neurondevice4",
-                       (f"neuron.aws.com/neuron={UID}-neurondevice4",)),
-    ))  # fmt: skip
+    assert outcome == Outcome(
+        (
+            RecordedDevice(
+                ("work", "watch"),
+                POOL,
+                "neurondevice4",
+                (f"neuron.aws.com/neuron={UID}-neurondevice4",),
+            ),
+        )
+    )
 
 
 def test_claims_for_one_device_at_once_prepare_one(node: Node) -> None:

@@ -126,8 +126,10 @@ def test_a_flood_of_callers_leaves_the_plugins_memory_flat(
         before = rss_mib(pid)
         opened, outcomes = await hold(port, channels, watches)
         during = rss_mib(pid)
-        print(f"{channels} connections, {watches} watches each: {before:.1f} -> "
-              f"{during:.1f} MiB, {dict(outcomes)}")  # fmt: skip
+        print(
+            f"{channels} connections, {watches} watches each: {before:.1f} -> "
+            f"{during:.1f} MiB, {dict(outcomes)}"
+        )
         assert outcomes["watch streaming"] == 0, outcomes
         if watches:
             assert outcomes["watch UNIMPLEMENTED"] == channels * watches, outcomes

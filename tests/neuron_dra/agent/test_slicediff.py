@@ -71,9 +71,10 @@ def test_a_stored_taint_keeps_its_time_and_a_new_one_gets_its_own() -> None:
 
 def test_a_dropped_field_is_named_and_left_out_of_comparisons() -> None:
     sent = slice_(
-        "s1", sharedCounters=COUNTERS,
+        "s1",
+        sharedCounters=COUNTERS,
         devices=[device("d0", consumesCounters=CONSUMES), device("d1", consumesCounters=CONSUMES)],
-    )  # fmt: skip
+    )
     stored = slice_("s1", devices=[device("d0"), device("d1")])
     dropped = dropped_fields(sent, stored)
     assert sorted(dropped) == [

@@ -28,9 +28,19 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_fake_node_then_slices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "us"
     code, out, _ = run(
-        capsys, "fake-node", "--instance-type", "trn2u.48xlarge", "--out", str(root),
-        "--ultraserver-server-id", "us-9", "--ultraserver-node-id", "1", "--lnc", "1",
-    )  # fmt: skip
+        capsys,
+        "fake-node",
+        "--instance-type",
+        "trn2u.48xlarge",
+        "--out",
+        str(root),
+        "--ultraserver-server-id",
+        "us-9",
+        "--ultraserver-node-id",
+        "1",
+        "--lnc",
+        "1",
+    )
     assert (code, out.strip()) == (0, str(root))
     args = ("slices", "--sysfs-root", str(root), "--node-name", "n1")
     code, out, _ = run(capsys, *args)
@@ -99,8 +109,13 @@ def test_output_into_a_closed_pipe_ends_without_a_traceback(buffered: bool) -> N
     try:
         result = subprocess.run(
             [sys.executable, "-m", "neuron_dra", "lint", str(spec)],
-            stdout=write, stderr=subprocess.PIPE, text=True, env=env, check=False, timeout=120,
-        )  # fmt: skip
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            check=False,
+            timeout=120,
+        )
     finally:
         os.close(write)
     assert result.stderr == ""
@@ -113,8 +128,12 @@ def test_lint_piped_into_head_ends_without_a_traceback(tmp_path: Path) -> None:
     files = " ".join(shlex.quote(str(tmp_path / f"missing-{i:04}.yaml")) for i in range(1000))
     result = subprocess.run(
         f"{shlex.quote(sys.executable)} -m neuron_dra lint {files} | head -1",
-        shell=True, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert result.stdout.endswith("missing-0000.yaml: error: No such file or directory\n")
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr

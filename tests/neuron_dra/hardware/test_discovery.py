@@ -98,10 +98,13 @@ def test_a_device_whose_core_count_disagrees_takes_the_nodes(fake_node: FakeNode
     path = "/sys/devices/virtual/neuron_device/neuron12/core_count"
     assert Finding(path, "4 cores where trn2.48xlarge has 8; using sysfs") in result.findings
     assert (
-        Finding(path, "4 cores where the node's other devices have 8; using 8, as the runtime "
-                "numbers cores by device index x 8")
+        Finding(
+            path,
+            "4 cores where the node's other devices have 8; using 8, as the runtime "
+            "numbers cores by device index x 8",
+        )
         in result.findings
-    )  # fmt: skip
+    )
     cores = logical_cores(result.inventory)
     assert len({c.index for c in cores}) == len(cores) == 64
 

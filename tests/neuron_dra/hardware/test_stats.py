@@ -67,8 +67,10 @@ def test_a_busy_device_sums_its_cores(fake_node: FakeNode) -> None:
         write(root, f"{DEV3}/neuron_core{core}/stats/status/success/total", "10\n")
     write(root, f"{DEV3}/neuron_core1/stats/status/timeout/total", "2\n")
     write(root, f"{DEV3}/stats/hardware/mem_ecc_repairable_uncorrected", "1\n")
-    samples = {(s.name, dict(s.labels).get("status") or dict(s.labels).get("kind")): s.value
-               for s in device_samples(stats_of(root), "node-a")}  # fmt: skip
+    samples = {
+        (s.name, dict(s.labels).get("status") or dict(s.labels).get("kind")): s.value
+        for s in device_samples(stats_of(root), "node-a")
+    }
     assert samples[("neuron_dra_device_power_draw_ratio", None)] == pytest.approx(0.6125)
     assert samples[("neuron_dra_device_memory_used_bytes", None)] == 4 << 30
     assert samples[("neuron_dra_device_executions_total", "success")] == 20

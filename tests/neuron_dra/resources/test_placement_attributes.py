@@ -103,9 +103,12 @@ def test_the_worst_case_node_passes_the_v1_limits(
     # not fit beside the counters of 1.34, so the agent publishes them only from 1.35.
     cores = layout is CounterLayout.OWN_SLICE
     slices = pool(
-        worst_case(fake_node), WIDEST, counter_layout=layout, cores=cores,
+        worst_case(fake_node),
+        WIDEST,
+        counter_layout=layout,
+        cores=cores,
         ultraserver_devices=mode,
-    )  # fmt: skip
+    )
     kinds = by_kind(slices)
     if layout is CounterLayout.OWN_SLICE and mode is UltraServerDevices.BOTH:
         assert sorted(kinds) == ["neuron_core", "neuron_device", "neuron_node"]

@@ -58,9 +58,12 @@ def test_every_instance_type_passes_the_v1_limits(
     for mode in UltraServerDevices:
         for unhealthy in ((), (Unhealthy(0, "MemEccUncorrected"),)):
             slices = slices_of(
-                root, ultraserver_devices=mode, node_uid="u-1", unhealthy=unhealthy,
+                root,
+                ultraserver_devices=mode,
+                node_uid="u-1",
+                unhealthy=unhealthy,
                 counter_layout=layout,
-            )  # fmt: skip
+            )
             assert validate_pool(slices, layout) == []
             assert all(validate_slice(s, layout) == [] for s in slices)
 
@@ -112,12 +115,23 @@ def test_torus_attributes(fake_node: FakeNode) -> None:
 def test_a_trn2_device_publishes_the_documented_attributes(fake_node: FakeNode) -> None:
     device = devices_of(slices_of(fake_node("trn2.48xlarge", lnc=1)))["neurondevice0"]
     assert set(device["attributes"]) == {
-        "deviceId", "instanceType", "neuronDriverVersion", "draDriverVersion", "resourceType",
-        "topology_x", "topology_y", "topology4_id", "topology8_id", "logicalNeuronCore",
-        "serialNumber", "deviceName",
-        "resource.aws.com/devicegroup1_id", "resource.aws.com/devicegroup4_id",
-        "resource.aws.com/devicegroup8_id", "resource.aws.com/devicegroup16_id",
-    }  # fmt: skip
+        "deviceId",
+        "instanceType",
+        "neuronDriverVersion",
+        "draDriverVersion",
+        "resourceType",
+        "topology_x",
+        "topology_y",
+        "topology4_id",
+        "topology8_id",
+        "logicalNeuronCore",
+        "serialNumber",
+        "deviceName",
+        "resource.aws.com/devicegroup1_id",
+        "resource.aws.com/devicegroup4_id",
+        "resource.aws.com/devicegroup8_id",
+        "resource.aws.com/devicegroup16_id",
+    }
     assert device["attributes"]["instanceType"] == {"string": "trn2.48xlarge"}
     assert device["attributes"]["neuronDriverVersion"] == {"string": "2.24.7.0"}
     assert device["attributes"]["resourceType"] == {"string": "neuron_device"}
@@ -254,10 +268,12 @@ def test_missing_driver_version_drops_only_that_attribute(fake_node: FakeNode) -
         (lambda d: d["attributes"].update({f"a{i}": {"int": i} for i in range(20)}), "at most 32"),
         (lambda d: d.update({"name": "Neuron_0"}), "is not a DNS label"),
         (lambda d: d["capacity"].update({"cores": {"value": "eight"}}), "is not a quantity"),
-        (lambda d: d.update({"consumesCounters": [{"counterSet": "x", "counters": {}}]}),
-         "is not in spec.sharedCounters"),
+        (
+            lambda d: d.update({"consumesCounters": [{"counterSet": "x", "counters": {}}]}),
+            "is not in spec.sharedCounters",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_limits_check_catches_violations(
     fake_node: FakeNode, break_it: Any, error: str
 ) -> None:
@@ -459,32 +475,57 @@ def own_slice_pool(fake_node: FakeNode) -> list[Json]:
 @pytest.mark.parametrize(
     ("break_it", "error"),
     [
-        (lambda p: p[0]["spec"].update(devices=[]),
-         "slice 0: spec: only one of sharedCounters or devices is allowed"),
+        (
+            lambda p: p[0]["spec"].update(devices=[]),
+            "slice 0: spec: only one of sharedCounters or devices is allowed",
+        ),
         (lambda p: p.pop(0), "is not in the pool's sharedCounters"),
-        (lambda p: p[0]["spec"]["sharedCounters"][0].update(name="other"),
-         "'neuron-node' is not in the pool's sharedCounters"),
-        (lambda p: p[1]["spec"].update(sharedCounters=[]),
-         "slice 1: spec: only one of sharedCounters or devices is allowed"),
-        (lambda p: p.append(copy.deepcopy(p[0])),
-         "'neuron-node' is also in slice 0: counter set names are unique in a pool"),
-        (lambda p: p.append(copy.deepcopy(p[1])),
-         "'neurondevice0' is also in slice 1: device names are unique in a pool"),
-        (lambda p: p[1]["spec"]["pool"].update(resourceSliceCount=1),
-         "slice 1: spec.pool.resourceSliceCount: 1, the pool has 2"),
-        (lambda p: p[1]["spec"]["pool"].update(generation=2),
-         "pool: the slices disagree on spec.pool.generation"),
-        (lambda p: p[0]["spec"].update(sharedCounters=[
-             {"name": f"set{i}", "counters": {"c": {"value": "1"}}} for i in range(9)]),
-         "slice 0: spec.sharedCounters: 9 counter sets, at most 8 allowed"),
-        (lambda p: p[0]["spec"]["sharedCounters"][0].update(
-             counters={f"c{i}": {"value": "1"} for i in range(33)}),
-         "slice 0: spec.sharedCounters[0].counters: 33 counters, at most 32 allowed"),
-        (lambda p: p[1]["spec"]["devices"][0]["consumesCounters"].extend(
-             {"counterSet": f"set{i}", "counters": {"c": {"value": "1"}}} for i in range(2)),
-         "slice 1: spec.devices[0].consumesCounters: 3 counter sets, at most 2 allowed"),
+        (
+            lambda p: p[0]["spec"]["sharedCounters"][0].update(name="other"),
+            "'neuron-node' is not in the pool's sharedCounters",
+        ),
+        (
+            lambda p: p[1]["spec"].update(sharedCounters=[]),
+            "slice 1: spec: only one of sharedCounters or devices is allowed",
+        ),
+        (
+            lambda p: p.append(copy.deepcopy(p[0])),
+            "'neuron-node' is also in slice 0: counter set names are unique in a pool",
+        ),
+        (
+            lambda p: p.append(copy.deepcopy(p[1])),
+            "'neurondevice0' is also in slice 1: device names are unique in a pool",
+        ),
+        (
+            lambda p: p[1]["spec"]["pool"].update(resourceSliceCount=1),
+            "slice 1: spec.pool.resourceSliceCount: 1, the pool has 2",
+        ),
+        (
+            lambda p: p[1]["spec"]["pool"].update(generation=2),
+            "pool: the slices disagree on spec.pool.generation",
+        ),
+        (
+            lambda p: p[0]["spec"].update(
+                sharedCounters=[
+                    {"name": f"set{i}", "counters": {"c": {"value": "1"}}} for i in range(9)
+                ]
+            ),
+            "slice 0: spec.sharedCounters: 9 counter sets, at most 8 allowed",
+        ),
+        (
+            lambda p: p[0]["spec"]["sharedCounters"][0].update(
+                counters={f"c{i}": {"value": "1"} for i in range(33)}
+            ),
+            "slice 0: spec.sharedCounters[0].counters: 33 counters, at most 32 allowed",
+        ),
+        (
+            lambda p: p[1]["spec"]["devices"][0]["consumesCounters"].extend(
+                {"counterSet": f"set{i}", "counters": {"c": {"value": "1"}}} for i in range(2)
+            ),
+            "slice 1: spec.devices[0].consumesCounters: 3 counter sets, at most 2 allowed",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_pool_check_catches_own_slice_violations(
     fake_node: FakeNode, break_it: Any, error: str
 ) -> None:
@@ -540,9 +581,14 @@ def test_counters_beside_devices_cannot_span_slices(fake_node: FakeNode) -> None
     ],
 )
 def test_each_logical_core_is_a_device_of_its_devices_counter(  # noqa: PLR0917
-    fake_node: FakeNode, instance_type: str, lnc: int | None,
-    ultraserver: FakeUltraServer | None, cores: int, per_core_device: int, slices: int,
-) -> None:  # fmt: skip
+    fake_node: FakeNode,
+    instance_type: str,
+    lnc: int | None,
+    ultraserver: FakeUltraServer | None,
+    cores: int,
+    per_core_device: int,
+    slices: int,
+) -> None:
     root = fake_node(instance_type, lnc=lnc, ultraserver=ultraserver)
     pool = slices_of(root, counter_layout=CounterLayout.OWN_SLICE, cores=True)
     assert len(pool) == slices and validate_pool(pool, CounterLayout.OWN_SLICE) == []
@@ -576,8 +622,12 @@ def test_cores_follow_their_devices_health(fake_node: FakeNode) -> None:
     options: dict[str, Any] = {"counter_layout": CounterLayout.OWN_SLICE, "cores": True}
     tainted = devices_of(slices_of(root, unhealthy=unhealthy, **options))
     assert [n for n, d in tainted.items() if "taints" in d] == [
-        "neurondevice1", "neuroncore4", "neuroncore5", "neuroncore6", "neuroncore7",
-    ]  # fmt: skip
+        "neurondevice1",
+        "neuroncore4",
+        "neuroncore5",
+        "neuroncore6",
+        "neuroncore7",
+    ]
     withdrawn = devices_of(slices_of(root, unhealthy=unhealthy, device_taints=False, **options))
     assert {"neurondevice1", "neuroncore4", "neuroncore7"}.isdisjoint(withdrawn)
     assert {"neurondevice2", "neuroncore8"} <= set(withdrawn)
@@ -592,9 +642,11 @@ def test_cores_are_published_only_when_asked_and_never_on_a_node_only_pool(
     assert list(devices_of(node_only)) == ["neuronnode"]
     # Without the node device, cores alone are reason for counters.
     devices_only = slices_of(
-        root, cores=True, ultraserver_devices=UltraServerDevices.DEVICES,
+        root,
+        cores=True,
+        ultraserver_devices=UltraServerDevices.DEVICES,
         counter_layout=CounterLayout.OWN_SLICE,
-    )  # fmt: skip
+    )
     assert "neuronnode" not in devices_of(devices_only)
     assert len(devices_of(devices_only)) == 16 + 64
     assert devices_only[0]["spec"]["sharedCounters"][0]["counters"] == per_device(4)

@@ -45,15 +45,24 @@ def pinned(instance_type: str) -> str:
 
 def template(expression: str, count: int, group: int | None = None, name: str = "t") -> Json:
     """A ResourceClaimTemplate of one request, constrained to one devicegroup size if given."""
-    request = {"name": "neurons", "exactly": {
-        "deviceClassName": "neuron.aws.com", "count": count,
-        "selectors": [{"cel": {"expression": expression}}]}}  # fmt: skip
+    request = {
+        "name": "neurons",
+        "exactly": {
+            "deviceClassName": "neuron.aws.com",
+            "count": count,
+            "selectors": [{"cel": {"expression": expression}}],
+        },
+    }
     devices: Json = {"requests": [request]}
     if group is not None:
         attribute = f"resource.aws.com/devicegroup{group}_id"
         devices["constraints"] = [{"requests": ["neurons"], "matchAttribute": attribute}]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name}, "spec": {"spec": {"devices": devices}}}  # fmt: skip
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": devices}},
+    }
 
 
 def lint_docs(tmp_path: Path, *docs: Json, instance_types: Sequence[str] = ()) -> list[Finding]:
@@ -114,9 +123,12 @@ def test_seven_devices_on_trn1_is_an_error_in_the_scheduler_extension_words(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     findings = broken(
-        tmp_path, ROW, ("'trn2.48xlarge'", "'trn1.32xlarge'"), ("count: 4", "count: 7"),
+        tmp_path,
+        ROW,
+        ("'trn2.48xlarge'", "'trn1.32xlarge'"),
+        ("count: 4", "count: 7"),
         ("devicegroup4_id", "devicegroup8_id"),
-    )  # fmt: skip
+    )
     assert messages(findings, error=True) == [SEED_ERROR]
     assert cli.main(["lint", str(tmp_path / "broken.yaml")]) == 1
     assert capsys.readouterr().out.endswith("1 error, 1 warning\n")
@@ -139,9 +151,14 @@ def test_instance_type_flag_applies_the_count_rules(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("instance_type", "count", "error"),
-    [("inf2.48xlarge", 5, True), ("inf2.48xlarge", 3, False), ("inf2.24xlarge", 4, True),
-     ("inf1.24xlarge", 8, False), ("trn2.48xlarge", 2, True)],
-)  # fmt: skip
+    [
+        ("inf2.48xlarge", 5, True),
+        ("inf2.48xlarge", 3, False),
+        ("inf2.24xlarge", 4, True),
+        ("inf1.24xlarge", 8, False),
+        ("trn2.48xlarge", 2, True),
+    ],
+)
 def test_a_count_no_connected_set_of_the_instance_type_has_is_an_error(
     tmp_path: Path, instance_type: str, count: int, error: bool
 ) -> None:
@@ -217,10 +234,24 @@ def test_lnc_of_a_device_class_on_an_instance_type_without_it_is_an_error(
     tmp_path: Path,
 ) -> None:
     device_class = {
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "lnc1"},
-        "spec": {"config": [{"opaque": {"driver": "neuron.aws.com", "parameters": {
-            "apiVersion": "neuron.aws.com/v1", "kind": "NeuronConfig", "logicalNeuronCore": 1}}}]},
-    }  # fmt: skip
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "lnc1"},
+        "spec": {
+            "config": [
+                {
+                    "opaque": {
+                        "driver": "neuron.aws.com",
+                        "parameters": {
+                            "apiVersion": "neuron.aws.com/v1",
+                            "kind": "NeuronConfig",
+                            "logicalNeuronCore": 1,
+                        },
+                    }
+                }
+            ]
+        },
+    }
     claim = template(pinned("inf2.48xlarge"), 1)
     claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "lnc1"
     [error] = messages(lint_docs(tmp_path, device_class, claim), error=True)
@@ -326,8 +357,13 @@ def test_a_broken_file_hides_neither_other_files_nor_its_earlier_documents(
     second.write_text(typo + "---\nkind: [unclosed\n")
     third.write_text(typo)
     findings = [f for f in lint_files([first, second, third, tmp_path / "4.yaml"]) if f.error]
-    assert [f.file for f in findings] == [str(first), str(second), str(second), str(third),
-                                          str(tmp_path / "4.yaml")]  # fmt: skip
+    assert [f.file for f in findings] == [
+        str(first),
+        str(second),
+        str(second),
+        str(third),
+        str(tmp_path / "4.yaml"),
+    ]
     yaml_error = findings[2]
     assert (yaml_error.line, yaml_error.message.split(":")[0]) == (23, "invalid YAML at column 1")
     assert "No such file or directory" in findings[4].message
@@ -347,8 +383,12 @@ def test_a_broken_selector_hides_no_count_problem(tmp_path: Path) -> None:
 
 def test_malformed_documents_are_findings_not_crashes(tmp_path: Path) -> None:
     nameless_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "spec": {}}
-    listed_spec = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                   "metadata": {"name": "c"}, "spec": [1, 2]}  # fmt: skip
+    listed_spec = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c"},
+        "spec": [1, 2],
+    }
     findings = lint_docs(tmp_path, nameless_class, listed_spec)
     assert [(f.where, f.message) for f in findings if f.error] == [
         ("DeviceClass ?", "metadata.name is missing"),
@@ -361,16 +401,21 @@ GROUP = re.compile(r"devicegroup(\d+)_id")
 
 @pytest.mark.parametrize(
     ("instance_type", "counts", "groups"),
-    [("trn1.32xlarge", range(1, 17), (1, 2, 3, 4, 6, 7, 8, 16)),
-     ("inf2.24xlarge", range(1, 7), (1, 2, 3, 4, 6, 8)),
-     ("inf2.48xlarge", range(1, 13), (2, 4, 5, 8, 12, 16))],
-)  # fmt: skip
+    [
+        ("trn1.32xlarge", range(1, 17), (1, 2, 3, 4, 6, 7, 8, 16)),
+        ("inf2.24xlarge", range(1, 7), (1, 2, 3, 4, 6, 8)),
+        ("inf2.48xlarge", range(1, 13), (2, 4, 5, 8, 12, 16)),
+    ],
+)
 def test_suggestions_name_only_groups_the_instance_type_publishes(
     tmp_path: Path, instance_type: str, counts: range, groups: tuple[int, ...]
 ) -> None:
     sizes = published().group_sizes[instance_type]
-    docs = [template(pinned(instance_type), count, group, f"c{count}-g{group}")
-            for count in counts for group in groups]  # fmt: skip
+    docs = [
+        template(pinned(instance_type), count, group, f"c{count}-g{group}")
+        for count in counts
+        for group in groups
+    ]
     findings = lint_docs(tmp_path, *docs)
     assert findings
     for finding in findings:
@@ -397,8 +442,12 @@ def test_seven_of_a_set_of_eight_suggests_no_group_of_seven(tmp_path: Path) -> N
 
 def test_a_device_class_with_broken_cel_hides_nothing_of_its_claims(tmp_path: Path) -> None:
     selector = {"cel": {"expression": "device.driver =="}}
-    device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-                    "metadata": {"name": "broken"}, "spec": {"selectors": [selector]}}  # fmt: skip
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "broken"},
+        "spec": {"selectors": [selector]},
+    }
     claim = template(pinned("trn1.32xlarge"), 7)
     claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "broken"
     findings = lint_docs(tmp_path, device_class, claim)
@@ -424,8 +473,12 @@ def pod(resources: Json, kind: str = "Pod", name: str = "p") -> Json:
     spec: Json = {"containers": [{"name": "c", "image": "none", "resources": resources}]}
     if kind == "Pod":
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name},
-            "spec": {"template": {"spec": spec}}}  # fmt: skip
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": spec}},
+    }
 
 
 @pytest.mark.parametrize("resource", ["aws.amazon.com/neuron", "aws.amazon.com/neurondevice"])
@@ -496,8 +549,11 @@ def test_all_devices_with_the_node_device_too_never_fits_an_ultraserver_node(
 
 def test_all_of_one_kind_or_of_other_instance_types_is_not_warned(tmp_path: Path) -> None:
     assert not lint_files([SPECS / "specific-driver-version.yaml"])
-    findings = broken(tmp_path, ALL_SINGLE, (SINGLE_ONLY, "          - cel:\n              "
-        f"expression: \"{pinned('trn2.48xlarge')}\"\n"))  # fmt: skip
+    findings = broken(
+        tmp_path,
+        ALL_SINGLE,
+        (SINGLE_ONLY, f'          - cel:\n              expression: "{pinned("trn2.48xlarge")}"\n'),
+    )
     assert not findings
 
 
@@ -507,10 +563,13 @@ def test_all_of_one_kind_or_of_other_instance_types_is_not_warned(tmp_path: Path
         # A template whose claim spec is not under spec.spec.
         ("spec:\n  spec:\n    devices:", "spec:\n  devices:", "spec: unknown field devices"),
         # A v1beta1-shaped request field (count beside the name) under resource.k8s.io/v1.
-        ("      - name: neurons\n", "      - name: neurons\n        count: 4\n",
-         "spec.spec.devices.requests[0]: unknown field count"),
+        (
+            "      - name: neurons\n",
+            "      - name: neurons\n        count: 4\n",
+            "spec.spec.devices.requests[0]: unknown field count",
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_the_api_server_refuses_is_an_error(
     tmp_path: Path, before: str, after: str, problem: str
 ) -> None:

@@ -17,12 +17,21 @@ STANDARD = "device.attributes['resource.kubernetes.io']"
 
 
 def lint_selector(tmp_path: Path, expression: str) -> list[Finding]:
-    request = {"name": "neurons", "exactly": {
-        "deviceClassName": "neuron.aws.com", "count": 1,
-        "selectors": [{"cel": {"expression": expression}}]}}  # fmt: skip
+    request = {
+        "name": "neurons",
+        "exactly": {
+            "deviceClassName": "neuron.aws.com",
+            "count": 1,
+            "selectors": [{"cel": {"expression": expression}}],
+        },
+    }
     spec = {"spec": {"devices": {"requests": [request]}}}
-    doc = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-           "metadata": {"name": "t"}, "spec": spec}  # fmt: skip
+    doc = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "t"},
+        "spec": spec,
+    }
     path = tmp_path / "claim.yaml"
     path.write_text(yaml.safe_dump(doc))
     return lint_files([path])

@@ -20,12 +20,24 @@ def template(name: str, device_class: str = "neuron.aws.com", requests: int = 1)
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name},
-        "spec": {"spec": {"devices": {"requests": [
-            {"name": f"r{i}", "exactly": {"deviceClassName": device_class, "count": 1,
-             "selectors": [{"cel": {"expression": NEURON_DEVICE}}]}}
-            for i in range(requests)
-        ]}}},
-    }  # fmt: skip
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": f"r{i}",
+                            "exactly": {
+                                "deviceClassName": device_class,
+                                "count": 1,
+                                "selectors": [{"cel": {"expression": NEURON_DEVICE}}],
+                            },
+                        }
+                        for i in range(requests)
+                    ]
+                }
+            }
+        },
+    }
 
 
 def pod(claims: list[Json], entries: list[tuple[str, str]], kind: str = "Pod") -> Json:
@@ -35,8 +47,12 @@ def pod(claims: list[Json], entries: list[tuple[str, str]], kind: str = "Pod") -
     }
     if kind == "Pod":
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
-    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "p"},
-            "spec": {"template": {"spec": spec}}}  # fmt: skip
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": "p"},
+        "spec": {"template": {"spec": spec}},
+    }
 
 
 def lint_docs(tmp_path: Path, *docs: Json) -> list[Finding]:
@@ -51,8 +67,11 @@ def cores_warnings(findings: list[Finding]) -> list[Finding]:
 
 @pytest.mark.parametrize("kind", ["Pod", "Deployment"])
 def test_a_container_naming_two_neuron_claims_is_warned(tmp_path: Path, kind: str) -> None:
-    docs = [template("a"), template("b"),
-            pod([{"name": "x"}, {"name": "y"}], [("x", "a"), ("y", "b")], kind)]  # fmt: skip
+    docs = [
+        template("a"),
+        template("b"),
+        pod([{"name": "x"}, {"name": "y"}], [("x", "a"), ("y", "b")], kind),
+    ]
     [finding] = cores_warnings(lint_docs(tmp_path, *docs))
     lines = (tmp_path / "docs.yaml").read_text().splitlines()
     assert not finding.error
@@ -84,14 +103,17 @@ def test_a_container_naming_two_requests_of_one_claim_is_warned(tmp_path: Path) 
 )
 def test_one_source_of_the_cores_is_not_warned(tmp_path: Path, claims: list[Json]) -> None:
     other_class = {
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
         "metadata": {"name": "gpu.example.com"},
         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]},
-    }  # fmt: skip
+    }
     docs = [
-        other_class, template("a", requests=2), template("g", "gpu.example.com"),
+        other_class,
+        template("a", requests=2),
+        template("g", "gpu.example.com"),
         pod(claims, [("x", "a"), ("other", "g"), ("elsewhere", "not-in-the-inputs")]),
-    ]  # fmt: skip
+    ]
     assert cores_warnings(lint_docs(tmp_path, *docs)) == []
 
 

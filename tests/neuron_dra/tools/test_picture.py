@@ -50,8 +50,7 @@ def test_trn2_node_has_16_device_boxes_in_claim_colours() -> None:
 
 
 def test_ring_line_single_and_whole_node() -> None:
-    nodes = [("inf2.48xlarge", 1), ("inf2.24xlarge", 1), ("inf2.xlarge", 1),
-             ("trn2u.48xlarge", 1)]  # fmt: skip
+    nodes = [("inf2.48xlarge", 1), ("inf2.24xlarge", 1), ("inf2.xlarge", 1), ("trn2u.48xlarge", 1)]
     cluster, outcomes = allocate(
         ["inf2-2-connected.yaml", "single-device.yaml", "us-4-node-config.yaml"], nodes
     )
@@ -65,8 +64,9 @@ def test_ring_line_single_and_whole_node() -> None:
 
 
 def test_text_grid() -> None:
-    cluster, outcomes = allocate(["l-trn2.yaml", "1x4-connected-devices.yaml"],
-                                 [("trn2.48xlarge", 1)])  # fmt: skip
+    cluster, outcomes = allocate(
+        ["l-trn2.yaml", "1x4-connected-devices.yaml"], [("trn2.48xlarge", 1)]
+    )
     [view] = node_views(cluster, outcomes)
     text = render_text(view, [o.letter for o in outcomes])
     lines = text.splitlines()

@@ -30,8 +30,14 @@ def test_the_inventory_equals_the_discovered_fake_tree(tmp_path: Path, instance_
         for pci_parents in (False, True):
             for n, unit in enumerate(units(instance_type)):
                 name = f"node-{lnc}-{pci_parents}-{n}"
-                root = build_fake_node(tmp_path / name, instance_type, lnc=lnc, ultraserver=unit,
-                                       pci_parents=pci_parents, counters=Counters.NONE)  # fmt: skip
+                root = build_fake_node(
+                    tmp_path / name,
+                    instance_type,
+                    lnc=lnc,
+                    ultraserver=unit,
+                    pci_parents=pci_parents,
+                    counters=Counters.NONE,
+                )
                 built = simulated_inventory(
                     name, instance_type, lnc=lnc, ultraserver=unit, pci_parents=pci_parents
                 )
@@ -40,8 +46,9 @@ def test_the_inventory_equals_the_discovered_fake_tree(tmp_path: Path, instance_
 
 @pytest.mark.parametrize("version", FAKE_VERSIONS)
 def test_every_driver_release_gives_the_same_inventory(tmp_path: Path, version: str) -> None:
-    root = build_fake_node(tmp_path / "n", "trn2u.48xlarge", driver_version=version,
-                           counters=Counters.NONE)  # fmt: skip
+    root = build_fake_node(
+        tmp_path / "n", "trn2u.48xlarge", driver_version=version, counters=Counters.NONE
+    )
     inventory = simulated_inventory("n", "trn2u.48xlarge", driver_version=version)
     assert inventory == discover(root).inventory
 

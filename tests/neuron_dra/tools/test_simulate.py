@@ -289,8 +289,9 @@ def test_an_admin_request_is_held_to_counters_as_the_scheduler_does() -> None:
     """The allocator checks an admin request's devices against shared counters, and a
     held device keeps drawing on its counter: with cores published, the admin request
     cannot have a device in use, whole or by one of its cores."""
-    row, monitor, _ = run([SPECS / "1x4-connected-devices.yaml", ADMIN, SPECS / "l-trn2.yaml"],
-                          TRN2)  # fmt: skip
+    row, monitor, _ = run(
+        [SPECS / "1x4-connected-devices.yaml", ADMIN, SPECS / "l-trn2.yaml"], TRN2
+    )
     assert indices(row) == set(range(4))
     assert not monitor.allocated
     [monitor] = run([ADMIN], TRN2, taken=[f"{SECOND}:neuroncore5"])
@@ -457,8 +458,12 @@ def test_pod_claims_share_a_node(tmp_path: Path) -> None:
     outcomes = run(
         [SPECS / "l-trn2.yaml", SPECS / "two-claims-one-pod.yaml", SPECS / "l-trn2.yaml"], nodes
     )
-    assert [o.node for o in outcomes] == ["trn2.48xlarge-0", "trn2.48xlarge-0",
-                                          "trn2.48xlarge-0", "trn2.48xlarge-1"]  # fmt: skip
+    assert [o.node for o in outcomes] == [
+        "trn2.48xlarge-0",
+        "trn2.48xlarge-0",
+        "trn2.48xlarge-0",
+        "trn2.48xlarge-1",
+    ]
 
 
 def test_first_available_falls_back_to_the_next_subrequest(tmp_path: Path) -> None:
@@ -570,9 +575,16 @@ def test_alternatives_are_the_rows() -> None:
 
 def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(
-        ["simulate", str(SPECS / "1x4-connected-devices.yaml"), str(SPECS / "xl-trn2.yaml"),
-         "--node", "trn2.48xlarge=1", "-o", "json"]
-    )  # fmt: skip
+        [
+            "simulate",
+            str(SPECS / "1x4-connected-devices.yaml"),
+            str(SPECS / "xl-trn2.yaml"),
+            "--node",
+            "trn2.48xlarge=1",
+            "-o",
+            "json",
+        ]
+    )
     assert code == 1  # the second claim does not fit next to the first
     document = json.loads(capsys.readouterr().out)
     first, second = document["claims"]
@@ -590,9 +602,17 @@ def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
 def test_text_output_and_picture(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     svg = tmp_path / "out.svg"
     code = cli.main(
-        ["simulate", str(SPECS / "two-claims-one-pod.yaml"), "--node", "trn2.48xlarge=2",
-         "--taken", "trn2.48xlarge-1:0", "--picture", str(svg)]
-    )  # fmt: skip
+        [
+            "simulate",
+            str(SPECS / "two-claims-one-pod.yaml"),
+            "--node",
+            "trn2.48xlarge=2",
+            "--taken",
+            "trn2.48xlarge-1:0",
+            "--picture",
+            str(svg),
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "[A] claim default/two-claims-neurons0" in out

@@ -32,23 +32,40 @@ DEVICE_ID = "neuron.aws.com/deviceId"
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def template(name: str, count: int, device_class: str = "neuroncore.neuron.aws.com",
-             *, match: str | None = None, mode: str = "ExactCount") -> Json:  # fmt: skip
+def template(
+    name: str,
+    count: int,
+    device_class: str = "neuroncore.neuron.aws.com",
+    *,
+    match: str | None = None,
+    mode: str = "ExactCount",
+) -> Json:
     exactly: Json = {"deviceClassName": device_class, "allocationMode": mode}
     if mode == "ExactCount":
         exactly["count"] = count
     devices: Json = {"requests": [{"name": "r", "exactly": exactly}]}
     if match:
         devices["constraints"] = [{"matchAttribute": match}]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name}, "spec": {"spec": {"devices": devices}}}  # fmt: skip
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": devices}},
+    }
 
 
 def cores_pod(count: int, name: str = "p") -> Json:
-    container = {"name": "c", "image": "none",
-                 "resources": {"limits": {"aws.amazon.com/neuroncore": count}}}  # fmt: skip
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [container]}}  # fmt: skip
+    container = {
+        "name": "c",
+        "image": "none",
+        "resources": {"limits": {"aws.amazon.com/neuroncore": count}},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container]},
+    }
 
 
 def write(tmp_path: Path, *docs: Json) -> Path:
@@ -141,8 +158,9 @@ def test_more_cores_than_a_device_has_never_share_one(tmp_path: Path) -> None:
 
 
 def test_two_claims_of_two_cores_share_a_device(tmp_path: Path) -> None:
-    first, second = run(tmp_path, template("a", 2, match=DEVICE_ID),
-                        template("b", 2, match=DEVICE_ID))  # fmt: skip
+    first, second = run(
+        tmp_path, template("a", 2, match=DEVICE_ID), template("b", 2, match=DEVICE_ID)
+    )
     assert names(first) == ["neuroncore0", "neuroncore1"]
     assert names(second) == ["neuroncore2", "neuroncore3"]
     assert env(second) == {"NEURON_RT_VISIBLE_CORES": "2-3"}
@@ -242,8 +260,11 @@ def test_neuroncores_need_nodes_that_publish_them(
 def test_pictures_show_devices_held_through_cores(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    docs = [template("a", 2, match=DEVICE_ID), template("b", 2, match=DEVICE_ID),
-            template("c", 1, "neuron.aws.com")]  # fmt: skip
+    docs = [
+        template("a", 2, match=DEVICE_ID),
+        template("b", 2, match=DEVICE_ID),
+        template("c", 1, "neuron.aws.com"),
+    ]
     cluster = Cluster(simulated_nodes([(TRN2, 1)]), {})
     outcomes = simulate([write(tmp_path, *docs)], cluster)
     [view] = node_views(cluster, outcomes)
@@ -260,9 +281,10 @@ def test_pictures_show_devices_held_through_cores(
         "neuroncore3: default/b"
     )
     assert boxes["1"].get("fill") == colour(2) and boxes["1"].get("fill-opacity") is None
-    assert cli.main(["simulate", str(tmp_path / "docs.yaml"), "--node", f"{TRN2}=1",
-                     "-o", "json"]) == 0  # fmt: skip
+    assert (
+        cli.main(["simulate", str(tmp_path / "docs.yaml"), "--node", f"{TRN2}=1", "-o", "json"])
+        == 0
+    )
     [node] = json.loads(capsys.readouterr().out)["nodes"]
-    assert node["cores"] == {"0": "default/a", "1": "default/a", "2": "default/b",
-                             "3": "default/b"}  # fmt: skip
+    assert node["cores"] == {"0": "default/a", "1": "default/a", "2": "default/b", "3": "default/b"}
     assert node["devices"] == {"1": "default/c"}

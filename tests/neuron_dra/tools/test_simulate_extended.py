@@ -49,8 +49,9 @@ def test_neuron_asks_whole_devices_never_the_ultraserver_node(tmp_path: Path, no
 
 
 def test_neurondevice_is_served_by_its_own_class(tmp_path: Path) -> None:
-    [only] = run(tmp_path, [pod(container("c", {"aws.amazon.com/neurondevice": "2"}))],
-                 "trn2.48xlarge")  # fmt: skip
+    [only] = run(
+        tmp_path, [pod(container("c", {"aws.amazon.com/neurondevice": "2"}))], "trn2.48xlarge"
+    )
     [request] = only.claim.spec.requests
     [alt] = request.alternatives
     assert alt.device_class == "extended-resource-neurondevice.neuron.aws.com"
@@ -99,13 +100,17 @@ def test_requests_win_over_limits_and_init_containers_reuse_later_devices(
 def test_workload_pods_and_their_order(tmp_path: Path) -> None:
     template = pod(container("c", {"aws.amazon.com/neuron": 8}))
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
         "spec": {"replicas": 2, "template": {"spec": template["spec"]}},
-    }  # fmt: skip
+    }
     cronjob = {
-        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly"},
         "spec": {"jobTemplate": {"spec": {"template": {"spec": template["spec"]}}}},
-    }  # fmt: skip
+    }
     outcomes = run(tmp_path, [deployment, cronjob], "trn2.48xlarge")
     assert [o.claim.pod for o in outcomes] == [
         "default/web-00000",
@@ -124,14 +129,26 @@ def test_pods_without_served_resources_are_ignored(tmp_path: Path) -> None:
 
 def test_a_class_among_the_inputs_serves_its_name(tmp_path: Path) -> None:
     custom = {
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "first"},
-        "spec": {"extendedResourceName": "example.com/first-device", "selectors": [{"cel": {
-            "expression": "device.attributes['neuron.aws.com'].resourceType == 'neuron_device' "
-                          "&& device.attributes['neuron.aws.com'].deviceId == 0"}}]},
-    }  # fmt: skip
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "first"},
+        "spec": {
+            "extendedResourceName": "example.com/first-device",
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": "device.attributes['neuron.aws.com'].resourceType "
+                        "== 'neuron_device' && device.attributes['neuron.aws.com'].deviceId == 0"
+                    }
+                }
+            ],
+        },
+    }
     implicit = {"deviceclass.resource.kubernetes.io/first": 1}
-    asks = [pod(container("c", {"example.com/first-device": 1})),
-            pod(container("c", implicit), name="q")]  # fmt: skip
+    asks = [
+        pod(container("c", {"example.com/first-device": 1})),
+        pod(container("c", implicit), name="q"),
+    ]
     first, second = run(tmp_path, [custom, *asks], "trn2.48xlarge")
     assert devices(first) == ["neurondevice0"]
     assert not second.allocated  # the one device the class selects is taken

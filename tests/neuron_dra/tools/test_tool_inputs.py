@@ -213,8 +213,9 @@ def test_too_many_simulated_nodes_are_refused_before_any_is_built(
     assert "--node asks for 100,000 nodes; simulate builds at most 5,000" in captured.err
     built: list[tuple[int, int]] = []
     with pytest.raises(InputError, match="5,001 nodes"):
-        simulated_nodes([("inf1.xlarge", 5_000), ("trn2.48xlarge", 1)],
-                        progress=lambda *a: built.append(a))  # fmt: skip
+        simulated_nodes(
+            [("inf1.xlarge", 5_000), ("trn2.48xlarge", 1)], progress=lambda *a: built.append(a)
+        )
     assert built == []
     simulated_nodes([("inf1.xlarge", 2)], progress=lambda *a: built.append(a))
     assert built == [(1, 2), (2, 2)]
