@@ -18,8 +18,11 @@ KEPT = REPO / "bench" / "results"
 def check(page: Path = PAGE, results: Path = KEPT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(TABLES), "--check", "--page", str(page), "--results", str(results)],
-        capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def test_the_fleet_page_is_what_the_kept_runs_give() -> None:
@@ -50,3 +53,13 @@ def test_a_page_without_markers_is_refused(tmp_path: Path) -> None:
     page.write_text("| a | b |\n|---|---|\n| 1 | 2 |\n")
     done = check(page=page)
     assert done.returncode == 1 and "no generated table" in done.stderr
+
+
+def test_a_layout_measured_at_two_sizes_in_two_runs_keeps_both() -> None:
+    """A run of 2,000 nodes beside one of 1,000 adds rows; it replaces none."""
+    page = PAGE.read_text()
+    for size in ("1,000", "2,000"):
+        for layout in ("devices", "partitions"):
+            carried = next(line for line in page.splitlines() if line.startswith(f"| {layout} |"))
+            assert f"{size}: " in carried, (layout, size)
+        assert f"| {size}, 90% full | 1 device |" in page
