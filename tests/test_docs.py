@@ -47,16 +47,20 @@ def test_the_offline_commands_run(tmp_path: Path) -> None:
     """As written, in a shell at the repository root; a node's own `/` is a fake trn2 node
     and /tmp is the test's."""
     fake = tmp_path / "node"
-    subprocess.run([str(NEURON_DRA), "fake-node", "--instance-type", "trn2.48xlarge",
-                    "--out", str(fake)], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [str(NEURON_DRA), "fake-node", "--instance-type", "trn2.48xlarge", "--out", str(fake)],
+        check=True,
+        capture_output=True,
+    )
     env = {**os.environ, "NODE_NAME": "node-a", "PATH": f"{NEURON_DRA.parent}:{os.environ['PATH']}"}
     ran = run_by(doc_commands.OFFLINE)
     assert len(ran) >= 8, ran
     for command in ran:
         text = command.text.replace("--sysfs-root /", f"--sysfs-root {fake}")
         text = text.replace("/tmp/", f"{tmp_path}/").replace("--picture ", f"--picture {tmp_path}/")
-        done = subprocess.run(["bash", "-c", text], cwd=REPO, env=env, check=False,
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", text], cwd=REPO, env=env, check=False, capture_output=True, text=True
+        )
         assert done.returncode == 0, (str(command), done.stdout[-2000:], done.stderr[-2000:])
         assert done.stdout.strip() or command.argv[0] == "source", command  # loads, prints none
 
@@ -138,3 +142,15 @@ def test_the_e2e_layout_table_names_every_module() -> None:
     }
     assert sorted(modules - named) == []
     assert sorted(named - modules) == []
+
+
+def test_the_prepare_path_names_each_function_where_it_starts() -> None:
+    """docs/contributors/prepare-path.md: each `file:line` is where the function or
+    class named just before it is defined, so the page moves with the code."""
+    text = (REPO / "docs/contributors/prepare-path.md").read_text()
+    found = re.findall(r"`([\w.]+)`[^`]{0,25}?`(neuron_dra/[\w/]+\.py):(\d+)`", text)
+    assert len(found) >= 20, found
+    for dotted, path, line in found:
+        name = dotted.rpartition(".")[2]
+        source = (REPO / path).read_text().splitlines()[int(line) - 1]
+        assert re.match(rf"\s*(async )?(def|class) {name}\b", source), (name, path, line, source)
