@@ -71,10 +71,18 @@ def test_the_charts_defaults_are_the_drivers() -> None:
     rendered, defaults = parser().parse_args(command[1:]), parser().parse_args(["run"])
     chosen = {"log_format", "metrics_port"}  # json logs and metrics in a cluster
     assert given - chosen - {"run"} == {
-        "log_level", "health_interval", "health_recovery", "unhealthy_effect",
-        "health_heartbeat_timeout", "metrics_auth", "pod_resources_interval",
-        "rediscover_interval", "ultraserver_devices", "neuron_cores",
-    }  # fmt: skip
+        "log_level",
+        "health_interval",
+        "health_recovery",
+        "unhealthy_effect",
+        "health_heartbeat_timeout",
+        "metrics_auth",
+        "pod_resources_interval",
+        "rediscover_interval",
+        "withdraw_after",
+        "ultraserver_devices",
+        "neuron_cores",
+    }
     for dest in given - chosen - {"run"}:
         assert getattr(rendered, dest) == getattr(defaults, dest), dest
 
@@ -124,11 +132,17 @@ def test_the_charts_instance_types_are_the_catalogue() -> None:
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
     assert term["matchExpressions"] == [
-        {"key": "node.kubernetes.io/instance-type", "operator": "In",
-         "values": list(INSTANCE_TYPES)},
-        {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn",
-         "values": ["fargate", "hybrid", "auto"]},
-    ]  # fmt: skip
+        {
+            "key": "node.kubernetes.io/instance-type",
+            "operator": "In",
+            "values": list(INSTANCE_TYPES),
+        },
+        {
+            "key": "eks.amazonaws.com/compute-type",
+            "operator": "NotIn",
+            "values": ["fargate", "hybrid", "auto"],
+        },
+    ]
 
 
 def test_tolerations_as_the_aws_driver() -> None:
@@ -136,9 +150,13 @@ def test_tolerations_as_the_aws_driver() -> None:
     assert tolerations == [
         {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "CriticalAddonsOnly", "operator": "Exists"},
-        {"key": "sagemaker.amazonaws.com/node-health-status", "operator": "Equal",
-         "value": "Unschedulable", "effect": "NoSchedule"},
-    ]  # fmt: skip
+        {
+            "key": "sagemaker.amazonaws.com/node-health-status",
+            "operator": "Equal",
+            "value": "Unschedulable",
+            "effect": "NoSchedule",
+        },
+    ]
 
 
 def test_only_the_drivers_own_plugin_directory_is_mounted() -> None:
@@ -188,14 +206,19 @@ def test_the_installer_runs_the_kubectl_on_path(tmp_path: Path) -> None:
     env |= {"PATH": f"{stub_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
     result = subprocess.run(
         [str(INSTALLER), "registry.invalid/neuron-dra:1.0.0", "--timeout", "300s"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 3, (result.returncode, result.stderr)
     assert "cannot reach the cluster of context '(none)'" in result.stderr, result.stderr
     assert "no cluster here" in result.stderr
     assert calls.read_text().splitlines() == [
-        "config current-context", "version --request-timeout=15s -o json",
-    ]  # fmt: skip
+        "config current-context",
+        "version --request-timeout=15s -o json",
+    ]
 
 
 def test_a_rolling_update_waits_for_a_registered_pod() -> None:
@@ -232,8 +255,10 @@ def test_one_extended_resource_class_per_device_plugin_name() -> None:
         if "extendedResourceName" in d["spec"]
     }
     assert sorted(names) == [
-        "aws.amazon.com/neuron", "aws.amazon.com/neuroncore", "aws.amazon.com/neurondevice",
-    ]  # fmt: skip
+        "aws.amazon.com/neuron",
+        "aws.amazon.com/neuroncore",
+        "aws.amazon.com/neurondevice",
+    ]
 
 
 def test_each_class_selects_exactly_its_kinds_of_device() -> None:
