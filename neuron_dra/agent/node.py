@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from http import HTTPStatus
 
 from consts import DRIVER_NAME, NODE_DEVICE_NAME
@@ -26,6 +27,7 @@ from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_i
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.slices import leader
+from neuron_dra.agent.slices.deviceplugin import DevicePluginGuard
 from neuron_dra.agent.slices.holdoff import already_held, hold_off
 from neuron_dra.agent.slices.labels import LabelKeeper
 from neuron_dra.agent.slices.nodewatch import NodeWatch
@@ -92,6 +94,7 @@ class Agent:
             kube, options.node_name, lambda: ultraserver_labels(self.inventory)
         )
         self.node_watch = NodeWatch(kube, options.node_name, self._node_seen)
+        self.device_plugin = DevicePluginGuard(options.node_name)
         self.loops = Supervisor(plugin.health)
         self.metrics = Metrics()
         self.metrics.gauges = self._gauges
@@ -193,7 +196,13 @@ class Agent:
             Unhealthy(device, p.kind, self.options.unhealthy_effect, p.since)
             for device, p in sorted(self.health.problems.items())
         )
-        return NodeState(self.inventory, unhealthy, self._held, self.topology, self._kept)
+        # Where the device plugin serves the node, no device is published (`deviceplugin`).
+        inventory = (
+            replace(self.inventory, devices=(), ultraserver=None)
+            if self.device_plugin.active
+            else self.inventory
+        )
+        return NodeState(inventory, unhealthy, self._held, self.topology, self._kept)
 
     def _look_again(self) -> NodeInventory:
         """Rediscovery, in its daemon thread: the devices found, each watched from now
@@ -267,6 +276,8 @@ class Agent:
         topology labels followed."""
         if node is None:
             return
+        if self.device_plugin.seen(node):
+            self.publisher.refresh(self.source.build)
         topology, problems = from_labels(node.get("metadata", {}).get("labels"))
         if problems != self._topology_problems:
             for problem in problems:
@@ -344,6 +355,7 @@ class Agent:
         samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)
         samples += read_only_samples(self.read_only_mounts)
         samples += self.health_poll.samples(node)
+        samples += self.device_plugin.samples()
         up = float(self.pod_resources.up)
         samples.append(Sample("neuron_dra_pod_resources_up", (("node", node),), up))
         samples += self.pod_resources.samples(self.inventory, node)

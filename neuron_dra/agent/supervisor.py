@@ -5,9 +5,7 @@ While a loop waits to be started again the plugin is not ready; a loop that fail
 again and again (`FAILURES_NOT_LIVE` times, each within `STEADY_S` of its start)
 also makes liveness fail, so the kubelet restarts the container where no restart of
 the loop helps. A loop that has run `STEADY_S` without failing is well again: its
-backoff and its count start over. Nothing is left to die silently: before, the
-kubelet registration loop died of one `NotADirectoryError` and the socket was never
-served again.
+backoff and its count start over. Nothing is left to die silently.
 """
 
 from __future__ import annotations

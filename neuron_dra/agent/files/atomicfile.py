@@ -1,12 +1,12 @@
 """Whole-file replacement: readers see the old content or the new, never a mix.
 
 Every prepare writes a CDI spec and the checkpoint this way, so the write is
-kept lean: 33 us on tmpfs, where `tempfile.mkstemp` and pathlib made it 70 us
-(drawing and trying a random name, then converting paths at each call). The
-temp file beside the target is named by a token the process draws once and the
-writing thread's id, which differs between writes that run at once (a thread
-makes one at a time), even between a rolling update's two agents, whose pid
-namespaces may give both pid 1 and the same thread ids. It is created
+kept lean: no `tempfile.mkstemp` (a random name drawn and tried each call; its
+cost is in docs/contributors/performance.md). The temp file beside the target is
+named by a token the process draws once and the writing thread's id, which
+differs between writes that run at once (a thread makes one at a time), even
+between a rolling update's two agents, whose pid namespaces may give both pid 1
+and the same thread ids. It is created
 exclusively and never followed as a link, as mkstemp's is; one found there
 (planted, say) is removed first, whatever it is.
 

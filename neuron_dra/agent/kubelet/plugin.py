@@ -11,11 +11,10 @@ Socket names and stale sockets are `sockets`'; the probes' health service is
 `readiness`'.
 
 The DRA socket is served by grpcio's synchronous server: each call runs in one
-of its worker threads from request to answer, with no hop to the event loop
-and back. Beside `grpc.aio` it took 0.09 ms off an empty call, and 0.33 ms off
-a call whose blocking work took three trips to worker threads (docs/contributors/
-decisions.md). The registration and probe sockets, called a few times an hour,
-stay on the event loop with the rest of the agent.
+of its worker threads from request to answer, with no hop to the event loop and
+back (the measurements: docs/contributors/performance.md, "The threading model").
+The registration and probe sockets, called a few times an hour, stay on the
+event loop with the rest of the agent.
 """
 
 from __future__ import annotations

@@ -125,6 +125,11 @@ METRICS: dict[str, Spec] = {
         "Host mounts the DaemonSet asks to be recursively read-only, by state: effective, "
         "or not_effective (a mount below one is still read-write: the runtime fell back).",
     ),
+    "neuron_dra_device_plugin_conflict": Spec(
+        "gauge",
+        "1 while the Neuron device plugin serves this node too: the driver publishes no "
+        "device there until it is gone.",
+    ),
     "neuron_dra_pod_resources_up": Spec(
         "gauge", "1 when the kubelet's PodResources API answered its last call."
     ),
