@@ -115,7 +115,10 @@ def node_slices(instance_type: str, layout: Layout, node: str = TEMPLATE_NODE) -
     """The agent's slices for a simulated node of the type."""
     spec = INSTANCE_TYPES[instance_type]
     inventory = simulated_inventory(
-        node, instance_type, ultraserver=FakeUltraServer() if spec.ultraserver else None
+        node,
+        instance_type,
+        ultraserver=FakeUltraServer() if spec.ultraserver else None,
+        pci_parents=True,
     )
     options = SliceOptions(node, counter_layout=layout.counter_layout, cores=layout.cores)
     return build_slices(inventory, options)

@@ -55,7 +55,7 @@ def test_templates_are_what_a_node_of_the_type_publishes(
         if INSTANCE_TYPES[instance_type].ultraserver
         else None
     )
-    root = fake_node(instance_type, name="ip-10-0-3-7", ultraserver=unit)
+    root = fake_node(instance_type, name="ip-10-0-3-7", ultraserver=unit, pci_parents=True)
     devices, counters = _node_devices(root, "ip-10-0-3-7", LAYOUTS[version])
     dynamic = templates([instance_type], version, None)[instance_type]
     [template] = dynamic["resourceSliceTemplates"]
