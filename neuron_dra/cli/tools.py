@@ -97,6 +97,33 @@ def add_commands(subparsers: SubParsers) -> None:
     )
     cmd.set_defaults(command=_lint)
 
+    cmd = subparsers.add_parser(
+        "templates",
+        help="print what a node of each instance type publishes, as Karpenter's "
+        "DynamicResources (JSON)",
+    )
+    cmd.add_argument(
+        "--instance-type",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="only this instance type; repeat for several (default: every type the driver knows)",
+    )
+    cmd.add_argument(
+        "--kubernetes-version",
+        default="1.36",
+        metavar="MAJOR.MINOR",
+        help="the release of the cluster: it decides the counter layout and whether cores "
+        "are devices (default: 1.36)",
+    )
+    cmd.add_argument(
+        "--neuron-cores",
+        choices=["on", "off"],
+        help="on: each logical NeuronCore a device too (1.36+); off: whole devices only "
+        "(default: what the agent publishes on that release)",
+    )
+    cmd.set_defaults(command=_templates)
+
 
 class Progress:
     """How far a long step is, on stderr: on a terminal a line rewritten in place once the
@@ -218,6 +245,20 @@ def _simulate(args: argparse.Namespace) -> int:
     # A claim placed but one the driver would refuse to prepare fails as surely as one
     # never placed: the pod would not start either way.
     return 0 if all(o.allocated and not o.prepare_error for o in outcomes) else 1
+
+
+def _templates(args: argparse.Namespace) -> int:
+    from neuron_dra.tools import templates  # noqa: PLC0415
+
+    types = args.instance_type or sorted(INSTANCE_TYPES)
+    try:
+        out = templates.templates(types, args.kubernetes_version, args.neuron_cores)
+    except templates.TemplateError as err:
+        print(f"neuron-dra templates: {err}", file=sys.stderr)
+        return 2
+    json.dump(out, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
 
 
 def _lint(args: argparse.Namespace) -> int:
