@@ -153,10 +153,14 @@ def templates_of(slices: Iterable[Json]) -> Json:
         for names in by_value.values()
         if len(names) > 1
     ]
-    template: Json = {"driver": driver, "pool": {"name": pool}, "devices": devices}
+    # Karpenter ignores the devices of a template that also has shared counters
+    # (pkg/cloudprovider/dynamicresources.go): the counters get a template of their own.
+    slice_templates: list[Json] = [{"driver": driver, "pool": {"name": pool}, "devices": devices}]
     if counters:
-        template["sharedCounters"] = counters
-    return {"resourceSliceTemplates": [template], "attributeBindings": bindings}
+        slice_templates.append(
+            {"driver": driver, "pool": {"name": pool}, "sharedCounters": counters}
+        )
+    return {"resourceSliceTemplates": slice_templates, "attributeBindings": bindings}
 
 
 # A template's pool is that of a node not yet made: its name is a placeholder.
