@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from consts import DRIVER_NAME
+from neuron_dra.agent.slices.deviceplugin import plugin_resources
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
 
@@ -19,11 +20,6 @@ List = Callable[[str], list[Json]]
 OLDEST = (1, 34)
 CLASSES = (DRIVER_NAME, f"neuroncore.{DRIVER_NAME}")
 POLICIES = ("neuron-dra-resourceslices", "neuron-dra-node-labels")
-DEVICE_PLUGIN_RESOURCES = (
-    "aws.amazon.com/neuron",
-    "aws.amazon.com/neuroncore",
-    "aws.amazon.com/neurondevice",
-)
 INSTALL_FIX = "install the driver: helm install neuron-dra deploy/helm/neuron-dra (install.md)"
 
 
@@ -121,13 +117,7 @@ def _nodes(get: Get, list_: List) -> list[Check]:
     else:
         checks.append(ok("neuron nodes", f"{len(neuron)} publish their devices"))
     both = sorted(
-        name
-        for name, node in neuron.items()
-        if name in served
-        and any(
-            _quantity((node.get("status") or {}).get("allocatable", {}).get(r))
-            for r in DEVICE_PLUGIN_RESOURCES
-        )
+        name for name, node in neuron.items() if name in served and plugin_resources(node)
     )
     if both:
         checks.append(
@@ -142,10 +132,3 @@ def _nodes(get: Get, list_: List) -> list[Check]:
     else:
         checks.append(ok("device plugin", "no node served by both the driver and the plugin"))
     return checks
-
-
-def _quantity(value: object) -> int:
-    try:
-        return int(str(value)) if value is not None else 0
-    except ValueError:
-        return 0
