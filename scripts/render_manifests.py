@@ -83,7 +83,8 @@ def helm() -> Path:
 
 def helm_template(helm_bin: Path, chart: Path = CHART) -> str:
     # The chart's schema wants a real repository and tag; the script wants a bare word.
-    sets = f"image.repository={_RENDERED_REPOSITORY},image.tag={_RENDERED_TAG}"
+    # The script has no `helm test`: the test pod and its claim template are left out.
+    sets = f"image.repository={_RENDERED_REPOSITORY},image.tag={_RENDERED_TAG},tests.enabled=false"
     args = [
         str(helm_bin),
         "template",

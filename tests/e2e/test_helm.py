@@ -139,7 +139,8 @@ def offline(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 def template(helm_bin: Path, env: dict[str, str], *values: str) -> list[Obj]:
-    out = ok(run([str(helm_bin), "template", RELEASE, str(CHART), *values], env))
+    """What `helm install` makes with `values` (not the `helm test` hooks)."""
+    out = ok(run([str(helm_bin), "template", RELEASE, str(CHART), "--skip-tests", *values], env))
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -155,6 +156,49 @@ def container_of(objects: list[Obj]) -> Obj:
 
 
 # --------------------------------------------------------------------- offline
+
+
+def test_the_helm_test_pod_claims_one_device(helm_bin: Path, offline: dict[str, str]) -> None:
+    """`helm test` runs a pod, a hook the next `helm test` replaces, using the claim
+    template for one whole device that the chart installs; the pod runs the plugin's
+    image unless `tests.image` names another, and `tests.enabled=false` leaves both
+    out. (It runs on the real node: test_realnode.py.)"""
+    show = ("--show-only=templates/tests/claim.yaml", *IMAGE_VALUES)
+    out = ok(run([str(helm_bin), "template", RELEASE, str(CHART), *show], offline))
+    rendered = {doc["kind"]: doc for doc in yaml.safe_load_all(out) if doc}
+    claim_template, pod = rendered["ResourceClaimTemplate"], rendered["Pod"]
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "test"
+    assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation"
+    # Not a hook: `helm test --logs` would read its logs as a pod's.
+    assert "annotations" not in claim_template["metadata"]
+    [request] = claim_template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "neuron.aws.com"
+    assert request["exactly"]["count"] == 1
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "neuron", "resourceClaimTemplateName": claim_template["metadata"]["name"]}
+    ]
+    # The DaemonSet deletes a pod its selector matches on its node, as one too many.
+    [daemonset] = [
+        o for o in template(helm_bin, offline, *IMAGE_VALUES) if o["kind"] == "DaemonSet"
+    ]
+    selector = daemonset["spec"]["selector"]["matchLabels"].items()
+    assert not selector <= pod["metadata"]["labels"].items()
+    [container] = pod["spec"]["containers"]
+    assert container["image"] == f"{REPOSITORY}:1.0.0"
+    assert container["resources"]["claims"] == [{"name": "neuron"}]
+    assert pod["spec"]["tolerations"][0]["key"] == "aws.amazon.com/neuron"
+    other = "registry.example/busybox:1"
+    out = ok(
+        run(
+            [str(helm_bin), "template", RELEASE, str(CHART), *show, f"--set=tests.image={other}"],
+            offline,
+        )
+    )
+    [pod] = [doc for doc in yaml.safe_load_all(out) if doc and doc["kind"] == "Pod"]
+    assert pod["spec"]["containers"][0]["image"] == other
+    off = template(helm_bin, offline, *IMAGE_VALUES, "--set=tests.enabled=false")
+    assert not [o for o in off if o["kind"] == "ResourceClaimTemplate"]
 
 
 def test_lint(helm_bin: Path, offline: dict[str, str]) -> None:
@@ -287,6 +331,8 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
             *["ValidatingAdmissionPolicy"] * 3,
             *["ValidatingAdmissionPolicyBinding"] * 3,
             "NetworkPolicy",
+            # The `helm test` pod's claim template.
+            "ResourceClaimTemplate",
         ]
     )
     service = by_key(objects)[("Service", "neuron-dra-metrics")]
@@ -386,6 +432,7 @@ def test_parts_turn_off(helm_bin: Path, offline: dict[str, str]) -> None:
         "--set=metrics.enabled=false",
         "--set=configPolicy.enabled=false",
         "--set=networkPolicy.enabled=false",
+        "--set=tests.enabled=false",
     )
     assert sorted({o["kind"] for o in objects}) == [
         "ClusterRole",
@@ -473,7 +520,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 19, keys
+    assert len(keys) == 20, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
         assert {name: labels.get(name) for name in STANDARD_LABELS} == STANDARD_LABELS, k
@@ -490,8 +537,8 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
 def test_the_server_accepts_the_rendered_objects(
     helm_bin: Path, cluster: Cluster, installed: tuple[str, list[Key]]
 ) -> None:
-    """`helm template`, then a server-side dry run of every object: schema, defaults and
-    admission as for a real write, and nothing changes."""
+    """`helm template`, then a server-side dry run of every object (the `helm test` ones
+    too): schema, defaults and admission as for a real write, and nothing changes."""
     _, keys = installed
     before = object_state(cluster, keys)
     env = helm_env(cluster.workdir, cluster.kubeconfig)
@@ -526,7 +573,9 @@ def test_the_server_accepts_the_rendered_objects(
         )
     )
     assert "daemonset.apps/neuron-dra serverside-applied (server dry run)" in applied
-    assert applied.count("(server dry run)") == len(keys)
+    # What the install made, and the `helm test` pod, which the template shows too.
+    assert "pod/neuron-dra-test serverside-applied (server dry run)" in applied
+    assert applied.count("(server dry run)") == len(keys) + 1
     assert object_state(cluster, keys) == before
 
 

@@ -27,9 +27,10 @@ from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra_harness import realcluster, scrape
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.realcluster import INSTANCE_TYPE, NODE, RealCluster
+from tests import doc_commands
 from tests.e2e.test_cores import visible
 from tests.e2e.test_examples import load
-from tests.e2e.test_helm import CHART, RELEASE, helm, ok
+from tests.e2e.test_helm import CHART, RELEASE, helm, helm_env, ok, run
 from tests.e2e.test_plugin import claim_of, expected_env, namespace, pod_using
 
 REPO = Path(__file__).resolve().parents[2]
@@ -367,8 +368,9 @@ def test_the_helm_chart_installs_the_same_driver(
 ) -> None:
     """Last: the script's installation removed, the chart's in its place with the values
     file of docs/operators/install.md (node selector, tolerations, pull secret, SELinux
-    options, annotations, resources, log level), a pod using a device again, and `helm
-    uninstall` leaving no plugin pod behind."""
+    options, annotations, resources, log level), a pod using a device again, the documented
+    `helm test` passing with the device and cores its pod got, and `helm uninstall` leaving
+    no plugin pod behind."""
     real.install("--uninstall")
     real.cluster.wait_for("the plugin pod gone", lambda: not real.plugin_pods(), 120.0)
     page = (REPO / "docs/operators/install.md").read_text()
@@ -412,6 +414,14 @@ def test_the_helm_chart_installs_the_same_driver(
     _, uid = user_pod(real, ns, "under-helm")
     real.cluster.delete("v1", "Pod", "under-helm", ns)
     wait_released(real, ns, "under-helm", uid)
+    [documented] = doc_commands.run_by(doc_commands.HELM_TEST)
+    env = helm_env(real.cluster.workdir, real.cluster.kubeconfig)
+    tested = run([str(helm_bin), *documented.argv[1:]], env, cwd=REPO, timeout=180)
+    events = real.cluster.kubectl("get", "events", "-n", "neuron-dra", check=False).stdout
+    assert tested.returncode == 0, f"{documented}\n{tested.stdout}\n{tested.stderr}\n{events}"
+    assert "Phase:          Succeeded" in tested.stdout, tested.stdout
+    assert re.search(r"^devices: neuron\d+$", tested.stdout, re.MULTILINE), tested.stdout
+    assert re.search(r"^NEURON_RT_VISIBLE_CORES=\d+(-\d+)?$", tested.stdout, re.MULTILINE)
     ok(helm(helm_bin, real.cluster, "uninstall", RELEASE, "--wait", "--timeout=120s"))
     # The namespace is the operator's and stays; the DaemonSet's pods go after it.
     real.cluster.wait_for("the chart's plugin pod gone", lambda: not real.plugin_pods(), 120.0)
