@@ -144,6 +144,17 @@ core takes 1, the device all of them, the whole-node device all of every one.
 TAINT_UNHEALTHY: Final = "neuron.aws.com/unhealthy"
 """Taint key on an unhealthy device; the value is the error kind."""
 
+TAINT_UNWATCHED: Final = "neuron.aws.com/unwatched"
+"""Informational taint key (effect None): no health file of the device can be read."""
+
+TAINT_CORRECTED_ECC: Final = "neuron.aws.com/corrected-ecc"
+"""Informational taint key (effect None): corrected ECC errors rose; the value names
+the memories (`Hbm`, `Sram`, `Hbm.Sram`)."""
+
+TAINT_HEARTBEAT_SLOW: Final = "neuron.aws.com/heartbeat-slow"
+"""Informational taint key (effect None): the firmware heartbeat has stood still for
+half of the time that takes the device out of service."""
+
 # --- Node labels ------------------------------------------------------------
 
 LABEL_INSTANCE_TYPE: Final = "node.kubernetes.io/instance-type"

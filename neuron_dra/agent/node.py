@@ -46,7 +46,7 @@ from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.nodelabels import ultraserver_labels
 from neuron_dra.resources.nodetopology import NodeTopology, from_labels
-from neuron_dra.resources.slices import Unhealthy
+from neuron_dra.resources.taints import Unhealthy
 
 log = logging.getLogger("neuron_dra")
 
@@ -118,6 +118,7 @@ class Agent:
             else None
         )
         self.health = look.health
+        self._notices = self.health.notices.all()  # as the slices were last built with
         self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
         boot = look.boot_id
@@ -202,7 +203,9 @@ class Agent:
             if self.device_plugin.active
             else self.inventory
         )
-        return NodeState(inventory, unhealthy, self._held, self.topology, self._kept)
+        return NodeState(
+            inventory, unhealthy, self._held, self.topology, self._kept, self.health.notices.all()
+        )
 
     def _look_again(self) -> NodeInventory:
         """Rediscovery, in its daemon thread: the devices found, each watched from now
@@ -314,6 +317,10 @@ class Agent:
             await asyncio.sleep(self.options.health_interval_s)
             try:
                 changes = await self.health_poll()
+                notices = self.health.notices.all()
+                if notices != self._notices:
+                    self._notices = notices
+                    self.publisher.refresh(self.source.build)  # informational taints
                 if not changes:
                     continue
                 self.publisher.refresh(self.source.build)
