@@ -295,9 +295,10 @@ def check_probes_and_writes(
         path = f"spec.nodeName={own}"
         return cluster.list_objects("resource.k8s.io/v1", "ResourceSlice", field_selector=path)
 
-    async def probe(kube: Kube) -> tuple[bool, dict[CounterLayout, features.Answer]]:
+    async def probe(kube: Kube) -> tuple[bool, bool, dict[CounterLayout, features.Answer]]:
         taints = await features.probe_taints(kube, own)
-        return taints, await features.probe_counter_layout(kube, slices)
+        notices = await features.probe_informational_taints(kube, own)
+        return taints, notices, await features.probe_counter_layout(kube, slices)
 
     plugin, admin = plugin_kube(cluster, own), Kube.connect(cluster.kubeconfig)
     caplog.set_level(logging.INFO, logger="neuron_dra.agent.slices.features")
