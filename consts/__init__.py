@@ -175,6 +175,10 @@ LABEL_ULTRASERVER_NODE_ID_2: Final = "neuron.amazonaws.com/ultraserver-node-id-2
 LABEL_ULTRASERVER_NODE_ID_4: Final = "neuron.amazonaws.com/ultraserver-node-id-4"
 """Position of the node within its 4-node UltraServer."""
 
+LABEL_NEURON_PRESENT: Final = "neuron.amazonaws.com/present"
+"""`true` on a node with Neuron devices: Neuron Observer's DaemonSet selects nodes by it
+(the Neuron device plugin sets it too)."""
+
 LABEL_NETWORK_NODE_LAYER_PREFIX: Final = "topology.k8s.aws/network-node-layer-"
 """Prefix of the EC2 instance topology labels EKS puts on a Node, then the layer 1..4."""
 

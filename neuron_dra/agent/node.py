@@ -44,7 +44,7 @@ from neuron_dra.agent.telemetry.metricsauth import RESULTS, REVIEWS_METRIC, Auth
 from neuron_dra.agent.telemetry.mounts import read_only_samples
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
-from neuron_dra.resources.nodelabels import ultraserver_labels
+from neuron_dra.resources.nodelabels import owned_labels
 from neuron_dra.resources.nodetopology import NodeTopology, from_labels
 from neuron_dra.resources.taints import Unhealthy
 
@@ -90,9 +90,7 @@ class Agent:
         # The Node's EC2 network topology labels, followed with the Node.
         self.topology = NodeTopology()
         self._topology_problems: tuple[str, ...] = ()
-        self.labels = LabelKeeper(
-            kube, options.node_name, lambda: ultraserver_labels(self.inventory)
-        )
+        self.labels = LabelKeeper(kube, options.node_name, lambda: owned_labels(self.inventory))
         self.node_watch = NodeWatch(kube, options.node_name, self._node_seen)
         self.device_plugin = DevicePluginGuard(options.node_name)
         self.loops = Supervisor(plugin.health)
@@ -310,7 +308,7 @@ class Agent:
                     await self.labels.keep(self.node_watch.node)
                 except ApiError as err:
                     # The next state of the Node seen retries it.
-                    log.warning("UltraServer labels not set: %s", err)
+                    log.warning("Node labels not set: %s", err)
 
     async def _watch_health(self) -> None:
         while True:

@@ -394,6 +394,14 @@ def check_own_nodes_ultraserver_labels(cluster: Cluster, own: str, other: str) -
     assert patched.status == 200, patched.message
     assert cluster.get("v1", "Node", own)["metadata"]["labels"][label] == "us-1"
     assert patch(own, {label: None}).status == 200
+    # Neuron Observer's label: "true" or gone, nothing else.
+    present = "neuron.amazonaws.com/present"
+    assert patch(own, {present: "true"}).status == 200
+    assert cluster.get("v1", "Node", own)["metadata"]["labels"][present] == "true"
+    denied = patch(own, {present: "false"})
+    assert denied.status == 403, denied.message
+    assert 'neuron.amazonaws.com/present (to "true")' in denied.message
+    assert patch(own, {present: None}).status == 200
 
     denied = patch(other, {label: "us-1"})
     assert denied.status == 403, denied.message
