@@ -20,6 +20,7 @@ import pytest
 from consts import (
     DEVICE_NAME_PREFIX,
     DRIVER_NAME,
+    LABEL_NEURON_PRESENT,
     NODE_DEVICE_NAME,
     RESOURCE_TYPE_NODE,
     TAINT_UNWATCHED,
@@ -214,6 +215,27 @@ def test_unwatched_devices_carry_an_informational_taint_where_served(
     assert said == (0 if served else 1)  # off: said once
     cluster.delete("v1", "Pod", pod, "default")
     record_property("detail", "effect None" if served else "not published: the server drops them")
+
+
+@pytest.mark.versions(check="Observer label")
+def test_every_neuron_node_is_labelled_for_neuron_observer(
+    release: dict[str, SimulatedNode], record_property: Any
+) -> None:
+    """Neuron Observer's DaemonSet selects `neuron.amazonaws.com/present: "true"`."""
+    cluster = cluster_of(release)
+
+    def labelled() -> list[str]:
+        return [
+            name
+            for name, node in release.items()
+            if cluster.get("v1", "Node", node.name)["metadata"]
+            .get("labels", {})
+            .get(LABEL_NEURON_PRESENT)
+            == "true"
+        ]
+
+    cluster.wait_for("every node labelled", lambda: sorted(labelled()) == sorted(release), 30)
+    record_property("detail", f"{LABEL_NEURON_PRESENT}=true")
 
 
 @pytest.mark.versions(check="health")
