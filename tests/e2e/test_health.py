@@ -246,6 +246,10 @@ def test_the_informational_taint_probe_knows_the_release(
     kube = Kube.connect(cluster.kubeconfig)
     served = asyncio.run(features.probe_informational_taints(kube, node.name))
     assert served is (cluster.binaries.minor >= 35)
+    # Its plugin said what it decided, once, and the refusal's detail only at debug level.
+    assert node.plugin is not None
+    said = node.plugin.log_path.read_text().count("informational device taints")
+    assert said == (0 if served else 1)
 
 
 def test_a_taint_is_dated_when_the_problem_was_first_seen(
