@@ -144,6 +144,17 @@ core takes 1, the device all of them, the whole-node device all of every one.
 TAINT_UNHEALTHY: Final = "neuron.aws.com/unhealthy"
 """Taint key on an unhealthy device; the value is the error kind."""
 
+TAINT_UNWATCHED: Final = "neuron.aws.com/unwatched"
+"""Informational taint key (effect None): no health file of the device can be read."""
+
+TAINT_CORRECTED_ECC: Final = "neuron.aws.com/corrected-ecc"
+"""Informational taint key (effect None): corrected ECC errors rose; the value names
+the memories (`Hbm`, `Sram`, `Hbm.Sram`)."""
+
+TAINT_HEARTBEAT_SLOW: Final = "neuron.aws.com/heartbeat-slow"
+"""Informational taint key (effect None): the firmware heartbeat has stood still for
+half of the time that takes the device out of service."""
+
 # --- Node labels ------------------------------------------------------------
 
 LABEL_INSTANCE_TYPE: Final = "node.kubernetes.io/instance-type"
@@ -163,6 +174,10 @@ LABEL_ULTRASERVER_NODE_ID_2: Final = "neuron.amazonaws.com/ultraserver-node-id-2
 
 LABEL_ULTRASERVER_NODE_ID_4: Final = "neuron.amazonaws.com/ultraserver-node-id-4"
 """Position of the node within its 4-node UltraServer."""
+
+LABEL_NEURON_PRESENT: Final = "neuron.amazonaws.com/present"
+"""`true` on a node with Neuron devices: Neuron Observer's DaemonSet selects nodes by it
+(the Neuron device plugin sets it too)."""
 
 LABEL_NETWORK_NODE_LAYER_PREFIX: Final = "topology.k8s.aws/network-node-layer-"
 """Prefix of the EC2 instance topology labels EKS puts on a Node, then the layer 1..4."""

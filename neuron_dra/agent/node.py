@@ -44,9 +44,9 @@ from neuron_dra.agent.telemetry.metricsauth import RESULTS, REVIEWS_METRIC, Auth
 from neuron_dra.agent.telemetry.mounts import read_only_samples
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
-from neuron_dra.resources.nodelabels import ultraserver_labels
+from neuron_dra.resources.nodelabels import owned_labels
 from neuron_dra.resources.nodetopology import NodeTopology, from_labels
-from neuron_dra.resources.slices import Unhealthy
+from neuron_dra.resources.taints import Unhealthy
 
 log = logging.getLogger("neuron_dra")
 
@@ -90,9 +90,7 @@ class Agent:
         # The Node's EC2 network topology labels, followed with the Node.
         self.topology = NodeTopology()
         self._topology_problems: tuple[str, ...] = ()
-        self.labels = LabelKeeper(
-            kube, options.node_name, lambda: ultraserver_labels(self.inventory)
-        )
+        self.labels = LabelKeeper(kube, options.node_name, lambda: owned_labels(self.inventory))
         self.node_watch = NodeWatch(kube, options.node_name, self._node_seen)
         self.device_plugin = DevicePluginGuard(options.node_name)
         self.loops = Supervisor(plugin.health)
@@ -118,6 +116,7 @@ class Agent:
             else None
         )
         self.health = look.health
+        self._notices = self.health.notices.all()  # as the slices were last built with
         self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
         boot = look.boot_id
@@ -202,7 +201,9 @@ class Agent:
             if self.device_plugin.active
             else self.inventory
         )
-        return NodeState(inventory, unhealthy, self._held, self.topology, self._kept)
+        return NodeState(
+            inventory, unhealthy, self._held, self.topology, self._kept, self.health.notices.all()
+        )
 
     def _look_again(self) -> NodeInventory:
         """Rediscovery, in its daemon thread: the devices found, each watched from now
@@ -307,13 +308,17 @@ class Agent:
                     await self.labels.keep(self.node_watch.node)
                 except ApiError as err:
                     # The next state of the Node seen retries it.
-                    log.warning("UltraServer labels not set: %s", err)
+                    log.warning("Node labels not set: %s", err)
 
     async def _watch_health(self) -> None:
         while True:
             await asyncio.sleep(self.options.health_interval_s)
             try:
                 changes = await self.health_poll()
+                notices = self.health.notices.all()
+                if notices != self._notices:
+                    self._notices = notices
+                    self.publisher.refresh(self.source.build)  # informational taints
                 if not changes:
                     continue
                 self.publisher.refresh(self.source.build)

@@ -120,7 +120,8 @@ def add_command(subparsers: SubParsers) -> None:
         default=0.0,
         metavar="SECONDS",
         help="mark a device unhealthy when its firmware heartbeat (driver 2.30+ "
-        "health_status/healthcheck_heartbeat) stands still this long; 0 never",
+        "health_status/healthcheck_heartbeat) stands still this long, and taint it "
+        "neuron.aws.com/heartbeat-slow (effect None) at half of it; 0 never",
     )
     cmd.add_argument("--kmsg-path", type=Path, help="kernel log to scan (default: <root>/dev/kmsg)")
     cmd.add_argument(

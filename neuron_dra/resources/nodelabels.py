@@ -1,8 +1,9 @@
 """The Node labels the driver owns, from the hardware: UltraServer placement keys for
-LeaderWorkerSet's exclusive topology and PodGroup topology constraints.
+LeaderWorkerSet's exclusive topology and PodGroup topology constraints, and
+`neuron.amazonaws.com/present`, by which Neuron Observer's DaemonSet finds Neuron nodes.
 
-The driver owns exactly `ULTRASERVER_LABELS`: it sets those the node earns and
-removes those it does not, whoever wrote them, and never touches another label.
+The driver owns exactly `OWNED_LABELS`: it sets those the node earns and removes
+those it does not, whoever wrote them, and never touches another label.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from consts import (
+    LABEL_NEURON_PRESENT,
     LABEL_ULTRASERVER_MODE,
     LABEL_ULTRASERVER_NODE_ID_2,
     LABEL_ULTRASERVER_NODE_ID_4,
@@ -26,6 +28,15 @@ ULTRASERVER_LABELS = (
     LABEL_ULTRASERVER_NODE_ID_2,
     LABEL_ULTRASERVER_NODE_ID_4,
 )
+
+OWNED_LABELS = (*ULTRASERVER_LABELS, LABEL_NEURON_PRESENT)
+
+
+def owned_labels(inventory: NodeInventory) -> dict[str, str | None]:
+    """Every label the driver owns, as `ultraserver_labels` gives them; `present` is
+    `true` while the node has Neuron devices."""
+    present = "true" if inventory.devices else None
+    return ultraserver_labels(inventory) | {LABEL_NEURON_PRESENT: present}
 
 
 def ultraserver_labels(inventory: NodeInventory) -> dict[str, str | None]:

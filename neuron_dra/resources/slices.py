@@ -33,7 +33,7 @@ which one the API server accepts; the builder only lays the pool out.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -69,7 +69,6 @@ from consts import (
     RESOURCE_TYPE_CORE,
     RESOURCE_TYPE_DEVICE,
     RESOURCE_TYPE_NODE,
-    TAINT_UNHEALTHY,
 )
 from neuron_dra.hardware import cores as logical
 from neuron_dra.hardware import devicegroups
@@ -79,6 +78,13 @@ from neuron_dra.hardware.topology import torus_position
 from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodetopology import NodeTopology
+from neuron_dra.resources.taints import (
+    Notice,
+    Unhealthy,
+    device_taints,
+    earliest_per_key,
+    first_seen,
+)
 
 Json = dict[str, Any]
 
@@ -103,17 +109,6 @@ class UltraServerDevices(StrEnum):
     BOTH = "both"  # devices and the whole-node device, exclusive through shared counters
     NODE = "node"  # only the whole-node device (UltraServerConfig workloads)
     DEVICES = "devices"  # only the individual devices
-
-
-@dataclass(frozen=True)
-class Unhealthy:
-    device: int
-    kind: str  # the taint's value
-    effect: str = "NoSchedule"
-    # Unix time the problem was first seen, published as the taint's `timeAdded`. Left to
-    # the API server, that would be the time of whichever write the taint rode on, and a
-    # NoExecute eviction counts its toleration from it.
-    since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +144,9 @@ class SliceOptions:
     kept: frozenset[str] = frozenset()
     # Where the node sits in the EC2 network, from its Node object's labels.
     topology: NodeTopology = field(default_factory=NodeTopology)
+    # Informational taints (effect None), published as given: the caller passes none
+    # where the API server drops or refuses them.
+    notices: tuple[Notice, ...] = ()
 
     @property
     def core_layout(self) -> CoreLayout:
@@ -175,11 +173,16 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
 
     ids = devicegroups.group_ids(inventory)
     sick = {u.device: u for u in options.unhealthy}
+    noticed: dict[int, list[Notice]] = {}
+    for notice in options.notices:
+        noticed.setdefault(notice.device, []).append(notice)
     devices = []
     if publish_devices:
         devices = [
             _tainted(
-                _device(inventory, d, ids.get(d.index, {}), options.topology), sick.get(d.index)
+                _device(inventory, d, ids.get(d.index, {}), options.topology),
+                sick.get(d.index),
+                noticed.get(d.index, ()),
             )
             for d in inventory.devices
             if (options.device_taints or d.index not in sick) and d.name not in withdrawn.names
@@ -192,11 +195,16 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     ):
         # The whole node is only as healthy as its devices, since the first of them failed:
         # a later failure must not move its taint's value or time.
-        first = min(sick.values(), key=_first_seen, default=None)
-        devices.append(_tainted(_node_device(inventory, ultraserver, options.topology), first))
+        first = min(sick.values(), key=first_seen, default=None)
+        node = _node_device(inventory, ultraserver, options.topology)
+        devices.append(_tainted(node, first, earliest_per_key(options.notices)))
     # A core is as healthy as its device.
     devices += [
-        _tainted(_core_device(inventory, core, options.topology), sick.get(core.device.index))
+        _tainted(
+            _core_device(inventory, core, options.topology),
+            sick.get(core.device.index),
+            noticed.get(core.device.index, ()),
+        )
         for core in published_cores
         if options.device_taints or core.device.index not in sick
     ]
@@ -308,24 +316,11 @@ def _counter_set_name(number: int) -> str:
     return COUNTER_SET_NODE if number == 0 else f"{COUNTER_SET_NODE}-{number}"
 
 
-def _first_seen(unhealthy: Unhealthy) -> tuple[bool, float, int]:
-    """Order of failure: undated problems after dated ones, then by device index."""
-    since = unhealthy.since
-    return since is None, since or 0.0, unhealthy.device
-
-
-def _tainted(device: Json, unhealthy: Unhealthy | None) -> Json:
-    if unhealthy is not None:
-        taint = {"key": TAINT_UNHEALTHY, "value": unhealthy.kind, "effect": unhealthy.effect}
-        if unhealthy.since is not None:
-            taint["timeAdded"] = _rfc3339(unhealthy.since)
-        device["taints"] = [taint]
+def _tainted(device: Json, unhealthy: Unhealthy | None, notices: Sequence[Notice]) -> Json:
+    taints = device_taints(unhealthy, notices)
+    if taints:
+        device["taints"] = taints
     return device
-
-
-def _rfc3339(seconds: float) -> str:
-    """A Unix time as the API server stores a metav1.Time: UTC, whole seconds."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(seconds)))
 
 
 def _slice(options: SliceOptions, position: int, count: int, content: Json) -> Json:

@@ -295,9 +295,10 @@ def check_probes_and_writes(
         path = f"spec.nodeName={own}"
         return cluster.list_objects("resource.k8s.io/v1", "ResourceSlice", field_selector=path)
 
-    async def probe(kube: Kube) -> tuple[bool, dict[CounterLayout, features.Answer]]:
+    async def probe(kube: Kube) -> tuple[bool, bool, dict[CounterLayout, features.Answer]]:
         taints = await features.probe_taints(kube, own)
-        return taints, await features.probe_counter_layout(kube, slices)
+        notices = await features.probe_informational_taints(kube, own)
+        return taints, notices, await features.probe_counter_layout(kube, slices)
 
     plugin, admin = plugin_kube(cluster, own), Kube.connect(cluster.kubeconfig)
     caplog.set_level(logging.INFO, logger="neuron_dra.agent.slices.features")
@@ -393,6 +394,14 @@ def check_own_nodes_ultraserver_labels(cluster: Cluster, own: str, other: str) -
     assert patched.status == 200, patched.message
     assert cluster.get("v1", "Node", own)["metadata"]["labels"][label] == "us-1"
     assert patch(own, {label: None}).status == 200
+    # Neuron Observer's label: "true" or gone, nothing else.
+    present = "neuron.amazonaws.com/present"
+    assert patch(own, {present: "true"}).status == 200
+    assert cluster.get("v1", "Node", own)["metadata"]["labels"][present] == "true"
+    denied = patch(own, {present: "false"})
+    assert denied.status == 403, denied.message
+    assert 'neuron.amazonaws.com/present (to "true")' in denied.message
+    assert patch(own, {present: None}).status == 200
 
     denied = patch(other, {label: "us-1"})
     assert denied.status == 403, denied.message

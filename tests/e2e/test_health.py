@@ -3,6 +3,7 @@ receives, events, and metrics that count what happened."""
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import fcntl
 import time
@@ -14,6 +15,8 @@ import pytest
 import yaml
 
 from consts import DRIVER_NAME
+from neuron_dra.agent.apiclient.kube import Kube
+from neuron_dra.agent.slices import features
 from neuron_dra_harness import scrape
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
@@ -233,6 +236,20 @@ def test_without_device_taints_the_device_is_withdrawn(e2e_binaries: Binaries) -
         assert len([n for n in names if n.startswith("neurondevice")]) == 11
         # Its cores (where the release publishes cores) go with it: inf2 has 2 a device.
         assert not {"neuroncore6", "neuroncore7"} & set(names)
+
+
+def test_the_informational_taint_probe_knows_the_release(
+    health: tuple[Cluster, SimulatedNode, SimulatedNode, int],
+) -> None:
+    """With DRADeviceTaints on, 1.34 refuses effect None (422) and 1.35+ keep it."""
+    cluster, node, _, _ = health
+    kube = Kube.connect(cluster.kubeconfig)
+    served = asyncio.run(features.probe_informational_taints(kube, node.name))
+    assert served is (cluster.binaries.minor >= 35)
+    # Its plugin said what it decided, once, and the refusal's detail only at debug level.
+    assert node.plugin is not None
+    said = node.plugin.log_path.read_text().count("informational device taints")
+    assert said == (0 if served else 1)
 
 
 def test_a_taint_is_dated_when_the_problem_was_first_seen(

@@ -28,7 +28,8 @@ from consts import DRIVER_NAME
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.resources.limits import CounterLayout, validate_pool, validate_slice
-from neuron_dra.resources.slices import SliceOptions, Unhealthy, build_slices
+from neuron_dra.resources.slices import SliceOptions, build_slices
+from neuron_dra.resources.taints import Unhealthy
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import Cluster
 

@@ -11,12 +11,13 @@ import pytest
 from consts import (
     LABEL_INSTANCE_TYPE,
     LABEL_NETWORK_NODE_LAYER_PREFIX,
+    LABEL_NEURON_PRESENT,
     LABEL_ULTRASERVER_MODE,
     LABEL_ULTRASERVER_NODE_ID_4,
     LABEL_ULTRASERVER_SERVER_ID_4,
 )
 from neuron_dra.hardware.fakenode import FakeUltraServer
-from neuron_dra.resources.nodelabels import ULTRASERVER_LABELS
+from neuron_dra.resources.nodelabels import OWNED_LABELS
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node
 
@@ -79,13 +80,12 @@ def test_ultraserver_labels_heal(cluster: Cluster) -> None:
     name = node.name
 
     def owned() -> dict[str, str]:
-        return {
-            k: v for k, v in (node_labels(cluster, name) or {}).items() if k in ULTRASERVER_LABELS
-        }
+        return {k: v for k, v in (node_labels(cluster, name) or {}).items() if k in OWNED_LABELS}
 
     try:
-        cluster.wait_for("UltraServer labels set", lambda: len(owned()) == 5)
+        cluster.wait_for("the owned labels set", lambda: len(owned()) == 6)
         wanted = owned()
+        assert wanted[LABEL_NEURON_PRESENT] == "true"  # what Neuron Observer selects
         assert wanted[LABEL_ULTRASERVER_SERVER_ID_4] == "us-heal"
         assert wanted[LABEL_ULTRASERVER_NODE_ID_4] == "2"
         assert wanted[LABEL_ULTRASERVER_MODE] == "1_2_4"
@@ -99,6 +99,8 @@ def test_ultraserver_labels_heal(cluster: Cluster) -> None:
             "v1", "Node", name, {"metadata": {"labels": {LABEL_ULTRASERVER_SERVER_ID_4: "us-x"}}}
         )
         cluster.wait_for("a changed label set back", lambda: owned() == wanted)
+        cluster.patch("v1", "Node", name, {"metadata": {"labels": {LABEL_NEURON_PRESENT: None}}})
+        cluster.wait_for("Neuron Observer's label set again", lambda: owned() == wanted)
 
         # An outage, then the Node created again: the watch comes back by itself.
         cluster.stop_apiserver()

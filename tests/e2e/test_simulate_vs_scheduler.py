@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from neuron_dra.hardware.discovery import discover
-from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
+from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer, build_fake_node
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 from neuron_dra.tools.lint import lint_files
@@ -36,6 +36,7 @@ from neuron_dra.tools.simulate import (
 )
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import Cluster
+from tests.aws_driver import CLAIMS, DRIVER_VERSION, AwsClaim
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +79,9 @@ def real(e2e_binaries: Binaries) -> Iterator[Cluster]:
         yield cluster
 
 
-def publish(real: Cluster, tmp: Path, nodes: list[tuple[str, int]]) -> tuple[str, list[SimNode]]:
+def publish(
+    real: Cluster, tmp: Path, nodes: list[tuple[str, int]], driver_version: str | None = None
+) -> tuple[str, list[SimNode]]:
     """Nodes labelled with a fresh example id, their slices on the server and in the simulator."""
     example = f"x{next(_ids)}"
     layout = real.counter_layout()
@@ -90,7 +93,12 @@ def publish(real: Cluster, tmp: Path, nodes: list[tuple[str, int]]) -> tuple[str
             labels = {"node.kubernetes.io/instance-type": instance_type, EXAMPLE_LABEL: example}
             node = real.add_node(name, labels)
             unit = FakeUltraServer(f"{example}-us-{i // 4}", i % 4) if spec.ultraserver else None
-            root = build_fake_node(tmp / name, instance_type, ultraserver=unit)
+            root = build_fake_node(
+                tmp / name,
+                instance_type,
+                ultraserver=unit,
+                driver_version=driver_version or DEFAULT_DRIVER_VERSION,
+            )
             inventory = discover(root).inventory
             options = SliceOptions(
                 name, node["metadata"]["uid"], 1, UltraServerDevices.BOTH, counter_layout=layout
@@ -162,17 +170,42 @@ def unschedulable(real: Cluster, example: str, pod: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_example_matches_the_scheduler(real: Cluster, tmp_path: Path, name: str) -> None:
-    example, nodes = publish(real, tmp_path, EXAMPLES[name])
-    docs = load_documents([SPECS / name])
+    matches(real, tmp_path, SPECS / name, EXAMPLES[name])
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.name)
+def test_a_claim_written_for_the_aws_driver_runs_unchanged(
+    real: Cluster, tmp_path: Path, claim: AwsClaim
+) -> None:
+    """AWS's attributes, selected as its documentation does, on the real scheduler."""
+    path = tmp_path / f"{claim.name}.yaml"
+    path.write_text(claim.template())
+    allocations = matches(real, tmp_path, path, [("trn2.48xlarge", 1)], DRIVER_VERSION)
+    got = frozenset(int(d.removeprefix("neurondevice")) for d in allocations[0]["neurons"])
+    assert got in claim.devices
+
+
+def matches(
+    real: Cluster,
+    tmp_path: Path,
+    path: Path,
+    node_counts: list[tuple[str, int]],
+    driver_version: str | None = None,
+) -> list[dict[str, list[str]]]:
+    """The simulator's allocation of each claim is one the scheduler may make, and the
+    scheduler's is one the simulator deems possible; the scheduler's, claim by claim."""
+    example, nodes = publish(real, tmp_path, node_counts, driver_version)
+    docs = load_documents([path])
     claims = read_inputs(docs).claims
     sim = SimCluster(nodes, {})
-    outcomes = simulate([SPECS / name], sim)
+    outcomes = simulate([path], sim)
     assert all(o.allocated for o in outcomes), [o.reasons for o in outcomes]
     empty = SimCluster(nodes, sim.classes)  # nothing allocated: every possible allocation
     possible = {(c.key, n.name): empty.alternatives(c, n.name) for c in claims for n in nodes}
 
     submit(real, example, claims, docs)
     taken: set[str] = set()
+    allocations = []
     for claim, outcome in zip(claims, outcomes, strict=True):
         chosen: dict[str, list[str]] = {}
         for placement in outcome.placements:
@@ -184,6 +217,8 @@ def test_example_matches_the_scheduler(real: Cluster, tmp_path: Path, name: str)
         devices = {f"{pool}/{d}" for ds in got.values() for d in ds}
         assert not devices & taken  # the scheduler's allocations are disjoint, as the simulator's
         taken |= devices
+        allocations.append(got)
+    return allocations
 
 
 def test_claims_the_simulator_rejects_stay_unschedulable(real: Cluster, tmp_path: Path) -> None:

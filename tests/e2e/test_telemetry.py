@@ -148,3 +148,46 @@ def test_unhealthy_components_taint_the_device_with_the_subsystem(
 
     write(node.sysfs, components, "\n")  # the firmware says healthy again: no recovery wait
     cluster.wait_for("the taint gone", lambda: taints() == [], 30)
+
+
+def test_rising_corrected_ecc_is_an_informational_taint_that_blocks_nothing(
+    telemetry: tuple[Cluster, SimulatedNode, int],
+) -> None:
+    cluster, node, _ = telemetry
+
+    def taints() -> list[tuple[str, str, str]]:
+        return [
+            (t["key"], t["value"], t["effect"])
+            for d in node.devices()
+            if d["name"] == "neurondevice4"
+            for t in d.get("taints") or []
+        ]
+
+    write(node.sysfs, f"{DEVICE.format(4)}/stats/hardware/mem_ecc_corrected", "3\n")
+    cluster.wait_for(
+        "the informational taint",
+        lambda: taints() == [("neuron.aws.com/corrected-ecc", "Hbm", "None")],
+        30,
+    )
+    [stamp] = [
+        t.get("timeAdded")
+        for d in node.devices()
+        if d["name"] == "neurondevice4"
+        for t in d["taints"]
+    ]
+    assert stamp
+    # No toleration: the device is allocated all the same.
+    pod = submit(
+        cluster, claim_spec(1, cel="device.attributes['neuron.aws.com'].deviceId == 4"), node.name
+    )
+    cluster.wait_for_pod_running(pod, timeout=60)
+    write(node.sysfs, f"{DEVICE.format(4)}/stats/hardware/mem_ecc_corrected", "4\n")
+    cluster.wait_for_pod_running(pod, timeout=5)  # still running: nothing evicted
+    [again] = [
+        t.get("timeAdded")
+        for d in node.devices()
+        if d["name"] == "neurondevice4"
+        for t in d["taints"]
+    ]
+    assert again == stamp  # dated when first seen
+    cluster.delete("v1", "Pod", pod, "default")

@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from consts import DRIVER_NAME, NODE_DEVICE_NAME, RESOURCE_TYPE_NODE
+from consts import (
+    DEVICE_NAME_PREFIX,
+    DRIVER_NAME,
+    LABEL_NEURON_PRESENT,
+    NODE_DEVICE_NAME,
+    RESOURCE_TYPE_NODE,
+    TAINT_UNWATCHED,
+)
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
@@ -179,6 +186,56 @@ def test_an_unhealthy_device_is_never_allocated(
         cluster, submit(cluster, claim_spec(1, cel=pick), node.name)
     )
     record_property("detail", how)
+
+
+@pytest.mark.versions(check="informational taints")
+def test_unwatched_devices_carry_an_informational_taint_where_served(
+    release: dict[str, SimulatedNode], record_property: Any
+) -> None:
+    """Inferentia (1) devices have no health file: a taint of effect None says so where the
+    server keeps it (DRADeviceTaints on by default from 1.36; 1.34 refuses the effect),
+    and blocks nothing either way."""
+    cluster, node = cluster_of(release), release["inf1"]
+    served = cluster.binaries.minor >= 36
+    expected = [(TAINT_UNWATCHED, "NoHealthSource", "None")] if served else []
+
+    def taints() -> list[list[tuple[str, str, str]]]:
+        return [
+            [(t["key"], t["value"], t["effect"]) for t in d.get("taints") or []]
+            for d in node.devices()
+            if d["name"].startswith(DEVICE_NAME_PREFIX)
+        ]
+
+    cluster.wait_for("the informational taints", lambda: taints() == [expected] * 16, 30)
+    assert all(t.get("timeAdded") for d in node.devices() for t in d.get("taints") or [])
+    pod = submit(cluster, claim_spec(1), node.name)  # no toleration
+    cluster.wait_for_pod_running(pod, timeout=60)
+    assert node.plugin is not None
+    said = node.plugin.log_path.read_text().count("informational device taints")
+    assert said == (0 if served else 1)  # off: said once
+    cluster.delete("v1", "Pod", pod, "default")
+    record_property("detail", "effect None" if served else "not published: the server drops them")
+
+
+@pytest.mark.versions(check="Observer label")
+def test_every_neuron_node_is_labelled_for_neuron_observer(
+    release: dict[str, SimulatedNode], record_property: Any
+) -> None:
+    """Neuron Observer's DaemonSet selects `neuron.amazonaws.com/present: "true"`."""
+    cluster = cluster_of(release)
+
+    def labelled() -> list[str]:
+        return [
+            name
+            for name, node in release.items()
+            if cluster.get("v1", "Node", node.name)["metadata"]
+            .get("labels", {})
+            .get(LABEL_NEURON_PRESENT)
+            == "true"
+        ]
+
+    cluster.wait_for("every node labelled", lambda: sorted(labelled()) == sorted(release), 30)
+    record_property("detail", f"{LABEL_NEURON_PRESENT}=true")
 
 
 @pytest.mark.versions(check="health")

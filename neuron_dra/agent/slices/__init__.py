@@ -2,7 +2,7 @@
 
 Owns: the slice publisher (diffs, backoff, one writer per node through a file
 lock), what the API server serves (feature probes: taints, counter layouts),
-the Node watch and the UltraServer labels kept on it.
+the Node watch and the labels kept on it.
 May use: `apiclient`, `telemetry` (metrics), `files`, `resources`, `hardware`,
 `consts`.
 """

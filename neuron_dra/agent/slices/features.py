@@ -23,6 +23,7 @@ from consts import DRIVER_NAME, TAINT_UNHEALTHY
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import UltraServerDevices
+from neuron_dra.resources.taints import INFORMATIONAL
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,15 @@ _NO_CORES = (
 _CORES = "publishing each logical NeuronCore as a device, drawing on its device's counter"
 _NO_TAINTS = "the API server drops device taints: unhealthy devices are withdrawn"
 _TAINTS = "the API server serves device taints: unhealthy devices are tainted"
+_NO_NOTICES = (
+    "the API server drops or refuses informational device taints (effect None, "
+    "Kubernetes 1.35+ with DRADeviceTaints): unwatched devices, corrected ECC errors and "
+    "slow heartbeats are logged and counted only"
+)
+_NOTICES = (
+    "the API server serves informational device taints: unwatched devices, corrected ECC "
+    "errors and slow heartbeats are tainted with effect None"
+)
 
 
 class Answer(StrEnum):
@@ -65,6 +75,7 @@ class Uses:
     layout: CounterLayout | None = None  # None: the pool has no shared counters
     taints: bool = True
     cores: bool = False  # logical NeuronCores published as devices
+    notices: bool = True  # informational taints (effect None) kept
 
 
 # --- pure decisions -----------------------------------------------------------
@@ -141,6 +152,8 @@ def log_lines(
         lines.append((logging.WARNING, _NO_TAINTS))
     elif after.taints and before is not None and not before.taints:
         lines.append((logging.INFO, _TAINTS))
+    if after.notices != (before.notices if before is not None else True):
+        lines.append((logging.INFO, _NOTICES if after.notices else _NO_NOTICES))
     return lines
 
 
@@ -200,18 +213,8 @@ async def _dry_run(kube: Kube, slices: Sequence[Json], layout: CounterLayout) ->
     return judge(slices, returned)
 
 
-_TAINT_PROBE: Json = {
-    "devices": [
-        {
-            "name": "probe",
-            "taints": [{"key": TAINT_UNHEALTHY, "value": "probe", "effect": "NoSchedule"}],
-        }
-    ]
-}
-
-
-def taint_probe(node: str) -> Json:
-    """The slice `probe_taints` dry-run-creates: one tainted device.
+def taint_probe(node: str, effect: str = "NoSchedule") -> Json:
+    """The slice `probe_taints` dry-run-creates: one device tainted with `effect`.
 
     In the node's own pool: a dry run passes admission, and the admission policy lets
     the plugin write no other pool. Never stored, so the published pool is untouched.
@@ -224,7 +227,12 @@ def taint_probe(node: str) -> Json:
             "driver": DRIVER_NAME,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            **_TAINT_PROBE,
+            "devices": [
+                {
+                    "name": "probe",
+                    "taints": [{"key": TAINT_UNHEALTHY, "value": "probe", "effect": effect}],
+                }
+            ],
         },
     }
 
@@ -239,3 +247,21 @@ async def probe_taints(kube: Kube, node: str) -> bool:
         log.warning("probe for ResourceSlice taints refused, assuming not served: %s", err)
         return False
     return any(d.get("taints") for d in created.get("spec", {}).get("devices") or [])
+
+
+async def probe_informational_taints(kube: Kube, node: str) -> bool:
+    """Whether the server keeps device taints of effect None, from a dry-run probe slice.
+
+    Kubernetes 1.35 added the effect: 1.34 refuses it (422, unsupported value) where
+    it keeps taints at all, and a server with DRADeviceTaints off drops every taint.
+    """
+    try:
+        created = await kube.create_resource_slice(taint_probe(node, INFORMATIONAL), dry_run=True)
+    except ApiError as err:
+        if err.no_answer:
+            raise  # the caller retries
+        # Expected on 1.34: the decision's own line (`log_lines`) is the one said.
+        log.debug("the API server refuses informational device taints: %s", err)
+        return False
+    devices = created.get("spec", {}).get("devices") or []
+    return any(t.get("effect") == INFORMATIONAL for d in devices for t in d.get("taints") or [])

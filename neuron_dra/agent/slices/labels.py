@@ -51,7 +51,8 @@ class LabelKeeper:
         if self._healed_at is not None and self._clock() - self._healed_at < CONTESTED_S:
             delay = self._backoff.delay()
             log.warning(
-                "UltraServer labels of Node %s changed again by another writer; restoring in %.0fs",
+                "labels the driver owns on Node %s changed again by another writer; "
+                "restoring in %.0fs",
                 self._name,
                 delay,
                 extra={"node": self._name, "labels": patch},
@@ -60,7 +61,7 @@ class LabelKeeper:
         else:
             self._backoff.reset()
             log.info(
-                "setting UltraServer labels of Node %s",
+                "setting the labels the driver owns on Node %s",
                 self._name,
                 extra={"node": self._name, "labels": patch},
             )

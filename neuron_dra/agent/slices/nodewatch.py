@@ -1,6 +1,6 @@
 """Follow the agent's own Node object: list it, then watch it, for as long as the agent runs.
 
-What the agent keeps on its Node (UltraServer labels) and reads from it (the
+What the agent keeps on its Node (UltraServer labels, `present`) and reads from it (the
 network topology labels) must follow the object, not the agent's memory of it:
 a Node deleted and created again under the same name (a common repair), or a
 label another hand removed, is seen within one event. One watch a node, with a

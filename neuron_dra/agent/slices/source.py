@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from neuron_dra.agent.apiclient.backoff import Backoff
 from neuron_dra.agent.apiclient.errors import ApiError
@@ -25,7 +25,8 @@ from neuron_dra.resources import limits
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodetopology import NodeTopology
 from neuron_dra.resources.pool import publishable_pool
-from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, Unhealthy, build_slices
+from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
+from neuron_dra.resources.taints import Notice, Unhealthy
 
 log = logging.getLogger("neuron_dra")
 
@@ -39,6 +40,7 @@ class NodeState:
     held: frozenset[str]  # devices a prepared claim holds whole
     topology: NodeTopology
     kept: frozenset[str] = frozenset()  # devices a prepared claim has, admin access too
+    notices: tuple[Notice, ...] = ()  # informational taints, where the server keeps them
 
 
 class SliceSource:
@@ -68,8 +70,10 @@ class SliceSource:
         control-plane upgrade or downgrade re-lays the pool.
         """
         version = await features.server_version(self._kube)
-        taints = await features.probe_taints(self._kube, self._options.node_name)
-        uses = await self._counters(taints)
+        node = self._options.node_name
+        taints = await features.probe_taints(self._kube, node)
+        notices = taints and await features.probe_informational_taints(self._kube, node)
+        uses = replace(await self._counters(taints), notices=notices)
         auto = self._options.ultraserver_devices == "auto"
         for level, line in features.log_lines(
             version,
@@ -171,6 +175,7 @@ class SliceSource:
             uses.taints,
             layout,
             cores=uses.cores,
+            notices=state.notices if uses.notices else (),
             held=state.held,
             kept=state.kept,
             topology=state.topology,

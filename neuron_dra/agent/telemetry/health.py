@@ -19,6 +19,8 @@ driver that moved them) is unwatched: logged once, counted in `unwatched`. Besid
   neuronN) affects that device, a record naming none affects every device, one
   naming a device this node does not have (an unknown serial number) none;
 - optionally, `healthcheck_heartbeat` standing still for `heartbeat_timeout_s`.
+What keeps a device in service yet is worth knowing (no health file, corrected ECC
+errors, a slow heartbeat) is the `notices` monitor's, driven by this poll.
 A device returns to service when its cause goes away (the directory or node
 comes back, the subsystem list empties, the counters reset with a driver reload)
 or, for errors that leave no trace to re-check, after the configured recovery
@@ -46,6 +48,7 @@ from pathlib import Path
 
 from consts import DEVICE_NAME_PREFIX, NODE_DEVICE_NAME
 from neuron_dra.agent.telemetry import kernellog
+from neuron_dra.agent.telemetry.notices import NoticeMonitor
 from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.discovery import DEV_DIR, DEVICES_DIR
 from neuron_dra.hardware.driverformats import HEALTH_STATUS_DIR, UNREACHABLE
@@ -148,6 +151,11 @@ class HealthMonitor:
         self._failing_sources: set[str] = set()
         self._baseline = {d: self._counters(d)[1] for d in self._devices}
         self._heartbeats: dict[int, tuple[int, float]] = {}  # value, when it last changed
+        self._slow: dict[int, float] = {}  # still for half the timeout: when it last moved
+        self.notices = NoticeMonitor(
+            root, self._read, self._report_once, recovery_s=recovery_s, clock=clock
+        )
+        self.notices.watch(self._devices)
         self._unwatched_said: frozenset[int] = frozenset()
         self._kmsg_fd: int | None = None
         # `poll` runs in a worker thread while `follow` may come from another one.
@@ -172,6 +180,7 @@ class HealthMonitor:
             new = set(devices).difference(self._devices)
             for device in new:
                 self._baseline[device] = self._counters(device)[1]
+            self.notices.watch(new)
             self._devices = sorted(new.union(self._devices))
 
     def poll(self) -> list[Change]:
@@ -195,6 +204,7 @@ class HealthMonitor:
             self._baseline[device] = self._counters(device)[1]
         found: dict[int, Problem] = {}
         self._next_sources = dict(self.sources)
+        self._slow = {}
         for device in self._devices:
             problem = self._check_device(device, now)
             if problem is not None:
@@ -216,6 +226,7 @@ class HealthMonitor:
                 problems[device] = new
         self.problems = problems
         self.sources = self._next_sources
+        self.notices.poll(self._devices, self.unwatched, self._slow)
         return changes
 
     def _check_device(self, device: int, now: float) -> Problem | None:
@@ -269,6 +280,8 @@ class HealthMonitor:
             self._heartbeats[device] = (value, now)
             return None
         still = now - last[1]
+        if still >= self._heartbeat_timeout_s / 2:
+            self._slow[device] = last[1]
         if still < self._heartbeat_timeout_s:
             return None
         detail = f"healthcheck_heartbeat stuck at {value} for {still:.0f} s"

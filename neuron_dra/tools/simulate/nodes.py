@@ -35,7 +35,7 @@ from neuron_dra.hardware.fakenode import DEFAULT_DRIVER_VERSION, FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServer
 from neuron_dra.resources.limits import CounterLayout
-from neuron_dra.resources.nodelabels import ultraserver_labels
+from neuron_dra.resources.nodelabels import owned_labels
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 from neuron_dra.tools.cel import DeviceView, Quantity
 from neuron_dra.tools.simnode import simulated_inventory
@@ -181,7 +181,7 @@ def simulated_nodes(
     progress: Progress = quiet,
 ) -> list[SimNode]:
     """Nodes `<type>-<i>`; UltraServer nodes are grouped 4 to a server in creation order,
-    and carry the driver's UltraServer labels.
+    and carry the labels the driver keeps on its Node.
 
     `cores`: each logical NeuronCore is a device too, as the driver publishes them where
     the API server serves partitionable devices (the counters in a slice of their own, as
@@ -219,7 +219,7 @@ def simulated_nodes(
             slices = build_slices(inventory, options)
             # And the labels the driver keeps on its Node, for nodeSelectors and
             # topology keys on UltraServer units.
-            labels = {k: v for k, v in ultraserver_labels(inventory).items() if v is not None}
+            labels = {k: v for k, v in owned_labels(inventory).items() if v is not None}
             nodes.append(node_from_slices(name, slices, labels=labels, inventory=inventory))
             progress(len(nodes), total)
     return nodes

@@ -170,6 +170,15 @@ def test_taints_are_reported_when_they_come_and_go() -> None:
     assert level == logging.INFO and "serves device taints" in line
 
 
+def test_informational_taints_are_one_line_when_off_and_when_they_change() -> None:
+    [(level, line)] = log_lines("v1.34.4", "n", None, Uses(notices=False), auto=True)
+    assert level == logging.INFO and "drops or refuses informational device taints" in line
+    assert log_lines("v", "n", Uses(notices=False), Uses(notices=False), auto=True) == []
+    assert log_lines("v1.37.2", "n", None, Uses(), auto=True) == []  # served: nothing to say
+    [(_, line)] = log_lines("v", "n", Uses(notices=False), Uses(), auto=True)
+    assert "serves informational device taints" in line
+
+
 def test_probes_dry_run_slices_of_the_nodes_own_pool(fake_node: FakeNode) -> None:
     """A dry run passes admission too, and the plugin may write only its node's pool."""
     probe = taint_probe("trn2-7")

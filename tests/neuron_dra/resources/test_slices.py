@@ -18,9 +18,9 @@ from neuron_dra.resources.slices import (
     CoreLayout,
     SliceOptions,
     UltraServerDevices,
-    Unhealthy,
     build_slices,
 )
+from neuron_dra.resources.taints import Notice, Unhealthy
 from tests.sysfs_tree import FakeNode, write
 
 Json = dict[str, Any]
@@ -338,6 +338,50 @@ def test_the_whole_node_device_carries_its_devices_taint(fake_node: FakeNode) ->
     unhealthy = (Unhealthy(9, "nc_hang"),)
     devices = devices_of(slices_of(fake_node("trn2u.48xlarge"), unhealthy=unhealthy))
     assert devices["neuronnode"]["taints"][0]["value"] == "nc_hang"
+
+
+def test_notices_are_informational_taints_of_the_device_and_its_cores(
+    fake_node: FakeNode,
+) -> None:
+    root = fake_node("trn2.48xlarge")
+    notices = (
+        Notice(5, "neuron.aws.com/unwatched", "NoHealthSource", 1_700_000_000),
+        Notice(5, "neuron.aws.com/corrected-ecc", "Hbm", 1_700_000_100),
+    )
+    unhealthy = (Unhealthy(5, "MemEccUncorrected", since=1_700_000_200),)
+    slices = slices_of(root, unhealthy=unhealthy, notices=notices, cores=True)
+    devices = devices_of(slices)
+    assert [
+        (t["key"], t["value"], t["effect"], t["timeAdded"])
+        for t in devices["neurondevice5"]["taints"]
+    ] == [
+        ("neuron.aws.com/unhealthy", "MemEccUncorrected", "NoSchedule", "2023-11-14T22:16:40Z"),
+        ("neuron.aws.com/corrected-ecc", "Hbm", "None", "2023-11-14T22:15:00Z"),
+        ("neuron.aws.com/unwatched", "NoHealthSource", "None", "2023-11-14T22:13:20Z"),
+    ]
+    tainted = sorted(n for n, d in devices.items() if "taints" in d)
+    # LNC 2: the device's four logical cores with it.
+    assert tainted == [
+        "neuroncore20",
+        "neuroncore21",
+        "neuroncore22",
+        "neuroncore23",
+        "neurondevice5",
+    ]
+    assert [validate_slice(s) for s in slices] == [[] for _ in slices]
+
+
+def test_the_whole_node_device_carries_each_notice_first_seen(fake_node: FakeNode) -> None:
+    notices = (
+        Notice(3, "neuron.aws.com/corrected-ecc", "Sram", 1_700_000_100),
+        Notice(7, "neuron.aws.com/corrected-ecc", "Hbm", 1_700_000_000),
+        Notice(1, "neuron.aws.com/unwatched", "NoHealthSource", 1_700_000_500),
+    )
+    devices = devices_of(slices_of(fake_node("trn2u.48xlarge"), notices=notices))
+    assert [(t["key"], t["value"], t["effect"]) for t in devices["neuronnode"]["taints"]] == [
+        ("neuron.aws.com/corrected-ecc", "Hbm", "None"),
+        ("neuron.aws.com/unwatched", "NoHealthSource", "None"),
+    ]
 
 
 # --- where the shared counters go ----------------------------------------------

@@ -527,6 +527,17 @@ def test_device_taints_exclude_unless_tolerated(tmp_path: Path) -> None:
     assert ok.allocated
 
 
+def test_an_informational_taint_keeps_nothing_out() -> None:
+    cluster = Cluster(simulated_nodes([("inf2.xlarge", 1)]), {})
+    device = cluster.nodes[0].devices[0]
+    notice = {"key": "neuron.aws.com/unwatched", "value": "NoHealthSource", "effect": "None"}
+    cluster.nodes[0].devices[0] = type(device)(
+        device.driver, device.pool, device.name, device.view, device.consumes, (notice,)
+    )
+    [claim] = simulate([SPECS / "single-device.yaml"], cluster)
+    assert claim.allocated and claim.reasons == []
+
+
 # --- UltraServer nodes: the whole node or its devices ------------------------------------
 
 
