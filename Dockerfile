@@ -24,8 +24,9 @@ COPY consts ./consts
 COPY neuron_dra ./neuron_dra
 # pip and setuptools from the lock, by hash; the project's wheel built with them (no
 # build isolation: no build tool fetched unpinned); then binary wheels of the locked
-# runtime dependencies of the agent (not the `tools` extra, which `run` never
-# imports), each checked against its hash: the final stage installs from this
+# runtime dependencies of the agent and of the offline CLI (the `cli` extra, which
+# `run` never imports; not `kubernetes`, which only kubeconfigs with exec plugins
+# need), each checked against its hash: the final stage installs from this
 # directory alone, so it needs no index, no compiler and no build backend.
 RUN pip install --no-cache-dir --require-hashes -r requirements/build.txt \
  && pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \

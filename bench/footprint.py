@@ -1,8 +1,9 @@
 """The node agent's footprint: what `neuron-dra run` imports and what the image installs.
 
-- The wheel set the Dockerfile installs (the project's wheel and its pinned
-  runtime dependencies, `pip install --target`, bytecode included), and the
-  same with the `tools` extra: installed size and distributions.
+- The agent's wheel set (the project's wheel and its pinned runtime
+  dependencies, `pip install --target`, bytecode included), the same with the
+  `cli` extra (what the Dockerfile installs) and with the `tools` extra:
+  installed size and distributions.
 - The run path's imports from the agent-only set alone, in a fresh
   interpreter that sees nothing else (`python -S`): exactly the modules
   `neuron-dra run` loads before its event loop (the command line, then
@@ -156,6 +157,7 @@ def main() -> int:
         work = Path(tmp)
         wheel = build_wheel(work)
         agent = install(wheel, work / "agent")
+        cli = install(wheel, work / "cli", "cli")
         tools = install(wheel, work / "tools", "tools")
         figures: dict[str, Any] = {
             "agent_installed_mib": agent["installed_mib"],
@@ -163,6 +165,7 @@ def main() -> int:
             "agent_largest_mib": dict(
                 sorted(agent["distributions"].items(), key=lambda kv: -kv[1])[:6]
             ),
+            "image_installed_mib": cli["installed_mib"],
             "tools_installed_mib": tools["installed_mib"],
             "tools_extra_distributions": sorted(
                 set(tools["distributions"]) - set(agent["distributions"])

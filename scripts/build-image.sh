@@ -11,7 +11,8 @@
 #     (`--require-hashes`), builds the project's wheel with them
 #     (`--no-build-isolation`: no build tool fetched unpinned), then downloads
 #     the binary wheels of requirements/image.txt, the pinned runtime dependencies
-#     (not the `tools` or `dev` extras), for the image's Python and architecture;
+#     (with the `cli` extra; not `tools`' kubernetes nor `dev`), for the image's
+#     Python and architecture;
 #   - the base is a Debian bookworm root file system from mmdebstrap (Essential
 #     packages, python3 and libstdc++6 for grpcio; no docs, man pages or locales);
 #   - the rootfs's own python3 installs the wheels inside a chroot, offline, to

@@ -5,7 +5,7 @@ with the sha256 of each of that version's files on the index, for ``pip install
 --require-hashes``:
 
 - ``requirements/image.txt``: the driver's runtime dependencies (pyproject.toml,
-  no extras), what the image installs;
+  with the ``cli`` extra: the agent and the offline tools), what the image installs;
 - ``requirements/build.txt``: pip and setuptools, what builds the image
   (``requirements/build.in``);
 - ``requirements/uv.txt``: uv itself, for this script in the release workflow
@@ -42,10 +42,11 @@ EXCLUDE_NEWER = "2026-11-28T00:00:00Z"  # after every pin in constraints.txt was
 class Lock:
     source: str  # relative to the repository
     output: str
+    extras: tuple[str, ...] = ()
 
 
 LOCKS = (
-    Lock("pyproject.toml", "requirements/image.txt"),
+    Lock("pyproject.toml", "requirements/image.txt", extras=("cli",)),
     Lock("requirements/build.in", "requirements/build.txt"),
     Lock("requirements/uv.in", "requirements/uv.txt"),
 )
@@ -61,6 +62,7 @@ def compile_lock(lock: Lock, output: Path) -> None:
         "pip",
         "compile",
         lock.source,
+        *(f"--extra={extra}" for extra in lock.extras),
         "--constraint",
         "constraints.txt",
         "--generate-hashes",

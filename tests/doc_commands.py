@@ -29,8 +29,10 @@ MAKE = "tests/test_docs.py::test_the_make_targets_exist"
 CLUSTER = "tests/e2e/test_install.py::test_the_documented_cluster_commands_run"
 SCRIPT = "tests/e2e/test_install.py::test_the_documented_script_commands_run"
 HELM = "tests/e2e/test_helm.py::test_the_documented_helm_commands_run"
-# `helm test` runs a pod that needs a device: on the real node only.
+# `helm test` runs a pod that needs a device, and `kubectl exec` a running container:
+# on the real node only.
 HELM_TEST = "tests/e2e/test_realnode.py::test_the_helm_chart_installs_the_same_driver"
+EXEC = "tests/e2e/test_realnode.py::test_the_documented_exec_commands_run_in_the_plugin_pod"
 RELEASE = "tests/e2e/test_release.py::test_the_documented_release_commands_run"
 IMAGE = "tests/test_docs.py::test_the_image_build_command_is_the_one_the_real_node_runs"
 PROMTOOL = "tests/e2e/test_monitoring.py::test_the_documented_promtool_commands_run"
@@ -82,7 +84,7 @@ def runner(command: DocCommand) -> str:
     if program == "neuron-dra" or argv[:2] == ["source", "<(neuron-dra"]:
         return CLUSTER if "--kubeconfig" in argv else OFFLINE
     if program == "kubectl":
-        return CLUSTER
+        return EXEC if argv[1] == "exec" else CLUSTER
     if program == "helm":
         return HELM_TEST if argv[1] == "test" else HELM
     if program == "scripts/install-dra-driver.sh":

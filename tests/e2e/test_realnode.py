@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -257,6 +259,29 @@ def driver_mounts() -> dict[str, set[str]]:
         if "/host/sys" in mounts:
             return mounts
     raise AssertionError("no process with /host/sys mounted: the driver is not running")
+
+
+def test_the_documented_exec_commands_run_in_the_plugin_pod(real: RealCluster) -> None:
+    """The image carries the offline CLI: the docs' `kubectl exec ... neuron-dra lint -`
+    lints the file its shell sends on standard input, in the running plugin pod."""
+    ran = doc_commands.run_by(doc_commands.EXEC)
+    assert ran
+    for command in ran:
+        done = subprocess.run(
+            ["bash", "-c", command.text],
+            cwd=REPO,
+            env={
+                **os.environ,
+                "KUBECONFIG": str(real.cluster.kubeconfig),
+                "PATH": f"{real.cluster.binaries.kubectl.parent}:{os.environ['PATH']}",
+            },
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+        assert done.stdout.strip() == "0 errors, 0 warnings", done.stdout
 
 
 def test_a_pods_devices_are_attributed_through_the_real_kubelet(real: RealCluster) -> None:
