@@ -22,6 +22,7 @@ from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
+from neuron_dra.agent.claims.statuswriter import StatusWriter
 from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
@@ -121,6 +122,7 @@ class Agent:
         self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
         boot = look.boot_id
+        self.claim_status = StatusWriter(kube, self.metrics)
         self.preparer = Preparer(
             inventory=lambda: self.inventory,
             pool=options.node_name,
@@ -132,6 +134,8 @@ class Agent:
             after_step=after_step,
             metrics=self.metrics,
             on_change=self._claims_changed_elsewhere,
+            on_prepared=self.claim_status.prepared,
+            on_unprepared=self.claim_status.unprepared,
         )
         self._held: frozenset[str] = frozenset()
         self._kept: frozenset[str] = frozenset()
@@ -167,6 +171,7 @@ class Agent:
             ("node", self.node_watch.run),
             ("rediscovery", self._rediscover),
             ("claims", self._follow_claims),
+            ("claim-status", self.claim_status.run),
         ):
             loops.start(name, loop)
         ready = asyncio.create_task(self._report_ready(), name="ready")

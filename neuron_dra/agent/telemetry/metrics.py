@@ -88,6 +88,12 @@ METRICS: dict[str, Spec] = {
     "neuron_dra_unprepare_errors_total": Spec(
         "counter", "Claims not unprepared, by reason.", ("reason",)
     ),
+    "neuron_dra_claim_status_errors_total": Spec(
+        "counter",
+        "Writes of a prepared claim's status.devices that failed, by reason: forbidden, "
+        "unavailable and internal (retried), refused (invalid: dropped).",
+        ("reason",),
+    ),
     "neuron_dra_slice_publishes_total": Spec(
         "counter", "ResourceSlice creates, updates and deletes sent to the API server."
     ),

@@ -1,0 +1,204 @@
+"""Each prepared claim's `status.devices`, written beside the kubelet's calls, not in them.
+
+A prepare hands its claim here once its CDI spec and checkpoint entry are written,
+an unprepare once they are gone; the agent's event loop then applies the entries
+(`devicestatus`) with server-side apply as the driver's field manager, the way
+KEP-4817 asks drivers to write them, so other drivers' entries of the same claim are
+never touched. The status is for people and monitoring tools; the container needs
+none of it. So a write that fails (an API server outage, the RBAC of an older
+chart) never fails or slows a prepare: it is logged with the claim, counted in
+`neuron_dra_claim_status_errors_total{reason}` and tried again with backoff until it
+succeeds, or until the claim is gone, deallocated, or refused as invalid (retrying
+cannot help those). One write per claim is pending at a time: a later one replaces
+it, so an unprepare that comes first clears instead of writing.
+
+Unprepare reads the claim first and clears only what is there: once a claim is
+deallocated the API server drops every entry itself. Where the API server does not
+serve the field (DRAResourceClaimDeviceStatus off; on by default since 1.33) an
+apply answers without it: the writer says so once and writes nothing more for the
+life of the process. Pending writes live in memory: an agent stopped before a write
+succeeded leaves the claim without entries (or with stale ones) until it is prepared
+(or deallocated) again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from consts import DRIVER_NAME
+from neuron_dra.agent.apiclient.backoff import Backoff
+from neuron_dra.agent.apiclient.errors import ApiError
+from neuron_dra.agent.apiclient.kube import Json, Kube
+from neuron_dra.agent.claims import devicestatus
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.plan import PreparedClaim
+from neuron_dra.agent.telemetry.metrics import Metrics
+from neuron_dra.hardware.inventory import NodeInventory
+
+log = logging.getLogger(__name__)
+
+ERRORS_METRIC = "neuron_dra_claim_status_errors_total"
+# Answers after which the write is dropped: the claim is gone or was replaced (a UID
+# precondition), or the server finds the entries invalid (the claim was deallocated).
+_FINAL = {404: "gone", 409: "gone", 422: "refused"}
+
+
+@dataclass(frozen=True, eq=False)
+class _Write:
+    claim: ClaimRef
+    entries: tuple[devicestatus.Entry, ...] | None  # None: clear this driver's entries
+
+
+class StatusWriter:
+    """Created on the event loop; `prepared` and `unprepared` may be called from any thread."""
+
+    def __init__(self, kube: Kube, metrics: Metrics, backoff: Backoff | None = None) -> None:
+        self._kube = kube
+        self._metrics = metrics
+        self._backoff = backoff or Backoff(initial_s=1.0, max_s=60.0)
+        self._loop = asyncio.get_running_loop()
+        self._pending: dict[str, _Write] = {}  # by claim UID; touched on the loop only
+        self._wake = asyncio.Event()
+        self.served = True  # until an apply's answer shows the field is not served
+
+    def prepared(self, prepared: PreparedClaim, inventory: NodeInventory) -> None:
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        entries = devicestatus.entries(prepared, inventory.lnc, now)
+        self._put(_Write(prepared.claim, tuple(entries)))
+
+    def unprepared(self, claim: ClaimRef) -> None:
+        self._put(_Write(claim, None))
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def _put(self, write: _Write) -> None:
+        def put() -> None:
+            self._pending[write.claim.uid] = write
+            self._wake.set()
+
+        with contextlib.suppress(RuntimeError):  # the loop closed: the agent is stopping
+            self._loop.call_soon_threadsafe(put)
+
+    async def run(self) -> None:
+        """Until cancelled: each pending write, again after a backoff while any fails."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            failed = False
+            for uid, write in list(self._pending.items()):
+                try:
+                    await self._write(write)
+                except Exception as err:
+                    failed = True
+                    self._failed(write.claim, err)
+                    continue
+                if self._pending.get(uid) is write:
+                    del self._pending[uid]
+            if failed:
+                await asyncio.sleep(self._backoff.delay())
+                self._wake.set()
+            else:
+                self._backoff.reset()
+
+    def _failed(self, claim: ClaimRef, err: Exception) -> None:
+        status = err.status if isinstance(err, ApiError) else -1
+        if status < 0:
+            reason = "internal"
+        elif status == 403:
+            reason = "forbidden"
+        elif status in {0, 429} or status >= 500:
+            reason = "unavailable"
+        else:
+            reason = "refused"
+        self._metrics.inc(ERRORS_METRIC, reason=reason)
+        log.warning(
+            "device status of the claim not written; retrying: %s",
+            err,
+            extra=_fields(claim) | {"reason": reason},
+        )
+
+    async def _write(self, write: _Write) -> None:
+        claim = write.claim
+        if write.entries is None:
+            await self._clear(claim)
+            return
+        if not self.served:
+            return
+        answer = await self._apply(claim, _body(claim, list(write.entries)))
+        if answer is None:
+            return
+        if not _entries_of_driver(answer):
+            self.served = False
+            log.warning(
+                "the API server does not serve ResourceClaim status.devices (feature gate "
+                "DRAResourceClaimDeviceStatus off): claims' device status is not written",
+                extra=_fields(claim),
+            )
+            return
+        log.info(
+            "device status of the claim written",
+            extra=_fields(claim) | {"devices": ",".join(e["device"] for e in write.entries)},
+        )
+
+    async def _clear(self, claim: ClaimRef) -> None:
+        """Remove this driver's entries, if the claim still has them."""
+        try:
+            obj = await asyncio.to_thread(
+                self._kube.get_resource_claim, claim.namespace, claim.name
+            )
+        except ApiError as err:
+            if err.status == 404:
+                return
+            raise
+        status = obj.get("status") or {}
+        if (obj.get("metadata") or {}).get("uid") != claim.uid or not status.get("allocation"):
+            return  # another claim of that name, or deallocated: the server dropped them
+        if not _entries_of_driver(obj):
+            return
+        # An apply without the entries releases them: the server removes what this
+        # manager owned and no longer applies.
+        if await self._apply(claim, _body(claim, None)) is not None:
+            log.info("device status of the claim cleared", extra=_fields(claim))
+
+    async def _apply(self, claim: ClaimRef, body: Json) -> Json | None:
+        """The apply's answer; None when the write is final without one (`_FINAL`)."""
+        try:
+            return await self._kube.apply_claim_status(
+                claim.namespace, claim.name, body, DRIVER_NAME
+            )
+        except ApiError as err:
+            why = _FINAL.get(err.status)
+            if why is None:
+                raise
+            if why == "refused":
+                self._metrics.inc(ERRORS_METRIC, reason=why)
+            log.info("device status not written (%s): %s", why, err, extra=_fields(claim))
+            return None
+
+
+def _body(claim: ClaimRef, entries: list[devicestatus.Entry] | None) -> Json:
+    """An apply configuration; the UID makes it a precondition (409 for another claim)."""
+    body: Json = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": claim.name, "namespace": claim.namespace, "uid": claim.uid},
+    }
+    if entries is not None:
+        body["status"] = {"devices": entries}
+    return body
+
+
+def _entries_of_driver(obj: Json) -> list[Any]:
+    devices = (obj.get("status") or {}).get("devices") or []
+    return [d for d in devices if isinstance(d, dict) and d.get("driver") == DRIVER_NAME]
+
+
+def _fields(claim: ClaimRef) -> dict[str, str]:
+    return {"claim": claim.uid, "claim_namespace": claim.namespace, "claim_name": claim.name}
