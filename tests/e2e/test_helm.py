@@ -31,6 +31,10 @@ from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
 from neuron_dra_harness.manifests import install_monitoring_crds
 from tests import doc_commands
+from tests.e2e.claim_status_access import (
+    check_own_nodes_claim_status,
+    check_rbac_for_claim_status,
+)
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -705,6 +709,13 @@ def test_plugin_reads_what_it_needs_and_nothing_more(
     check_server_version(cluster, own)
     check_no_device_classes(cluster, own)
     check_claims_read_only(cluster, own, "helm-claims")
+
+
+def test_plugin_writes_device_status_only_of_its_own_nodes_claims(
+    cluster: Cluster, policy_nodes: tuple[str, str]
+) -> None:
+    check_rbac_for_claim_status(cluster)
+    check_own_nodes_claim_status(cluster, *policy_nodes, "helm-status")
 
 
 # --------------------------------------------------------------- uninstall

@@ -29,6 +29,10 @@ from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
 from neuron_dra_harness.manifests import INSTALL_SCRIPT, install_environment, run_install_script
 from neuron_dra_harness.processes import free_port
 from tests import doc_commands
+from tests.e2e.claim_status_access import (
+    check_own_nodes_claim_status,
+    check_rbac_for_claim_status,
+)
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -424,8 +428,15 @@ def test_plugin_cannot_create_device_classes(cluster: Cluster, installed: str) -
     check_no_device_classes(cluster, "policy-a")
 
 
-def test_plugin_reads_claims_but_cannot_write_them(cluster: Cluster, installed: str) -> None:
+def test_plugin_reads_claims_but_cannot_replace_them(cluster: Cluster, installed: str) -> None:
     check_claims_read_only(cluster, "policy-a", "install-claims")
+
+
+def test_plugin_writes_device_status_only_of_its_own_nodes_claims(
+    cluster: Cluster, policy_nodes: tuple[str, str]
+) -> None:
+    check_rbac_for_claim_status(cluster)
+    check_own_nodes_claim_status(cluster, *policy_nodes, "install-status")
 
 
 def test_plugin_patches_only_its_own_nodes_ultraserver_labels(
