@@ -24,6 +24,7 @@ import yaml
 
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.tools.doctor.clusterchecks import POLICIES
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
 from neuron_dra_harness.manifests import INSTALL_SCRIPT, install_environment, run_install_script
@@ -210,7 +211,7 @@ def test_install_applies_every_manifest(cluster: Cluster, installed: str) -> Non
     assert sorted(values) == sorted(INSTANCE_TYPES)
     # No Neuron node yet: the rollout is complete with no pod, and the script says so.
     assert "no node runs the plugin" in installed
-    for name in ("neuron-dra-resourceslices", "neuron-dra-node-labels"):
+    for name in POLICIES:
         policy = cluster.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name)
         assert not policy.get("status", {}).get("typeChecking", {}).get("expressionWarnings")
 
