@@ -76,6 +76,7 @@ def ours(obj: Obj) -> list[Obj]:
     return [d for d in devices if d["driver"] == DRIVER_NAME]
 
 
+@pytest.mark.versions(check="claim device status")
 def test_prepare_writes_status_devices_and_unprepare_clears_them(
     cluster: Cluster, node: SimulatedNode
 ) -> None:
