@@ -355,6 +355,7 @@ class Agent:
         allocated = {d.device for c in prepared.values() for d in c.devices}
         samples = device_states(self.inventory, self.health.problems, allocated)
         samples.append(Sample("neuron_dra_prepared_claims", (), len(prepared)))
+        samples.append(Sample("neuron_dra_claim_status_pending", (), self.claim_status.pending))
         registered = self.plugin.registration.registered.is_set()
         samples.append(Sample("neuron_dra_registered", (), float(registered)))
         samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)

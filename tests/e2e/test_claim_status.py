@@ -4,7 +4,8 @@ The real scheduler allocates, the kubelet stand-in prepares through the agent, a
 the agent's entries appear on the claim: one per device, Ready, with the serial
 numbers and NeuronCores the container got. An unprepare clears them while the claim
 is still allocated (a consumer other than the pod keeps it so), so the clearing is
-the agent's and not the server's own at deallocation.
+the agent's and not the server's own at deallocation. A write the API server refuses
+delays no pod and is retried; a server that does not serve the field is named once.
 """
 
 from __future__ import annotations
@@ -16,25 +17,38 @@ import pytest
 
 from consts import DRIVER_NAME
 from neuron_dra.hardware.discovery import discover
+from neuron_dra_harness import scrape
+from neuron_dra_harness.build import RELEASES, build_release
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.nodes import DEVICE_CLASSES, SimulatedNode, add_simulated_node
+from neuron_dra_harness.processes import free_port
 
 pytestmark = pytest.mark.e2e
 
 NODE = "status-a"
 NS = "claim-status"
 Obj = dict[str, Any]
+NOT_SERVED = "the API server does not serve ResourceClaim status.devices"
 
 
 @pytest.fixture(scope="module")
 def node(cluster: Cluster) -> Iterator[SimulatedNode]:
+    """A trn2 node whose plugin serves its metrics on `metrics_port(node)`."""
     cluster.apply_yaml(DEVICE_CLASSES.read_text())
     cluster.create_namespace(NS)
-    found = add_simulated_node(cluster, NODE, "trn2.48xlarge")
+    port = free_port()
+    found = add_simulated_node(
+        cluster, NODE, "trn2.48xlarge", extra_args=[f"--metrics-port={port}"]
+    )
     yield found
     if found.plugin is not None:
         cluster.stop_process(found.plugin)
     cluster.stop_kubelet_side(NODE)
+
+
+def metrics_port(node: SimulatedNode) -> int:
+    [flag] = [a for a in node.extra_args if a.startswith("--metrics-port=")]
+    return int(flag.partition("=")[2])
 
 
 def claim(name: str, count: int) -> Obj:
@@ -69,6 +83,15 @@ def pod(name: str, claim_name: str) -> Obj:
             "resourceClaims": [{"name": "neurons", "resourceClaimName": claim_name}],
         },
     }
+
+
+def status_errors(node: SimulatedNode, reason: str) -> float:
+    url = f"http://127.0.0.1:{metrics_port(node)}/metrics"
+    return sum(
+        s.value
+        for s in scrape.samples(url)
+        if s.name == "neuron_dra_claim_status_errors_total" and s.labels["reason"] == reason
+    )
 
 
 def ours(obj: Obj) -> list[Obj]:
@@ -139,5 +162,117 @@ def test_prepare_writes_status_devices_and_unprepare_clears_them(
     )
     after = cluster.get("resource.k8s.io/v1", "ResourceClaim", "two", NS)
     assert after["status"]["allocation"] == allocated["status"]["allocation"]
-    assert after["status"]["reservedFor"] == [other]
+    assert other in after["status"]["reservedFor"]  # so never deallocated
     cluster.delete("resource.k8s.io/v1", "ResourceClaim", "two", NS)
+
+
+def test_a_refused_write_delays_no_pod_and_is_tried_again(
+    cluster: Cluster, node: SimulatedNode
+) -> None:
+    """While an admission policy refuses every change of the claim's status.devices the
+    pod runs all the same; the write succeeds once the policy is gone."""
+    policy: Obj = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "refuse-device-status"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["resource.k8s.io"],
+                        "apiVersions": ["*"],
+                        "operations": ["UPDATE"],
+                        "resources": ["resourceclaims/status"],
+                    }
+                ]
+            },
+            # "probe" tells when the policy is in effect: any status write is refused.
+            # Of "refused", only changes of status.devices: the scheduler's allocation
+            # passes.
+            "matchConditions": [
+                {"name": "claims", "expression": 'object.metadata.name in ["refused", "probe"]'}
+            ],
+            "validations": [
+                {
+                    "expression": 'object.metadata.name != "probe" && '
+                    "object.status.?devices.orValue([]) == "
+                    "oldObject.status.?devices.orValue([])",
+                    "message": "refused for this test",
+                }
+            ],
+        },
+    }
+    binding: Obj = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "refuse-device-status"},
+        "spec": {"policyName": "refuse-device-status", "validationActions": ["Deny"]},
+    }
+    cluster.create(policy)
+    cluster.create(binding)
+    refused = cluster.create(claim("refused", 1))
+    cluster.create(claim("probe", 1))
+    path = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/probe/status"
+
+    def in_effect() -> bool:
+        try:
+            cluster.request(
+                "PATCH",
+                path,
+                {"status": {}},
+                query={"dryRun": "All"},
+                content_type="application/merge-patch+json",
+            )
+        except Exception as err:
+            return "refused for this test" in str(err)
+        return False
+
+    cluster.wait_for("the refusing policy in effect", in_effect)
+    before = status_errors(node, "refused")
+    cluster.create(pod("refused-user", "refused"))
+    cluster.wait_for_pod_running("refused-user", NS, timeout=60)
+    cluster.wait_for("a refused write counted", lambda: status_errors(node, "refused") > before)
+    assert ours(cluster.get("resource.k8s.io/v1", "ResourceClaim", "refused", NS)) == []
+
+    admission = "admissionregistration.k8s.io/v1"
+    cluster.delete(admission, "ValidatingAdmissionPolicyBinding", "refuse-device-status")
+    cluster.delete(admission, "ValidatingAdmissionPolicy", "refuse-device-status")
+    written = cluster.wait_for(
+        "status.devices written once allowed",
+        lambda: ours(cluster.get("resource.k8s.io/v1", "ResourceClaim", "refused", NS)),
+        timeout=90,
+    )
+    assert [e["conditions"][0]["type"] for e in written] == ["Ready"]
+    assert refused["metadata"]["uid"] in node.checkpointed()
+    cluster.delete("v1", "Pod", "refused-user", NS)
+    cluster.wait_for_pod_gone("refused-user", NS, timeout=60)
+    cluster.delete("resource.k8s.io/v1", "ResourceClaim", "refused", NS)
+    cluster.delete("resource.k8s.io/v1", "ResourceClaim", "probe", NS)
+
+
+def test_a_server_without_the_field_is_named_once() -> None:
+    """1.34 with DRAResourceClaimDeviceStatus off drops status.devices: two claims are
+    prepared, the plugin says so once and writes nothing."""
+    with Cluster(
+        build_release(RELEASES[0]), feature_gates={"DRAResourceClaimDeviceStatus": False}
+    ) as cluster:
+        cluster.apply_yaml(DEVICE_CLASSES.read_text())
+        cluster.create_namespace(NS)
+        port = free_port()
+        off = add_simulated_node(
+            cluster, NODE, "trn2.48xlarge", extra_args=[f"--metrics-port={port}"]
+        )
+        url = f"http://127.0.0.1:{port}/metrics"
+        for name in ("first", "second"):
+            cluster.create(claim(name, 1))
+            cluster.create(pod(name, name))
+            cluster.wait_for_pod_running(name, NS, timeout=60)
+            # Handed to the writer before the kubelet had its answer; done once none waits.
+            cluster.wait_for(
+                f"{name}'s status write handled",
+                lambda: scrape.by_name(url)["neuron_dra_claim_status_pending"][0]["value"] == "0.0",
+            )
+            assert ours(cluster.get("resource.k8s.io/v1", "ResourceClaim", name, NS)) == []
+        assert off.plugin is not None
+        assert off.plugin.log_path.read_text().count(NOT_SERVED) == 1

@@ -8,8 +8,8 @@ never touched. The status is for people and monitoring tools; the container need
 none of it. So a write that fails (an API server outage, the RBAC of an older
 chart) never fails or slows a prepare: it is logged with the claim, counted in
 `neuron_dra_claim_status_errors_total{reason}` and tried again with backoff until it
-succeeds, or until the claim is gone, deallocated, or refused as invalid (retrying
-cannot help those). One write per claim is pending at a time: a later one replaces
+succeeds, or until the claim is gone or no longer holds the devices (retrying cannot
+help those). One write per claim is pending at a time: a later one replaces
 it, so an unprepare that comes first clears instead of writing.
 
 Unprepare reads the claim first and clears only what is there: once a claim is
@@ -43,9 +43,6 @@ from neuron_dra.hardware.inventory import NodeInventory
 log = logging.getLogger(__name__)
 
 ERRORS_METRIC = "neuron_dra_claim_status_errors_total"
-# Answers after which the write is dropped: the claim is gone or was replaced (a UID
-# precondition), or the server finds the entries invalid (the claim was deallocated).
-_FINAL = {404: "gone", 409: "gone", 422: "refused"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,7 +128,18 @@ class StatusWriter:
             return
         if not self.served:
             return
-        answer = await self._apply(claim, _body(claim, list(write.entries)))
+        try:
+            answer = await self._apply(claim, _body(claim, list(write.entries)))
+        except ApiError as err:
+            # Invalid, or refused by a policy or the 1.36+ status authorization (both
+            # answer 422): tried again only while the claim still holds the devices.
+            if err.status == 422 and not _holds(await self._read(claim), write.entries):
+                log.info(
+                    "device status not written: the claim no longer holds the devices",
+                    extra=_fields(claim),
+                )
+                return
+            raise
         if answer is None:
             return
         if not _entries_of_driver(answer):
@@ -148,38 +156,45 @@ class StatusWriter:
         )
 
     async def _clear(self, claim: ClaimRef) -> None:
-        """Remove this driver's entries, if the claim still has them."""
+        """Remove this driver's entries, if the claim is still allocated and has them (a
+        deallocated claim has none: the server dropped them)."""
+        obj = await self._read(claim)
+        if obj is None or not _allocation(obj) or not _entries_of_driver(obj):
+            return
+        # An apply without the entries releases them: the server removes what this
+        # manager owned and no longer applies.
+        try:
+            answer = await self._apply(claim, _body(claim, None))
+        except ApiError as err:
+            if err.status == 422 and not _allocation(await self._read(claim)):
+                return
+            raise
+        if answer is not None:
+            log.info("device status of the claim cleared", extra=_fields(claim))
+
+    async def _read(self, claim: ClaimRef) -> Json | None:
+        """The claim as the server has it; None when it is gone or the name is another's."""
         try:
             obj = await asyncio.to_thread(
                 self._kube.get_resource_claim, claim.namespace, claim.name
             )
         except ApiError as err:
             if err.status == 404:
-                return
+                return None
             raise
-        status = obj.get("status") or {}
-        if (obj.get("metadata") or {}).get("uid") != claim.uid or not status.get("allocation"):
-            return  # another claim of that name, or deallocated: the server dropped them
-        if not _entries_of_driver(obj):
-            return
-        # An apply without the entries releases them: the server removes what this
-        # manager owned and no longer applies.
-        if await self._apply(claim, _body(claim, None)) is not None:
-            log.info("device status of the claim cleared", extra=_fields(claim))
+        return obj if (obj.get("metadata") or {}).get("uid") == claim.uid else None
 
     async def _apply(self, claim: ClaimRef, body: Json) -> Json | None:
-        """The apply's answer; None when the write is final without one (`_FINAL`)."""
+        """The apply's answer; None when the claim is gone, or the name is another
+        claim's (the UID precondition's 409): nothing is left to write."""
         try:
             return await self._kube.apply_claim_status(
                 claim.namespace, claim.name, body, DRIVER_NAME
             )
         except ApiError as err:
-            why = _FINAL.get(err.status)
-            if why is None:
+            if err.status not in {404, 409}:
                 raise
-            if why == "refused":
-                self._metrics.inc(ERRORS_METRIC, reason=why)
-            log.info("device status not written (%s): %s", why, err, extra=_fields(claim))
+            log.info("device status not written: the claim is gone: %s", err, extra=_fields(claim))
             return None
 
 
@@ -193,6 +208,17 @@ def _body(claim: ClaimRef, entries: list[devicestatus.Entry] | None) -> Json:
     if entries is not None:
         body["status"] = {"devices": entries}
     return body
+
+
+def _allocation(obj: Json | None) -> Json | None:
+    return ((obj or {}).get("status") or {}).get("allocation") or None
+
+
+def _holds(obj: Json | None, entries: tuple[devicestatus.Entry, ...]) -> bool:
+    """Whether the claim `obj` is still allocated every device of `entries`."""
+    results = ((_allocation(obj) or {}).get("devices") or {}).get("results") or []
+    allocated = {(r.get("driver"), r.get("pool"), r.get("device")) for r in results}
+    return all((e["driver"], e["pool"], e["device"]) in allocated for e in entries)
 
 
 def _entries_of_driver(obj: Json) -> list[Any]:

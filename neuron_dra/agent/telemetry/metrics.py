@@ -88,10 +88,13 @@ METRICS: dict[str, Spec] = {
     "neuron_dra_unprepare_errors_total": Spec(
         "counter", "Claims not unprepared, by reason.", ("reason",)
     ),
+    "neuron_dra_claim_status_pending": Spec(
+        "gauge", "Claims whose status.devices write or clear is waiting or being retried."
+    ),
     "neuron_dra_claim_status_errors_total": Spec(
         "counter",
-        "Writes of a prepared claim's status.devices that failed, by reason: forbidden, "
-        "unavailable and internal (retried), refused (invalid: dropped).",
+        "Writes of a prepared claim's status.devices that failed and are tried again, by "
+        "reason: forbidden, refused (invalid, or refused by a policy), unavailable, internal.",
         ("reason",),
     ),
     "neuron_dra_slice_publishes_total": Spec(
