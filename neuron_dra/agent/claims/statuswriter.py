@@ -131,8 +131,9 @@ class StatusWriter:
         try:
             answer = await self._apply(claim, _body(claim, list(write.entries)))
         except ApiError as err:
-            # Invalid, or refused by a policy or the 1.36+ status authorization (both
-            # answer 422): tried again only while the claim still holds the devices.
+            # Invalid (another claim of that name, a device no longer allocated), or
+            # refused by a policy or the 1.36+ status authorization, all 422: tried again
+            # only while the claim still holds the devices.
             if err.status == 422 and not _holds(await self._read(claim), write.entries):
                 log.info(
                     "device status not written: the claim no longer holds the devices",
@@ -185,21 +186,21 @@ class StatusWriter:
         return obj if (obj.get("metadata") or {}).get("uid") == claim.uid else None
 
     async def _apply(self, claim: ClaimRef, body: Json) -> Json | None:
-        """The apply's answer; None when the claim is gone, or the name is another
-        claim's (the UID precondition's 409): nothing is left to write."""
+        """The apply's answer; None when the claim is gone: nothing is left to write."""
         try:
             return await self._kube.apply_claim_status(
                 claim.namespace, claim.name, body, DRIVER_NAME
             )
         except ApiError as err:
-            if err.status not in {404, 409}:
+            if err.status != 404:
                 raise
             log.info("device status not written: the claim is gone: %s", err, extra=_fields(claim))
             return None
 
 
 def _body(claim: ClaimRef, entries: list[devicestatus.Entry] | None) -> Json:
-    """An apply configuration; the UID makes it a precondition (409 for another claim)."""
+    """An apply configuration. With the UID a claim of the same name made since is
+    refused (422, the UID is immutable), and `_read` then finds the claim gone."""
     body: Json = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
