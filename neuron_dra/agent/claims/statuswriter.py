@@ -48,7 +48,9 @@ ERRORS_METRIC = "neuron_dra_claim_status_errors_total"
 @dataclass(frozen=True, eq=False)
 class _Write:
     claim: ClaimRef
-    entries: tuple[devicestatus.Entry, ...] | None  # None: clear this driver's entries
+    # What was prepared, the node's LNC and when; the entries are built on the loop,
+    # not in the kubelet's call (16 devices: 0.2 ms). None: clear this driver's entries.
+    prepared: tuple[PreparedClaim, int | None, str] | None
 
 
 class StatusWriter:
@@ -65,8 +67,7 @@ class StatusWriter:
 
     def prepared(self, prepared: PreparedClaim, inventory: NodeInventory) -> None:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        entries = devicestatus.entries(prepared, inventory.lnc, now)
-        self._put(_Write(prepared.claim, tuple(entries)))
+        self._put(_Write(prepared.claim, (prepared, inventory.lnc, now)))
 
     def unprepared(self, claim: ClaimRef) -> None:
         self._put(_Write(claim, None))
@@ -123,18 +124,19 @@ class StatusWriter:
 
     async def _write(self, write: _Write) -> None:
         claim = write.claim
-        if write.entries is None:
+        if write.prepared is None:
             await self._clear(claim)
             return
         if not self.served:
             return
+        entries = devicestatus.entries(*write.prepared)
         try:
-            answer = await self._apply(claim, _body(claim, list(write.entries)))
+            answer = await self._apply(claim, _body(claim, entries))
         except ApiError as err:
             # Invalid (another claim of that name, a device no longer allocated), or
             # refused by a policy or the 1.36+ status authorization, all 422: tried again
             # only while the claim still holds the devices.
-            if err.status == 422 and not _holds(await self._read(claim), write.entries):
+            if err.status == 422 and not _holds(await self._read(claim), entries):
                 log.info(
                     "device status not written: the claim no longer holds the devices",
                     extra=_fields(claim),
@@ -153,7 +155,7 @@ class StatusWriter:
             return
         log.info(
             "device status of the claim written",
-            extra=_fields(claim) | {"devices": ",".join(e["device"] for e in write.entries)},
+            extra=_fields(claim) | {"devices": ",".join(e["device"] for e in entries)},
         )
 
     async def _clear(self, claim: ClaimRef) -> None:
@@ -215,7 +217,7 @@ def _allocation(obj: Json | None) -> Json | None:
     return ((obj or {}).get("status") or {}).get("allocation") or None
 
 
-def _holds(obj: Json | None, entries: tuple[devicestatus.Entry, ...]) -> bool:
+def _holds(obj: Json | None, entries: list[devicestatus.Entry]) -> bool:
     """Whether the claim `obj` is still allocated every device of `entries`."""
     results = ((_allocation(obj) or {}).get("devices") or {}).get("results") or []
     allocated = {(r.get("driver"), r.get("pool"), r.get("device")) for r in results}
