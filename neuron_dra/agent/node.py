@@ -21,6 +21,7 @@ from http import HTTPStatus
 from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
+from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
 from neuron_dra.agent.claims.statuswriter import StatusWriter
 from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
@@ -122,7 +123,9 @@ class Agent:
         self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
         boot = look.boot_id
-        self.claim_status = StatusWriter(kube, self.metrics)
+        self.claim_status = StatusWriter(
+            kube, self.metrics, lambda: self.inventory, options.node_name
+        )
         self.preparer = Preparer(
             inventory=lambda: self.inventory,
             pool=options.node_name,
@@ -158,6 +161,8 @@ class Agent:
             log.info("stopped before the checkpoint was read")
             return
         self._claims_changed()  # the devices restored claims hold
+        restored = self.preparer.prepared.values()
+        self.claim_status.restored(ClaimRef(c.namespace, c.name, c.uid) for c in restored)
         # The kubelet can prepare from here while the publisher probes the API server.
         self.plugin.serve_claims(self.preparer)
         await self._publish_health()

@@ -166,15 +166,18 @@ def test_prepare_writes_status_devices_and_unprepare_clears_them(
     cluster.delete("resource.k8s.io/v1", "ResourceClaim", "two", NS)
 
 
+@pytest.mark.parametrize("restart", [False, True], ids=["retried", "after-a-restart"])
 def test_a_refused_write_delays_no_pod_and_is_tried_again(
-    cluster: Cluster, node: SimulatedNode
+    cluster: Cluster, node: SimulatedNode, restart: bool
 ) -> None:
     """While an admission policy refuses every change of the claim's status.devices the
-    pod runs all the same; the write succeeds once the policy is gone."""
+    pod runs all the same; the write succeeds once the policy is gone: retried, or by a
+    plugin started again after the one that failed stopped."""
+    name, probe = ("again", "probe-again") if restart else ("refused", "probe")
     policy: Obj = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "refuse-device-status"},
+        "metadata": {"name": f"refuse-{name}"},
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
@@ -187,15 +190,14 @@ def test_a_refused_write_delays_no_pod_and_is_tried_again(
                     }
                 ]
             },
-            # "probe" tells when the policy is in effect: any status write is refused.
-            # Of "refused", only changes of status.devices: the scheduler's allocation
-            # passes.
+            # `probe` tells when the policy is in effect: any status write is refused.
+            # Of `name`, only changes of status.devices: the scheduler's allocation passes.
             "matchConditions": [
-                {"name": "claims", "expression": 'object.metadata.name in ["refused", "probe"]'}
+                {"name": "claims", "expression": f'object.metadata.name in ["{name}", "{probe}"]'}
             ],
             "validations": [
                 {
-                    "expression": 'object.metadata.name != "probe" && '
+                    "expression": f'object.metadata.name != "{probe}" && '
                     "object.status.?devices.orValue([]) == "
                     "oldObject.status.?devices.orValue([])",
                     "message": "refused for this test",
@@ -206,14 +208,14 @@ def test_a_refused_write_delays_no_pod_and_is_tried_again(
     binding: Obj = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "refuse-device-status"},
-        "spec": {"policyName": "refuse-device-status", "validationActions": ["Deny"]},
+        "metadata": {"name": f"refuse-{name}"},
+        "spec": {"policyName": f"refuse-{name}", "validationActions": ["Deny"]},
     }
     cluster.create(policy)
     cluster.create(binding)
-    refused = cluster.create(claim("refused", 1))
-    cluster.create(claim("probe", 1))
-    path = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/probe/status"
+    refused = cluster.create(claim(name, 1))
+    cluster.create(claim(probe, 1))
+    path = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/{probe}/status"
 
     def in_effect() -> bool:
         try:
@@ -230,25 +232,29 @@ def test_a_refused_write_delays_no_pod_and_is_tried_again(
 
     cluster.wait_for("the refusing policy in effect", in_effect)
     before = status_errors(node, "refused")
-    cluster.create(pod("refused-user", "refused"))
-    cluster.wait_for_pod_running("refused-user", NS, timeout=60)
+    cluster.create(pod(f"{name}-user", name))
+    cluster.wait_for_pod_running(f"{name}-user", NS, timeout=60)
     cluster.wait_for("a refused write counted", lambda: status_errors(node, "refused") > before)
-    assert ours(cluster.get("resource.k8s.io/v1", "ResourceClaim", "refused", NS)) == []
+    assert ours(cluster.get("resource.k8s.io/v1", "ResourceClaim", name, NS)) == []
+    if restart:
+        node.stop_plugin()
 
     admission = "admissionregistration.k8s.io/v1"
-    cluster.delete(admission, "ValidatingAdmissionPolicyBinding", "refuse-device-status")
-    cluster.delete(admission, "ValidatingAdmissionPolicy", "refuse-device-status")
+    cluster.delete(admission, "ValidatingAdmissionPolicyBinding", f"refuse-{name}")
+    cluster.delete(admission, "ValidatingAdmissionPolicy", f"refuse-{name}")
+    if restart:
+        node.start_plugin()
     written = cluster.wait_for(
         "status.devices written once allowed",
-        lambda: ours(cluster.get("resource.k8s.io/v1", "ResourceClaim", "refused", NS)),
+        lambda: ours(cluster.get("resource.k8s.io/v1", "ResourceClaim", name, NS)),
         timeout=90,
     )
     assert [e["conditions"][0]["type"] for e in written] == ["Ready"]
     assert refused["metadata"]["uid"] in node.checkpointed()
-    cluster.delete("v1", "Pod", "refused-user", NS)
-    cluster.wait_for_pod_gone("refused-user", NS, timeout=60)
-    cluster.delete("resource.k8s.io/v1", "ResourceClaim", "refused", NS)
-    cluster.delete("resource.k8s.io/v1", "ResourceClaim", "probe", NS)
+    cluster.delete("v1", "Pod", f"{name}-user", NS)
+    cluster.wait_for_pod_gone(f"{name}-user", NS, timeout=60)
+    cluster.delete("resource.k8s.io/v1", "ResourceClaim", name, NS)
+    cluster.delete("resource.k8s.io/v1", "ResourceClaim", probe, NS)
 
 
 def test_a_server_without_the_field_is_named_once() -> None:

@@ -16,9 +16,10 @@ Unprepare reads the claim first and clears only what is there: once a claim is
 deallocated the API server drops every entry itself. Where the API server does not
 serve the field (DRAResourceClaimDeviceStatus off; on by default since 1.33) an
 apply answers without it: the writer says so once and writes nothing more for the
-life of the process. Pending writes live in memory: an agent stopped before a write
-succeeded leaves the claim without entries (or with stale ones) until it is prepared
-(or deallocated) again.
+life of the process. Pending writes live in memory; at start each claim the checkpoint
+holds is read again and, where it has no entries of this driver, planned again and
+written, so a write pending when the last instance stopped is made. A clear pending
+then is not: the entries stay until the claim is deallocated.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import asyncio
 import contextlib
 import datetime
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.backoff import Backoff
@@ -36,7 +38,7 @@ from neuron_dra.agent.apiclient.errors import ApiError
 from neuron_dra.agent.apiclient.kube import Json, Kube
 from neuron_dra.agent.claims import devicestatus
 from neuron_dra.agent.claims.claimref import ClaimRef
-from neuron_dra.agent.claims.plan import PreparedClaim
+from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim, plan
 from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
 
@@ -48,16 +50,28 @@ ERRORS_METRIC = "neuron_dra_claim_status_errors_total"
 @dataclass(frozen=True, eq=False)
 class _Write:
     claim: ClaimRef
+    # apply: the entries of `prepared`; clear: remove this driver's entries; check: a
+    # claim restored at start, written from the claim read again if it has no entries.
+    kind: Literal["apply", "clear", "check"]
     # What was prepared, the node's LNC and when; the entries are built on the loop,
-    # not in the kubelet's call (16 devices: 0.2 ms). None: clear this driver's entries.
-    prepared: tuple[PreparedClaim, int | None, str] | None
+    # not in the kubelet's call (16 devices: 0.2 ms).
+    prepared: tuple[PreparedClaim, int | None, str] | None = None
 
 
 class StatusWriter:
     """Created on the event loop; `prepared` and `unprepared` may be called from any thread."""
 
-    def __init__(self, kube: Kube, metrics: Metrics, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        metrics: Metrics,
+        inventory: Callable[[], NodeInventory],
+        pool: str,
+        backoff: Backoff | None = None,
+    ) -> None:
         self._kube = kube
+        self._inventory = inventory
+        self._pool = pool
         self._metrics = metrics
         self._backoff = backoff or Backoff(initial_s=1.0, max_s=60.0)
         self._loop = asyncio.get_running_loop()
@@ -66,19 +80,26 @@ class StatusWriter:
         self.served = True  # until an apply's answer shows the field is not served
 
     def prepared(self, prepared: PreparedClaim, inventory: NodeInventory) -> None:
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self._put(_Write(prepared.claim, (prepared, inventory.lnc, now)))
+        self._put(_Write(prepared.claim, "apply", (prepared, inventory.lnc, _now())))
 
     def unprepared(self, claim: ClaimRef) -> None:
-        self._put(_Write(claim, None))
+        self._put(_Write(claim, "clear"))
+
+    def restored(self, claims: Iterable[ClaimRef]) -> None:
+        """Claims prepared before this start: each written if it has no entries (a
+        write still pending when the last instance stopped), unless a prepare or
+        unprepare of this instance came first."""
+        for claim in claims:
+            self._put(_Write(claim, "check"), replace=False)
 
     @property
     def pending(self) -> int:
         return len(self._pending)
 
-    def _put(self, write: _Write) -> None:
+    def _put(self, write: _Write, *, replace: bool = True) -> None:
         def put() -> None:
-            self._pending[write.claim.uid] = write
+            if replace or write.claim.uid not in self._pending:
+                self._pending[write.claim.uid] = write
             self._wake.set()
 
         with contextlib.suppress(RuntimeError):  # the loop closed: the agent is stopping
@@ -124,12 +145,18 @@ class StatusWriter:
 
     async def _write(self, write: _Write) -> None:
         claim = write.claim
-        if write.prepared is None:
+        if write.kind == "clear":
             await self._clear(claim)
             return
         if not self.served:
             return
-        entries = devicestatus.entries(*write.prepared)
+        if write.prepared is not None:
+            entries = devicestatus.entries(*write.prepared)
+        else:
+            found = await self._restored_entries(claim)
+            if found is None:
+                return
+            entries = found
         try:
             answer = await self._apply(claim, _body(claim, entries))
         except ApiError as err:
@@ -175,6 +202,20 @@ class StatusWriter:
         if answer is not None:
             log.info("device status of the claim cleared", extra=_fields(claim))
 
+    async def _restored_entries(self, claim: ClaimRef) -> list[devicestatus.Entry] | None:
+        """The entries of a claim prepared before this start, planned again from the claim;
+        None when it has some already, or is gone or deallocated."""
+        obj = await self._read(claim)
+        if obj is None or not _allocation(obj) or _entries_of_driver(obj):
+            return None
+        inventory = self._inventory()
+        try:
+            prepared = plan(claim, obj, inventory, self._pool)
+        except ClaimError as err:
+            log.info("device status not written: %s", err, extra=_fields(claim))
+            return None
+        return devicestatus.entries(prepared, inventory.lnc, _now())
+
     async def _read(self, claim: ClaimRef) -> Json | None:
         """The claim as the server has it; None when it is gone or the name is another's."""
         try:
@@ -198,6 +239,10 @@ class StatusWriter:
                 raise
             log.info("device status not written: the claim is gone: %s", err, extra=_fields(claim))
             return None
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _body(claim: ClaimRef, entries: list[devicestatus.Entry] | None) -> Json:
