@@ -21,7 +21,9 @@ from http import HTTPStatus
 from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
+from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
+from neuron_dra.agent.claims.statuswriter import StatusWriter
 from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
@@ -120,6 +122,9 @@ class Agent:
         self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
         boot = look.boot_id
+        self.claim_status = StatusWriter(
+            kube, self.metrics, lambda: self.inventory, options.node_name
+        )
         self.preparer = Preparer(
             inventory=lambda: self.inventory,
             pool=options.node_name,
@@ -131,6 +136,8 @@ class Agent:
             after_step=after_step,
             metrics=self.metrics,
             on_change=self._claims_changed_elsewhere,
+            on_prepared=self.claim_status.prepared,
+            on_unprepared=self.claim_status.unprepared,
         )
         self._held: frozenset[str] = frozenset()
         self._kept: frozenset[str] = frozenset()
@@ -153,6 +160,8 @@ class Agent:
             log.info("stopped before the checkpoint was read")
             return
         self._claims_changed()  # the devices restored claims hold
+        restored = self.preparer.prepared.values()
+        self.claim_status.restored(ClaimRef(c.namespace, c.name, c.uid) for c in restored)
         # The kubelet can prepare from here while the publisher probes the API server.
         self.plugin.serve_claims(self.preparer)
         await self._publish_health()
@@ -166,6 +175,7 @@ class Agent:
             ("node", self.node_watch.run),
             ("rediscovery", self._rediscover),
             ("claims", self._follow_claims),
+            ("claim-status", self.claim_status.run),
         ):
             loops.start(name, loop)
         ready = asyncio.create_task(self._report_ready(), name="ready")
@@ -355,6 +365,7 @@ class Agent:
         allocated = {d.device for c in prepared.values() for d in c.devices}
         samples = device_states(self.inventory, self.health.problems, allocated)
         samples.append(Sample("neuron_dra_prepared_claims", (), len(prepared)))
+        samples.append(Sample("neuron_dra_claim_status_pending", (), self.claim_status.pending))
         registered = self.plugin.registration.registered.is_set()
         samples.append(Sample("neuron_dra_registered", (), float(registered)))
         samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)

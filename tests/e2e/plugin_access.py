@@ -81,17 +81,18 @@ def can(cluster: Cluster, verb: str, target: Target) -> bool:
 
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
-# Claims are read in every namespace; Events are written only next to the kubelet's node
+# Claims are read in every namespace, their status.devices applied (the entries the
+# driver may change: `claim_status_access`); Events are written only next to the kubelet's node
 # events, in "default".
 GRANTED: dict[Target, set[str]] = {
     ("resource.k8s.io", "resourceslices", "", ""): {"list", "watch", "create", "update", "delete"},
     ("resource.k8s.io", "resourceclaims", "", "someone"): {"get"},
+    ("resource.k8s.io", "resourceclaims", "status", "someone"): {"patch"},
     ("", "nodes", "", ""): {"get", "list", "watch", "patch"},
     ("", "events", "", "default"): {"create"},
 }
 CHECKED: list[Target] = [
     *GRANTED,
-    ("resource.k8s.io", "resourceclaims", "status", "someone"),
     ("resource.k8s.io", "deviceclasses", "", ""),
     ("resource.k8s.io", "resourceclaimtemplates", "", "someone"),
     ("", "nodes", "status", ""),

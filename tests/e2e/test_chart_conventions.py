@@ -55,6 +55,7 @@ def test_fullname_override_renames_every_object(helm_bin: Path, offline: dict[st
     user = "system:serviceaccount:default:trn"  # helm template without -n
     assert policy_user(renamed, "trn-resourceslices") == user
     assert policy_user(renamed, "trn-node-labels") == user
+    assert policy_user(renamed, "trn-claim-status") == user
     prefixed = template(helm_bin, offline, *IMAGE_VALUES, "--set=nameOverride=accel")
     assert ("DaemonSet", "accel") in names(prefixed)
 

@@ -27,10 +27,15 @@ import yaml
 from neuron_dra.cli import parser
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.tools.doctor.clusterchecks import POLICIES
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
 from neuron_dra_harness.manifests import install_monitoring_crds
 from tests import doc_commands
+from tests.e2e.claim_status_access import (
+    check_own_nodes_claim_status,
+    check_rbac_for_claim_status,
+)
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -328,8 +333,8 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
             "Service",
             "DaemonSet",
             *["DeviceClass"] * 5,
-            *["ValidatingAdmissionPolicy"] * 3,
-            *["ValidatingAdmissionPolicyBinding"] * 3,
+            *["ValidatingAdmissionPolicy"] * 4,
+            *["ValidatingAdmissionPolicyBinding"] * 4,
             "NetworkPolicy",
             # The `helm test` pod's claim template.
             "ResourceClaimTemplate",
@@ -374,7 +379,7 @@ def test_values_shape_the_objects(helm_bin: Path, offline: dict[str, str]) -> No
             assert obj["metadata"]["namespace"] == "drivers", (kind, name)
     binding = found[("ClusterRoleBinding", "neuron-dra")]
     assert binding["subjects"][0]["namespace"] == "drivers"
-    for name in ("neuron-dra-resourceslices", "neuron-dra-node-labels"):
+    for name in POLICIES:
         policy = found[("ValidatingAdmissionPolicy", name)]
         [condition] = policy["spec"]["matchConditions"]
         assert '"system:serviceaccount:drivers:neuron-dra"' in condition["expression"]
@@ -520,7 +525,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 20, keys
+    assert len(keys) == 22, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
         assert {name: labels.get(name) for name in STANDARD_LABELS} == STANDARD_LABELS, k
@@ -529,7 +534,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     affinity = spec["template"]["spec"]["affinity"]["nodeAffinity"]
     term = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"][0]["values"] == list(INSTANCE_TYPES)
-    for name in ("neuron-dra-resourceslices", "neuron-dra-node-labels"):
+    for name in POLICIES:
         policy = cluster.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name)
         assert not policy.get("status", {}).get("typeChecking", {}).get("expressionWarnings")
 
@@ -754,6 +759,13 @@ def test_plugin_reads_what_it_needs_and_nothing_more(
     check_server_version(cluster, own)
     check_no_device_classes(cluster, own)
     check_claims_read_only(cluster, own, "helm-claims")
+
+
+def test_plugin_writes_device_status_only_of_its_own_nodes_claims(
+    cluster: Cluster, policy_nodes: tuple[str, str]
+) -> None:
+    check_rbac_for_claim_status(cluster)
+    check_own_nodes_claim_status(cluster, *policy_nodes, "helm-status")
 
 
 # --------------------------------------------------------------- uninstall

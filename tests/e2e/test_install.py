@@ -24,11 +24,16 @@ import yaml
 
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
+from neuron_dra.tools.doctor.clusterchecks import POLICIES
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
 from neuron_dra_harness.manifests import INSTALL_SCRIPT, install_environment, run_install_script
 from neuron_dra_harness.processes import free_port
 from tests import doc_commands
+from tests.e2e.claim_status_access import (
+    check_own_nodes_claim_status,
+    check_rbac_for_claim_status,
+)
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -206,7 +211,7 @@ def test_install_applies_every_manifest(cluster: Cluster, installed: str) -> Non
     assert sorted(values) == sorted(INSTANCE_TYPES)
     # No Neuron node yet: the rollout is complete with no pod, and the script says so.
     assert "no node runs the plugin" in installed
-    for name in ("neuron-dra-resourceslices", "neuron-dra-node-labels"):
+    for name in POLICIES:
         policy = cluster.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name)
         assert not policy.get("status", {}).get("typeChecking", {}).get("expressionWarnings")
 
@@ -424,8 +429,15 @@ def test_plugin_cannot_create_device_classes(cluster: Cluster, installed: str) -
     check_no_device_classes(cluster, "policy-a")
 
 
-def test_plugin_reads_claims_but_cannot_write_them(cluster: Cluster, installed: str) -> None:
+def test_plugin_reads_claims_but_cannot_replace_them(cluster: Cluster, installed: str) -> None:
     check_claims_read_only(cluster, "policy-a", "install-claims")
+
+
+def test_plugin_writes_device_status_only_of_its_own_nodes_claims(
+    cluster: Cluster, policy_nodes: tuple[str, str]
+) -> None:
+    check_rbac_for_claim_status(cluster)
+    check_own_nodes_claim_status(cluster, *policy_nodes, "install-status")
 
 
 def test_plugin_patches_only_its_own_nodes_ultraserver_labels(

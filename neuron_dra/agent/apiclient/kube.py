@@ -108,6 +108,15 @@ class Kube:
         path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}"
         return self._call_sync("GET", path, None, None, "application/json")
 
+    async def apply_claim_status(self, namespace: str, name: str, body: Json, manager: str) -> Json:
+        """Server-side apply to a claim's status as field manager `manager`, forced: the
+        fields `manager` owns become exactly those in `body`."""
+        path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}/status"
+        query = [("fieldManager", manager), ("force", "true")]
+        return await self._call(
+            "PATCH", path, query=query, body=body, content_type="application/apply-patch+yaml"
+        )
+
     async def list_resource_slices(self, node: str, driver: str) -> Listed:
         result = await self._call(
             "GET", f"{RESOURCE_API}/resourceslices", query=_slice_selector(node, driver)

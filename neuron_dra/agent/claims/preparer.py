@@ -88,11 +88,16 @@ class Preparer:
         after_step: StepHook = no_step_hook,
         metrics: Metrics | None = None,
         on_change: Callable[[], None] = lambda: None,
+        on_prepared: Callable[[PreparedClaim, NodeInventory], None] = lambda p, i: None,
+        on_unprepared: Callable[[ClaimRef], None] = lambda ref: None,
     ) -> None:
         self._metrics = metrics or Metrics()
         # Told whenever the prepared claims change (this instance's or, read from the
         # checkpoint, the other's of a rolling update): what is held shapes the slices.
         self._on_change = on_change
+        # Told of each claim this instance prepared in full, or unprepared (`statuswriter`):
+        # they must only note it, never block or raise.
+        self._on_prepared, self._on_unprepared = on_prepared, on_unprepared
         self._inventory = inventory
         self._pool = pool
         self._cdi_root = cdi_root
@@ -207,6 +212,7 @@ class Preparer:
                         del self._preparing[ref.uid]
                 self._phase("checkpoint", phase)
                 self._after_step("after-checkpoint")
+                self._on_prepared(prepared, inventory)
             except ClaimError as err:
                 log.warning("claim not prepared: %s", err, extra=extra)
                 return Outcome(error=str(err), reason="claim")
@@ -227,6 +233,7 @@ class Preparer:
                 # Unconditionally: during a rolling update the other instance may have
                 # prepared it, and only the file on disk knows.
                 self._commit({ref.uid: None})
+                self._on_unprepared(ref)
             except Exception as err:
                 log.exception("claim not unprepared", extra={"claim": ref.uid})
                 return _failed(ref, err)

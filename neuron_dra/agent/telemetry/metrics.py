@@ -88,6 +88,15 @@ METRICS: dict[str, Spec] = {
     "neuron_dra_unprepare_errors_total": Spec(
         "counter", "Claims not unprepared, by reason.", ("reason",)
     ),
+    "neuron_dra_claim_status_pending": Spec(
+        "gauge", "Claims whose status.devices write or clear is waiting or being retried."
+    ),
+    "neuron_dra_claim_status_errors_total": Spec(
+        "counter",
+        "Writes of a prepared claim's status.devices that failed and are tried again, by "
+        "reason: forbidden, refused (invalid, or refused by a policy), unavailable, internal.",
+        ("reason",),
+    ),
     "neuron_dra_slice_publishes_total": Spec(
         "counter", "ResourceSlice creates, updates and deletes sent to the API server."
     ),

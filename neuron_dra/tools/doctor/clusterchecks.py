@@ -19,7 +19,7 @@ List = Callable[[str], list[Json]]
 
 OLDEST = (1, 34)
 CLASSES = (DRIVER_NAME, f"neuroncore.{DRIVER_NAME}")
-POLICIES = ("neuron-dra-resourceslices", "neuron-dra-node-labels")
+POLICIES = ("neuron-dra-resourceslices", "neuron-dra-claim-status", "neuron-dra-node-labels")
 INSTALL_FIX = "install the driver: helm install neuron-dra deploy/helm/neuron-dra (install.md)"
 
 
@@ -75,7 +75,7 @@ def _policies(get: Get, list_: List) -> list[Check]:
             warn(
                 "admission policies",
                 f"missing {', '.join(missing)}: a plugin's token could write other nodes' "
-                "slices and labels",
+                "slices, labels and claims' device status",
                 "install with admissionPolicy.enabled=true (the chart's default)",
             )
         ]
