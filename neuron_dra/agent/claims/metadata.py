@@ -1,0 +1,198 @@
+"""Device metadata files (KEP-5304): what a workload learns of its devices without the API.
+
+For each request of a prepared claim the kubelet-plugin helper of
+k8s.io/dynamic-resource-allocation v0.37.2 (option EnableDeviceMetadata) writes
+a JSON stream, one DeviceMetadata object per API version (here only
+metadata.resource.k8s.io/v1beta1), under
+
+    <plugin data dir>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json
+
+and a CDI spec `<driver>_metadata_<uid>_<request>.json` whose one device
+(`<driver>/metadata=<uid>_<request>`) bind-mounts that file read-only at
+
+    /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/<driver>-metadata.json
+
+or, for a claim made from a template, under `resourceclaimtemplates/<pod claim name>/`.
+The device attributes published in the ResourceSlice go in each device's
+`attributes`, so a launcher reads core ids, LNC and topology from the file.
+
+This module renders those bytes exactly as the Go helper does (Go's
+encoding/json: two-space indent, sorted map keys, `<`, `>` and `&` escaped)
+and writes and removes them; the byte-for-byte equality is checked against
+the helper itself.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from consts import DRIVER_NAME
+from neuron_dra.agent.claims.cdi import check_uid, minimum_version
+from neuron_dra.agent.files.atomicfile import atomic_write
+
+API_VERSION = "metadata.resource.k8s.io/v1beta1"
+KIND = "DeviceMetadata"
+SUBDIR = "dra-device-metadata"
+CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+CDI_KIND = f"{DRIVER_NAME}/metadata"
+_CDI_PREFIX = f"{DRIVER_NAME}_metadata_"
+
+Attribute = Mapping[str, int | bool | str]
+"""One attribute as the API encodes it: {"int": 2}, {"string": "x"}, {"version": "1.0.0"}."""
+
+
+@dataclass(frozen=True)
+class MetadataDevice:
+    pool: str
+    name: str
+    attributes: Mapping[str, Attribute]
+
+
+@dataclass(frozen=True)
+class MetadataClaim:
+    namespace: str
+    name: str
+    uid: str
+    pod_claim_name: str | None
+    """The pod's name for the claim when a template made it (the claim's annotation)."""
+
+
+def go_json(value: Any) -> bytes:
+    """Go's json.MarshalIndent(v, "", "  "): dict order kept (struct fields), so
+    callers sort map keys themselves, as Go does."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    for char, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
+        text = text.replace(char, escape)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
+
+
+def _attribute(value: Attribute) -> dict[str, Any]:
+    if len(value) != 1 or not set(value) <= {"int", "bool", "string", "version"}:
+        raise ValueError(
+            f"device attribute {dict(value)!r} must have one of int, bool, string, version"
+        )
+    return dict(value)
+
+
+def _device(device: MetadataDevice) -> dict[str, Any]:
+    out: dict[str, Any] = {"driver": DRIVER_NAME, "pool": device.pool, "name": device.name}
+    if device.attributes:
+        out["attributes"] = {k: _attribute(device.attributes[k]) for k in sorted(device.attributes)}
+    return out
+
+
+def encode_metadata(
+    claim: MetadataClaim, request: str, devices: Sequence[MetadataDevice], generation: int = 1
+) -> bytes:
+    """The metadata file's bytes: one object per API version, each ending in a newline."""
+    check_uid(claim.uid)
+    req: dict[str, Any] = {"name": request}
+    if devices:
+        req["devices"] = [_device(d) for d in devices]
+    obj: dict[str, Any] = {
+        "kind": KIND,
+        "apiVersion": API_VERSION,
+        "metadata": {
+            "name": claim.name,
+            "namespace": claim.namespace,
+            "uid": claim.uid,
+            "generation": generation,
+        },
+    }
+    if claim.pod_claim_name is not None:
+        obj["podClaimName"] = claim.pod_claim_name
+    obj["requests"] = [req]
+    return go_json(obj) + b"\n"
+
+
+def metadata_path(plugin_dir: Path, claim: MetadataClaim, request: str) -> Path:
+    return claim_dir(plugin_dir, claim.namespace, claim.name) / request / "metadata.json"
+
+
+def claim_dir(plugin_dir: Path, namespace: str, name: str) -> Path:
+    return plugin_dir / SUBDIR / f"{namespace}_{name}"
+
+
+def container_path(claim: MetadataClaim, request: str) -> str:
+    if claim.pod_claim_name:
+        sub, name = "resourceclaimtemplates", claim.pod_claim_name
+    else:
+        sub, name = "resourceclaims", claim.name
+    return f"{CONTAINER_DIR}/{sub}/{name}/{request}/{DRIVER_NAME}-metadata.json"
+
+
+def cdi_spec_path(cdi_root: Path, uid: str, request: str) -> Path:
+    return cdi_root / f"{_CDI_PREFIX}{check_uid(uid)}_{request}.json"
+
+
+def cdi_device_id(uid: str, request: str) -> str:
+    return f"{CDI_KIND}={uid}_{request}"
+
+
+def encode_cdi_spec(plugin_dir: Path, claim: MetadataClaim, request: str) -> bytes:
+    """The helper's CDI spec: one device bind-mounting the file read-only (Go's
+    MarshalIndent, no trailing newline)."""
+    mount = {
+        "hostPath": str(metadata_path(plugin_dir, claim, request)),
+        "containerPath": container_path(claim, request),
+        "options": ["ro", "bind"],
+    }
+    device = {"name": f"{claim.uid}_{request}", "containerEdits": {"mounts": [mount]}}
+    spec: dict[str, Any] = {"cdiVersion": "", "kind": CDI_KIND, "devices": [device]}
+    # Go's specs-go Spec has a non-pointer ContainerEdits: always encoded, empty here.
+    spec["containerEdits"] = {}
+    spec["cdiVersion"] = minimum_version(spec)
+    return go_json(spec)
+
+
+def write_request(
+    plugin_dir: Path,
+    cdi_root: Path,
+    claim: MetadataClaim,
+    request: str,
+    devices: Sequence[MetadataDevice],
+) -> str:
+    """Write the request's metadata file, then its CDI spec (atomically both: a
+    runtime never reads half a file); return the CDI device id to hand the kubelet."""
+    atomic_write(
+        metadata_path(plugin_dir, claim, request),
+        encode_metadata(claim, request, devices),
+        mode=FILE_MODE,
+        dir_mode=DIR_MODE,
+        durable=False,
+    )
+    atomic_write(
+        cdi_spec_path(cdi_root, claim.uid, request),
+        encode_cdi_spec(plugin_dir, claim, request),
+        mode=FILE_MODE,
+        dir_mode=DIR_MODE,
+        durable=False,
+    )
+    return cdi_device_id(claim.uid, request)
+
+
+def remove_claim(plugin_dir: Path, cdi_root: Path, namespace: str, name: str, uid: str) -> None:
+    """Remove every metadata file and CDI spec of the claim; nothing there is fine."""
+    shutil.rmtree(claim_dir(plugin_dir, namespace, name), ignore_errors=True)
+    for spec in cdi_root.glob(f"{_CDI_PREFIX}{check_uid(uid)}_*.json"):
+        spec.unlink(missing_ok=True)
+
+
+def spec_uids(cdi_root: Path) -> set[str]:
+    """UIDs of every claim with a metadata CDI spec here (for the orphan sweep)."""
+    try:
+        names = [p.name for p in cdi_root.iterdir()]
+    except FileNotFoundError:
+        return set()
+    return {
+        n[len(_CDI_PREFIX) :].split("_", 1)[0]
+        for n in names
+        if n.startswith(_CDI_PREFIX) and n.endswith(".json") and "_" in n[len(_CDI_PREFIX) :]
+    }

@@ -1,0 +1,116 @@
+"""Device metadata files: the bytes the Go helper writes, where, and their removal."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from consts import DRIVER_NAME
+from neuron_dra.agent.claims import metadata as md
+
+UID = "0b7c4c1e-5c1f-4f7e-9a57-2f6b1d2e3c4d"
+DEVICES = (
+    md.MetadataDevice(
+        pool="node-a",
+        name="neuron-0",
+        attributes={
+            "coreIds": {"string": "0-7"},
+            "lnc": {"int": 2},
+            "ultraserver.aws.com/serverId": {"string": "us<1>&x"},
+            "healthy": {"bool": True},
+            "driverVersion": {"version": "2.19.0"},
+        },
+    ),
+    md.MetadataDevice(pool="node-a", name="neuron-1", attributes={}),
+)
+PLAIN = md.MetadataClaim(namespace="ns", name="train", uid=UID, pod_claim_name=None)
+TEMPLATED = md.MetadataClaim(namespace="ns", name="pod-x-abcde", uid=UID, pod_claim_name="cores")
+
+
+def test_metadata_format() -> None:
+    data = md.encode_metadata(TEMPLATED, "gpus", DEVICES)
+    obj = json.loads(data)
+    assert data.endswith(b"}\n")
+    assert obj["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
+    assert obj["kind"] == "DeviceMetadata"
+    assert obj["metadata"] == {
+        "name": "pod-x-abcde",
+        "namespace": "ns",
+        "uid": UID,
+        "generation": 1,
+    }
+    assert obj["podClaimName"] == "cores"
+    devs = obj["requests"][0]["devices"]
+    assert devs[0]["attributes"]["lnc"] == {"int": 2}
+    assert "attributes" not in devs[1]
+    assert b"\\u003c1\\u003e\\u0026x" in data
+    assert "podClaimName" not in json.loads(md.encode_metadata(PLAIN, "gpus", DEVICES))
+
+
+def test_bad_attribute_is_refused() -> None:
+    bad = md.MetadataDevice(pool="p", name="d", attributes={"x": {"int": 1, "string": "a"}})
+    with pytest.raises(ValueError, match="must have one of"):
+        md.encode_metadata(PLAIN, "r", [bad])
+
+
+def test_container_paths() -> None:
+    assert md.container_path(PLAIN, "r") == (
+        f"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/train/r/{DRIVER_NAME}-metadata.json"
+    )
+    assert md.container_path(TEMPLATED, "r").startswith(
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/cores/r/"
+    )
+
+
+def test_write_then_remove(tmp_path: Path) -> None:
+    plugin, cdi = tmp_path / "plugin", tmp_path / "cdi"
+    cdi_id = md.write_request(plugin, cdi, PLAIN, "gpus", DEVICES)
+    assert cdi_id == f"{DRIVER_NAME}/metadata={UID}_gpus"
+    file = plugin / "dra-device-metadata" / "ns_train" / "gpus" / "metadata.json"
+    spec = cdi / f"{DRIVER_NAME}_metadata_{UID}_gpus.json"
+    assert file.read_bytes() == md.encode_metadata(PLAIN, "gpus", DEVICES)
+    assert stat.S_IMODE(file.stat().st_mode) == 0o644
+    mount = json.loads(spec.read_bytes())["devices"][0]["containerEdits"]["mounts"][0]
+    assert mount["hostPath"] == str(file)
+    assert mount["options"] == ["ro", "bind"]
+    assert md.spec_uids(cdi) == {UID}
+    md.remove_claim(plugin, cdi, "ns", "train", UID)
+    assert not (plugin / "dra-device-metadata" / "ns_train").exists()
+    assert not spec.exists()
+    assert md.spec_uids(cdi) == set()
+    md.remove_claim(plugin, cdi, "ns", "train", UID)  # again: nothing there is fine
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")
+@pytest.mark.parametrize("claim", [PLAIN, TEMPLATED], ids=["claim", "template"])
+def test_bytes_equal_go_helper(tmp_path: Path, claim: md.MetadataClaim) -> None:
+    """Same bytes as the kubelet-plugin helper's encoders (harness cmd/metadatagen)."""
+    module = Path(__file__).resolve().parents[3] / "harness" / "go" / "k8s"
+    binary = tmp_path / "metadatagen"
+    subprocess.run(["go", "build", "-o", str(binary), "./cmd/metadatagen"], cwd=module, check=True)
+    plugin, cdi = tmp_path / "plugin", tmp_path / "cdi"
+    md.write_request(plugin, cdi, claim, "gpus", DEVICES)
+    request = {
+        "namespace": claim.namespace,
+        "name": claim.name,
+        "uid": claim.uid,
+        "podClaimName": claim.pod_claim_name,
+        "request": "gpus",
+        "hostPath": str(md.metadata_path(plugin, claim, "gpus")),
+        "containerPath": md.container_path(claim, "gpus"),
+        "devices": [
+            {"driver": DRIVER_NAME, "pool": d.pool, "name": d.name, "attributes": d.attributes}
+            for d in DEVICES
+        ],
+    }
+    go_md, go_cdi = tmp_path / "go.json", tmp_path / "go-cdi.json"
+    subprocess.run(
+        [str(binary), str(go_md), str(go_cdi)], input=json.dumps(request).encode(), check=True
+    )
+    assert md.metadata_path(plugin, claim, "gpus").read_bytes() == go_md.read_bytes()
+    assert md.cdi_spec_path(cdi, claim.uid, "gpus").read_bytes() == go_cdi.read_bytes()
