@@ -21,6 +21,7 @@ from http import HTTPStatus
 from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
+from neuron_dra.agent.claims.metadatafiles import MetadataFiles
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
 from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
@@ -132,6 +133,12 @@ class Agent:
             after_step=after_step,
             metrics=self.metrics,
             on_change=self._claims_changed_elsewhere,
+            metadata=MetadataFiles(
+                plugin_dir,
+                options.cdi_root,
+                lambda name: self.source.device_attributes(self._state()).get(name),
+                enabled=options.device_metadata,
+            ),
         )
         self._held: frozenset[str] = frozenset()
         self._kept: frozenset[str] = frozenset()

@@ -17,15 +17,14 @@ The device attributes published in the ResourceSlice go in each device's
 `attributes`, so a launcher reads core ids, LNC and topology from the file.
 
 This module renders those bytes exactly as the Go helper does (Go's
-encoding/json: two-space indent, sorted map keys, `<`, `>` and `&` escaped)
-and writes and removes them; the byte-for-byte equality is checked against
-the helper itself.
+encoding/json: two-space indent, sorted map keys, `<`, `>` and `&` escaped);
+`metadatafiles` writes, removes and sweeps them. The byte-for-byte equality is
+checked against the helper itself.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,6 @@ from typing import Any
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.claims.cdi import check_uid, minimum_version
-from neuron_dra.agent.files.atomicfile import atomic_write
 
 API_VERSION = "metadata.resource.k8s.io/v1beta1"
 KIND = "DeviceMetadata"
@@ -42,7 +40,8 @@ CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 FILE_MODE = 0o644
 DIR_MODE = 0o755
 CDI_KIND = f"{DRIVER_NAME}/metadata"
-_CDI_PREFIX = f"{DRIVER_NAME}_metadata_"
+CDI_PREFIX = f"{DRIVER_NAME}_metadata_"
+FILE_NAME = "metadata.json"
 
 Attribute = Mapping[str, int | bool | str]
 """One attribute as the API encodes it: {"int": 2}, {"string": "x"}, {"version": "1.0.0"}."""
@@ -112,8 +111,14 @@ def encode_metadata(
     return go_json(obj) + b"\n"
 
 
+def base_request(request: str) -> str:
+    """The top-level request of `request`, which may name a subrequest ("gpus/large"):
+    files and CDI devices are the top-level request's, the file's content names both."""
+    return request.split("/", 1)[0]
+
+
 def metadata_path(plugin_dir: Path, claim: MetadataClaim, request: str) -> Path:
-    return claim_dir(plugin_dir, claim.namespace, claim.name) / request / "metadata.json"
+    return claim_dir(plugin_dir, claim.namespace, claim.name) / base_request(request) / FILE_NAME
 
 
 def claim_dir(plugin_dir: Path, namespace: str, name: str) -> Path:
@@ -121,6 +126,7 @@ def claim_dir(plugin_dir: Path, namespace: str, name: str) -> Path:
 
 
 def container_path(claim: MetadataClaim, request: str) -> str:
+    request = base_request(request)
     if claim.pod_claim_name:
         sub, name = "resourceclaimtemplates", claim.pod_claim_name
     else:
@@ -129,11 +135,11 @@ def container_path(claim: MetadataClaim, request: str) -> str:
 
 
 def cdi_spec_path(cdi_root: Path, uid: str, request: str) -> Path:
-    return cdi_root / f"{_CDI_PREFIX}{check_uid(uid)}_{request}.json"
+    return cdi_root / f"{CDI_PREFIX}{check_uid(uid)}_{base_request(request)}.json"
 
 
 def cdi_device_id(uid: str, request: str) -> str:
-    return f"{CDI_KIND}={uid}_{request}"
+    return f"{CDI_KIND}={uid}_{base_request(request)}"
 
 
 def encode_cdi_spec(plugin_dir: Path, claim: MetadataClaim, request: str) -> bytes:
@@ -144,55 +150,9 @@ def encode_cdi_spec(plugin_dir: Path, claim: MetadataClaim, request: str) -> byt
         "containerPath": container_path(claim, request),
         "options": ["ro", "bind"],
     }
-    device = {"name": f"{claim.uid}_{request}", "containerEdits": {"mounts": [mount]}}
+    device = {"name": f"{claim.uid}_{base_request(request)}", "containerEdits": {"mounts": [mount]}}
     spec: dict[str, Any] = {"cdiVersion": "", "kind": CDI_KIND, "devices": [device]}
     # Go's specs-go Spec has a non-pointer ContainerEdits: always encoded, empty here.
     spec["containerEdits"] = {}
     spec["cdiVersion"] = minimum_version(spec)
     return go_json(spec)
-
-
-def write_request(
-    plugin_dir: Path,
-    cdi_root: Path,
-    claim: MetadataClaim,
-    request: str,
-    devices: Sequence[MetadataDevice],
-) -> str:
-    """Write the request's metadata file, then its CDI spec (atomically both: a
-    runtime never reads half a file); return the CDI device id to hand the kubelet."""
-    atomic_write(
-        metadata_path(plugin_dir, claim, request),
-        encode_metadata(claim, request, devices),
-        mode=FILE_MODE,
-        dir_mode=DIR_MODE,
-        durable=False,
-    )
-    atomic_write(
-        cdi_spec_path(cdi_root, claim.uid, request),
-        encode_cdi_spec(plugin_dir, claim, request),
-        mode=FILE_MODE,
-        dir_mode=DIR_MODE,
-        durable=False,
-    )
-    return cdi_device_id(claim.uid, request)
-
-
-def remove_claim(plugin_dir: Path, cdi_root: Path, namespace: str, name: str, uid: str) -> None:
-    """Remove every metadata file and CDI spec of the claim; nothing there is fine."""
-    shutil.rmtree(claim_dir(plugin_dir, namespace, name), ignore_errors=True)
-    for spec in cdi_root.glob(f"{_CDI_PREFIX}{check_uid(uid)}_*.json"):
-        spec.unlink(missing_ok=True)
-
-
-def spec_uids(cdi_root: Path) -> set[str]:
-    """UIDs of every claim with a metadata CDI spec here (for the orphan sweep)."""
-    try:
-        names = [p.name for p in cdi_root.iterdir()]
-    except FileNotFoundError:
-        return set()
-    return {
-        n[len(_CDI_PREFIX) :].split("_", 1)[0]
-        for n in names
-        if n.startswith(_CDI_PREFIX) and n.endswith(".json") and "_" in n[len(_CDI_PREFIX) :]
-    }

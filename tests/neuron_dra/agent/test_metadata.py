@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import stat
 import subprocess
 from pathlib import Path
 
@@ -67,25 +66,6 @@ def test_container_paths() -> None:
     )
 
 
-def test_write_then_remove(tmp_path: Path) -> None:
-    plugin, cdi = tmp_path / "plugin", tmp_path / "cdi"
-    cdi_id = md.write_request(plugin, cdi, PLAIN, "gpus", DEVICES)
-    assert cdi_id == f"{DRIVER_NAME}/metadata={UID}_gpus"
-    file = plugin / "dra-device-metadata" / "ns_train" / "gpus" / "metadata.json"
-    spec = cdi / f"{DRIVER_NAME}_metadata_{UID}_gpus.json"
-    assert file.read_bytes() == md.encode_metadata(PLAIN, "gpus", DEVICES)
-    assert stat.S_IMODE(file.stat().st_mode) == 0o644
-    mount = json.loads(spec.read_bytes())["devices"][0]["containerEdits"]["mounts"][0]
-    assert mount["hostPath"] == str(file)
-    assert mount["options"] == ["ro", "bind"]
-    assert md.spec_uids(cdi) == {UID}
-    md.remove_claim(plugin, cdi, "ns", "train", UID)
-    assert not (plugin / "dra-device-metadata" / "ns_train").exists()
-    assert not spec.exists()
-    assert md.spec_uids(cdi) == set()
-    md.remove_claim(plugin, cdi, "ns", "train", UID)  # again: nothing there is fine
-
-
 @pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")
 @pytest.mark.parametrize("claim", [PLAIN, TEMPLATED], ids=["claim", "template"])
 def test_bytes_equal_go_helper(tmp_path: Path, claim: md.MetadataClaim) -> None:
@@ -93,8 +73,7 @@ def test_bytes_equal_go_helper(tmp_path: Path, claim: md.MetadataClaim) -> None:
     module = Path(__file__).resolve().parents[3] / "harness" / "go" / "k8s"
     binary = tmp_path / "metadatagen"
     subprocess.run(["go", "build", "-o", str(binary), "./cmd/metadatagen"], cwd=module, check=True)
-    plugin, cdi = tmp_path / "plugin", tmp_path / "cdi"
-    md.write_request(plugin, cdi, claim, "gpus", DEVICES)
+    plugin = tmp_path / "plugin"
     request = {
         "namespace": claim.namespace,
         "name": claim.name,
@@ -112,5 +91,5 @@ def test_bytes_equal_go_helper(tmp_path: Path, claim: md.MetadataClaim) -> None:
     subprocess.run(
         [str(binary), str(go_md), str(go_cdi)], input=json.dumps(request).encode(), check=True
     )
-    assert md.metadata_path(plugin, claim, "gpus").read_bytes() == go_md.read_bytes()
-    assert md.cdi_spec_path(cdi, claim.uid, "gpus").read_bytes() == go_cdi.read_bytes()
+    assert md.encode_metadata(claim, "gpus", DEVICES) == go_md.read_bytes()
+    assert md.encode_cdi_spec(plugin, claim, "gpus") == go_cdi.read_bytes()
