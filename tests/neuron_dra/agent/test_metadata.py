@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -64,32 +61,3 @@ def test_container_paths() -> None:
     assert md.container_path(TEMPLATED, "r").startswith(
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/cores/r/"
     )
-
-
-@pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")
-@pytest.mark.parametrize("claim", [PLAIN, TEMPLATED], ids=["claim", "template"])
-def test_bytes_equal_go_helper(tmp_path: Path, claim: md.MetadataClaim) -> None:
-    """Same bytes as the kubelet-plugin helper's encoders (harness cmd/metadatagen)."""
-    module = Path(__file__).resolve().parents[3] / "harness" / "go" / "k8s"
-    binary = tmp_path / "metadatagen"
-    subprocess.run(["go", "build", "-o", str(binary), "./cmd/metadatagen"], cwd=module, check=True)
-    plugin = tmp_path / "plugin"
-    request = {
-        "namespace": claim.namespace,
-        "name": claim.name,
-        "uid": claim.uid,
-        "podClaimName": claim.pod_claim_name,
-        "request": "gpus",
-        "hostPath": str(md.metadata_path(plugin, claim, "gpus")),
-        "containerPath": md.container_path(claim, "gpus"),
-        "devices": [
-            {"driver": DRIVER_NAME, "pool": d.pool, "name": d.name, "attributes": d.attributes}
-            for d in DEVICES
-        ],
-    }
-    go_md, go_cdi = tmp_path / "go.json", tmp_path / "go-cdi.json"
-    subprocess.run(
-        [str(binary), str(go_md), str(go_cdi)], input=json.dumps(request).encode(), check=True
-    )
-    assert md.encode_metadata(claim, "gpus", DEVICES) == go_md.read_bytes()
-    assert md.encode_cdi_spec(plugin, claim, "gpus") == go_cdi.read_bytes()
