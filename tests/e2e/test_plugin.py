@@ -161,11 +161,17 @@ def assert_metadata_mounted(pod: Obj, container: str, uid: str, devices: list[in
     mounts = [m.split(":") for m in container_view(pod, container)["mounts"]]
     assert len(mounts) == 1, mounts
     host, path = mounts[0]
-    pod_claim = pod["spec"]["resourceClaims"][0]
-    if "resourceClaimTemplateName" in pod_claim:
-        kind, name = "resourceclaimtemplates", pod_claim["name"]
+    [spec] = [c for c in pod["spec"]["containers"] if c["name"] == container]
+    used = spec.get("resources", {}).get("claims")
+    if not used:
+        # Extended resources: the scheduler's claim, named by nothing in the pod spec.
+        kind, name = "resourceclaims", path.split("/")[6]
     else:
-        kind, name = "resourceclaims", pod_claim["resourceClaimName"]
+        [pod_claim] = [c for c in pod["spec"]["resourceClaims"] if c["name"] == used[0]["name"]]
+        if "resourceClaimTemplateName" in pod_claim:
+            kind, name = "resourceclaimtemplates", pod_claim["name"]
+        else:
+            kind, name = "resourceclaims", pod_claim["resourceClaimName"]
     assert path.startswith(f"/var/run/kubernetes.io/dra-device-attributes/{kind}/{name}/")
     assert path.endswith("/neuron.aws.com-metadata.json")
     metadata = json.loads(Path(host).read_bytes())
