@@ -24,6 +24,7 @@ checked against the helper itself.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -66,25 +67,37 @@ class MetadataClaim:
 def go_json(value: Any) -> bytes:
     """Go's json.MarshalIndent(v, "", "  "): dict order kept (struct fields), so
     callers sort map keys themselves, as Go does."""
+    return _go_text(value).encode()
+
+
+def _go_text(value: Any) -> str:
     text = json.dumps(value, indent=2, ensure_ascii=False)
     for char, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
         text = text.replace(char, escape)
-    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def _attribute(value: Attribute) -> dict[str, Any]:
-    if len(value) != 1 or not set(value) <= {"int", "bool", "string", "version"}:
-        raise ValueError(
-            f"device attribute {dict(value)!r} must have one of int, bool, string, version"
-        )
-    return dict(value)
+def _check(attributes: Mapping[str, Attribute]) -> None:
+    for value in attributes.values():
+        if len(value) != 1 or not set(value) <= {"int", "bool", "string", "version"}:
+            raise ValueError(
+                f"device attribute {dict(value)!r} must have one of int, bool, string, version"
+            )
 
 
-def _device(device: MetadataDevice) -> dict[str, Any]:
-    out: dict[str, Any] = {"driver": DRIVER_NAME, "pool": device.pool, "name": device.name}
-    if device.attributes:
-        out["attributes"] = {k: _attribute(device.attributes[k]) for k in sorted(device.attributes)}
-    return out
+# The nesting of a device in the file: object, requests, request, devices, device.
+_DEVICE_INDENT = "\n" + "  " * 4
+
+
+@functools.lru_cache(maxsize=4096)
+def _device_text(pool: str, name: str, attributes: str) -> str:
+    """A device's text as it sits in the file, from its attributes' compact JSON with
+    sorted keys. Cached: a device's attributes change only with the node, and the
+    indenting encoder, pure Python, took 0.2 ms a device (a claim of 16: 3 ms)."""
+    device: dict[str, Any] = {"driver": DRIVER_NAME, "pool": pool, "name": name}
+    if attributes != "{}":
+        device["attributes"] = json.loads(attributes)
+    return _go_text(device).replace("\n", _DEVICE_INDENT)
 
 
 def encode_metadata(
@@ -92,9 +105,15 @@ def encode_metadata(
 ) -> bytes:
     """The metadata file's bytes: one object per API version, each ending in a newline."""
     check_uid(claim.uid)
+    texts = []
+    for device in devices:
+        _check(device.attributes)
+        key = json.dumps(device.attributes, sort_keys=True, separators=(",", ":"))
+        texts.append(_device_text(device.pool, device.name, key))
     req: dict[str, Any] = {"name": request}
     if devices:
-        req["devices"] = [_device(d) for d in devices]
+        # Placeholders, each a JSON string no name can be (names are DNS labels).
+        req["devices"] = [f"\0{i}\0" for i in range(len(texts))]
     obj: dict[str, Any] = {
         "kind": KIND,
         "apiVersion": API_VERSION,
@@ -108,7 +127,10 @@ def encode_metadata(
     if claim.pod_claim_name is not None:
         obj["podClaimName"] = claim.pod_claim_name
     obj["requests"] = [req]
-    return go_json(obj) + b"\n"
+    text = _go_text(obj)
+    for i, device_text in enumerate(texts):
+        text = text.replace(f'"\\u0000{i}\\u0000"', device_text, 1)
+    return text.encode() + b"\n"
 
 
 def base_request(request: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -42,6 +43,8 @@ from neuron_dra.agent.files.atomicfile import atomic_write
 log = logging.getLogger(__name__)
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+_UID = re.compile(rb'\n    "uid": "([0-9A-Za-z-]+)",?\n')
+_HEAD = 2048
 
 DeviceAttributes = Callable[[str], Mapping[str, md.Attribute] | None]
 """A device's attributes as this node publishes them, by device name; None if unknown."""
@@ -146,14 +149,17 @@ def _remove_if_empty(directory: Path) -> None:
 
 
 def _uid_of(file: Path) -> str | None:
-    """The claim UID in a metadata file; None when it cannot be read (then it is no
-    one's to keep)."""
+    """The claim UID in a metadata file; None when it has none (then it is no one's to
+    keep). Its first object's `metadata` comes before the devices and holds only DNS
+    names before the UID, so the file's head has it: a 16-device file parsed whole
+    cost an unprepare 0.5 ms."""
     try:
-        obj, _ = json.JSONDecoder().raw_decode(file.read_text())
-        uid = obj["metadata"]["uid"]
-    except (OSError, ValueError, KeyError, TypeError):
+        with file.open("rb") as f:
+            head = f.read(_HEAD)
+    except OSError:
         return None
-    return uid if isinstance(uid, str) else None
+    found = _UID.search(head)
+    return found.group(1).decode() if found else None
 
 
 def _specs(cdi_root: Path) -> dict[Path, tuple[str, str]]:

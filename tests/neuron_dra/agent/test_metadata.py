@@ -61,3 +61,32 @@ def test_container_paths() -> None:
     assert md.container_path(TEMPLATED, "r").startswith(
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/cores/r/"
     )
+
+
+def test_cached_devices_read_as_the_whole_object_would() -> None:
+    """Devices are encoded once and spliced in: the bytes are those of encoding the
+    whole object at once, for more than ten devices too (placeholders 1 and 10)."""
+    devices = [
+        md.MetadataDevice(
+            "node-a", f"neurondevice{i}", {"deviceId": {"int": i}, "x": {"string": "<&>"}}
+        )
+        for i in range(12)
+    ] + list(DEVICES)
+    whole = {
+        "kind": md.KIND,
+        "apiVersion": md.API_VERSION,
+        "metadata": {"name": "pod-x-abcde", "namespace": "ns", "uid": UID, "generation": 1},
+        "podClaimName": "cores",
+        "requests": [
+            {
+                "name": "gpus/large",
+                "devices": [
+                    {"driver": DRIVER_NAME, "pool": d.pool, "name": d.name}
+                    | ({"attributes": dict(sorted(d.attributes.items()))} if d.attributes else {})
+                    for d in devices
+                ],
+            }
+        ],
+    }
+    for _ in range(2):  # the second time from the cache
+        assert md.encode_metadata(TEMPLATED, "gpus/large", devices) == md.go_json(whole) + b"\n"
