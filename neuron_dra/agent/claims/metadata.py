@@ -89,11 +89,12 @@ def _check(attributes: Mapping[str, Attribute]) -> None:
 _DEVICE_INDENT = "\n" + "  " * 4
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=512)
 def _device_text(pool: str, name: str, attributes: str) -> str:
     """A device's text as it sits in the file, from its attributes' compact JSON with
     sorted keys. Cached: a device's attributes change only with the node, and the
-    indenting encoder, pure Python, took 0.2 ms a device (a claim of 16: 3 ms)."""
+    indenting encoder, pure Python, took 0.2 ms a device (a claim of 16: 3 ms). 512
+    entries hold every device and core of the largest node (145), under 1 MiB."""
     device: dict[str, Any] = {"driver": DRIVER_NAME, "pool": pool, "name": name}
     if attributes != "{}":
         device["attributes"] = json.loads(attributes)
