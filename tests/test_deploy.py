@@ -82,6 +82,7 @@ def test_the_charts_defaults_are_the_drivers() -> None:
         "withdraw_after",
         "ultraserver_devices",
         "neuron_cores",
+        "enable_device_metadata",
     }
     for dest in given - chosen - {"run"}:
         assert getattr(rendered, dest) == getattr(defaults, dest), dest

@@ -106,9 +106,10 @@ def staging_modules(version: str) -> tuple[str, ...]:
 
 
 _K8S_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
-# Programs of the k8s wrapper module itself: the kubelet stand-in and a
-# minimal upstream-helper DRA plugin used to test it.
-_LOCAL_COMMANDS = ("kubeletside", "drastub")
+# Programs of the k8s wrapper module itself: the kubelet stand-in, a minimal
+# upstream-helper DRA plugin used to test it, and the upstream helper's device
+# metadata writer run on one claim (1.37+; earlier releases build a stub).
+_LOCAL_COMMANDS = ("kubeletside", "drastub", "metadatagen")
 BINARIES = ("etcd", *_K8S_COMMANDS, *_LOCAL_COMMANDS)
 # A kubelet-only release (older than the control plane) needs only the kubelet
 # stand-in; drastub is a plugin and comes from the control plane's release.
@@ -172,6 +173,10 @@ class Binaries:
     @property
     def drastub(self) -> Path:
         return self.path("drastub")
+
+    @property
+    def metadatagen(self) -> Path:
+        return self.path("metadatagen")
 
 
 def _checked(version: str) -> str:

@@ -131,7 +131,18 @@ class SimulatedNode(PluginNode):
         return sorted(d["name"] for d in self.devices())
 
     def cdi_files(self) -> list[str]:
-        return sorted(p.name for p in self.cdi_dir.iterdir() if p.name.startswith(DRIVER_NAME))
+        """The claims' CDI specs (device metadata specs are `metadata_files`)."""
+        return sorted(
+            p.name for p in self.cdi_dir.iterdir() if p.name.startswith(f"{DRIVER_NAME}-")
+        )
+
+    def metadata_files(self) -> list[str]:
+        """The device metadata CDI specs, and the files they mount (relative to the
+        plugin directory), sorted."""
+        specs = [p.name for p in self.cdi_dir.iterdir() if p.name.startswith(f"{DRIVER_NAME}_")]
+        plugin = self.side.plugins_dir / DRIVER_NAME
+        files = [str(p.relative_to(plugin)) for p in plugin.glob("dra-device-metadata/*/*/*")]
+        return sorted(specs + files)
 
     def checkpointed(self) -> set[str]:
         if not self.checkpoint.exists():

@@ -22,6 +22,7 @@ from consts import DRIVER_NAME, NODE_DEVICE_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.metadatafiles import MetadataFiles
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
 from neuron_dra.agent.claims.statuswriter import StatusWriter
 from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
@@ -138,6 +139,12 @@ class Agent:
             on_change=self._claims_changed_elsewhere,
             on_prepared=self.claim_status.prepared,
             on_unprepared=self.claim_status.unprepared,
+            metadata=MetadataFiles(
+                plugin_dir,
+                options.cdi_root,
+                lambda name: self.source.device_attributes(self._state()).get(name),
+                enabled=options.device_metadata,
+            ),
         )
         self._held: frozenset[str] = frozenset()
         self._kept: frozenset[str] = frozenset()

@@ -42,6 +42,8 @@ class RunOptions:
     mountinfo: Path = Path("/proc/self/mountinfo")
     # It is asked at most once per this many seconds, however many scrape /metrics.
     pod_resources_interval_s: float = POD_RESOURCES_INTERVAL_S
+    # Device metadata files (KEP-5304) bind-mounted into the claim's containers.
+    device_metadata: bool = True
 
     @property
     def pod_resources_socket(self) -> Path:

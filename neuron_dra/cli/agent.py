@@ -156,6 +156,14 @@ def add_command(subparsers: SubParsers) -> None:
         "(TokenReview), of a user allowed to get the non-resource URL /metrics "
         "(SubjectAccessReview); none: anyone who reaches the port",
     )
+    cmd.add_argument(
+        "--enable-device-metadata",
+        default="true",
+        choices=["true", "false"],
+        help="write each prepared request's device metadata file (KEP-5304: the devices and "
+        "their published attributes) and bind-mount it read-only into the claim's "
+        "containers under /var/run/kubernetes.io/dra-device-attributes",
+    )
     cmd.set_defaults(command=_run)
 
 
@@ -188,6 +196,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         health_heartbeat_timeout_s=args.health_heartbeat_timeout,
         pod_resources_path=args.pod_resources_socket,
         pod_resources_interval_s=args.pod_resources_interval,
+        device_metadata=args.enable_device_metadata == "true",
     )
 
 

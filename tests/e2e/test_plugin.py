@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +38,12 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "examples" / "specs"
 Obj = dict[str, Any]
-STEPS: tuple[Step, ...] = ("after-plan", "after-cdi-write", "after-checkpoint")
+STEPS: tuple[Step, ...] = (
+    "after-plan",
+    "after-cdi-write",
+    "after-metadata-write",
+    "after-checkpoint",
+)
 
 
 @pytest.fixture(scope="module")
@@ -146,14 +152,44 @@ def assert_container_got(
     assert container_view(pod, container)["deviceNodes"] == [f"/dev/neuron{d}" for d in devices]
     assert node.cdi_files() == [f"neuron.aws.com-{uid}.json"]
     assert uid in node.checkpointed()
+    assert_metadata_mounted(pod, container, uid, devices)
+
+
+def assert_metadata_mounted(pod: Obj, container: str, uid: str, devices: list[int]) -> None:
+    """The container gets the claim's device metadata file (KEP-5304) read-only at the
+    path the pod spec names, and it lists exactly `devices` with their attributes."""
+    mounts = [m.split(":") for m in container_view(pod, container)["mounts"]]
+    assert len(mounts) == 1, mounts
+    host, path = mounts[0]
+    [spec] = [c for c in pod["spec"]["containers"] if c["name"] == container]
+    used = spec.get("resources", {}).get("claims")
+    if not used:
+        # Extended resources: the scheduler's claim, named by nothing in the pod spec.
+        kind, name = "resourceclaims", path.split("/")[6]
+    else:
+        [pod_claim] = [c for c in pod["spec"]["resourceClaims"] if c["name"] == used[0]["name"]]
+        if "resourceClaimTemplateName" in pod_claim:
+            kind, name = "resourceclaimtemplates", pod_claim["name"]
+        else:
+            kind, name = "resourceclaims", pod_claim["resourceClaimName"]
+    assert path.startswith(f"/var/run/kubernetes.io/dra-device-attributes/{kind}/{name}/")
+    assert path.endswith("/neuron.aws.com-metadata.json")
+    metadata = json.loads(Path(host).read_bytes())
+    assert metadata["metadata"]["uid"] == uid
+    listed = [d for r in metadata["requests"] for d in r["devices"]]
+    assert [d["name"] for d in listed] == [f"neurondevice{d}" for d in devices]
+    assert [d["attributes"]["deviceId"] for d in listed] == [{"int": d} for d in devices]
 
 
 def delete_and_assert_released(node: SimulatedNode, pod_name: str, ns: str, uid: str) -> None:
-    """Delete the pod; its claim is unprepared: CDI spec and checkpoint entry gone."""
+    """Delete the pod; its claim is unprepared: CDI specs, device metadata files and
+    checkpoint entry gone."""
     node.cluster.delete("v1", "Pod", pod_name, ns)
     node.cluster.wait_for_pod_gone(pod_name, ns, timeout=60)
     node.cluster.wait_for(f"CDI spec of {uid} removed", lambda: not node.cdi_files())
     assert uid not in node.checkpointed()
+    # Unprepare removes the device metadata files and specs before the claim's spec.
+    assert node.metadata_files() == []
 
 
 @pytest.mark.versions(check="seed examples")

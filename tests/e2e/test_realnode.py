@@ -41,6 +41,7 @@ pytestmark = pytest.mark.e2e
 Obj = dict[str, Any]
 SPEC = INSTANCE_TYPES[INSTANCE_TYPE]
 CHECKPOINT = "plugins/neuron.aws.com/checkpoint.json"
+METADATA_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 # The seed examples' container command, for the templates that come without a pod.
 SEED_COMMAND = {
     "command": ["bash", "-c"],
@@ -122,6 +123,17 @@ def expected(claim: Obj, lnc: int | None) -> tuple[dict[str, str], list[str]]:
         devices = sorted({c // per_device for c in cores})
         env = {"NEURON_RT_VISIBLE_CORES": visible(cores)}
     return env, [f"/dev/neuron{d}" for d in devices]
+
+
+def metadata_path(pod: Obj, claim: Obj) -> str:
+    """Where the container finds the device metadata file of the claim's first request."""
+    [pod_claim] = pod["spec"]["resourceClaims"]
+    request = claim["spec"]["devices"]["requests"][0]["name"]
+    if "resourceClaimTemplateName" in pod_claim:
+        where = f"resourceclaimtemplates/{pod_claim['name']}"
+    else:
+        where = f"resourceclaims/{pod_claim['resourceClaimName']}"
+    return f"{METADATA_DIR}/{where}/{request}/neuron.aws.com-metadata.json"
 
 
 def wait_released(real: RealCluster, ns: str, pod: str, uid: str) -> None:
@@ -207,6 +219,10 @@ def test_example_pod_gets_exactly_its_devices_and_environment(
     assert (env, devices) == expected(claim, lnc)
     uid = claim["metadata"]["uid"]
     assert list(real.node.cdi_dir.glob(f"*{uid}*"))
+    # The runtime bind-mounted the device metadata file where the pod spec says.
+    shown = real.cluster.kubectl("exec", "-n", ns, pod, "--", "cat", metadata_path(running, claim))
+    metadata = json.JSONDecoder().raw_decode(shown.stdout)[0]
+    assert metadata["metadata"]["uid"] == uid
     real.cluster.delete("v1", "Pod", pod, ns)
     wait_released(real, ns, pod, uid)
 

@@ -111,7 +111,7 @@ def test_each_container_sees_the_cores_of_the_request_it_references(
     for ctr in ("a", "b"):
         assert set(container_view(running, ctr)["cdiDevices"]) == {
             f"{KIND}={uid}-neurondevice{d}" for d in devices[ctr]
-        } | {f"{KIND}={uid}.request.{ctr}"}
+        } | {f"{KIND}={uid}.request.{ctr}", f"{DRIVER}/metadata={uid}_{ctr}"}
 
     broken = devices["b"][0]
     write(

@@ -152,7 +152,8 @@ async def storm(node: SimulatedNode) -> None:
                 name = f"neurondevice{index % 16}"
                 assert [(d.pool_name, d.device_name) for d in answer.devices] == [(NODE, name)]
                 assert list(answer.devices[0].cdi_device_ids) == [
-                    f"{DRIVER_NAME}/neuron={ref.uid}-{name}"
+                    f"{DRIVER_NAME}/neuron={ref.uid}-{name}",
+                    f"{DRIVER_NAME}/metadata={ref.uid}_neurons",
                 ]
                 prepared.add(ref.uid)
             else:
@@ -164,6 +165,8 @@ async def storm(node: SimulatedNode) -> None:
     node.stop_plugin()
     assert prepared == {r.uid for r in refs[CLAIMS - WINDOW :]}
     assert node.cdi_files() == sorted(f"{DRIVER_NAME}-{uid}.json" for uid in prepared)
+    metadata = [n for n in node.metadata_files() if n.endswith(".json") and "/" not in n]
+    assert metadata == sorted(f"{DRIVER_NAME}_metadata_{uid}_neurons.json" for uid in prepared)
     _, records = decode(node.checkpoint.read_bytes())
     assert set(records) == prepared
     owners: dict[str, list[str]] = {}
@@ -183,5 +186,6 @@ async def storm(node: SimulatedNode) -> None:
     for ref in refs[CLAIMS - WINDOW :]:
         assert not (await kubelet.call("unprepare", ref)).claims[ref.uid].error
     assert node.cdi_files() == []
+    assert node.metadata_files() == []
     assert node.checkpointed() == set()
     print(f"plugin restarts: {kubelet.restarts}, self-kills by fault point: {kubelet.crashes}")

@@ -1,9 +1,9 @@
 """Claim preparation: from an allocated ResourceClaim to what the containers get.
 
 Owns: the claim plan (pure: allocation results and opaque configs to devices,
-cores and environment), CDI specs, the crash-safe checkpoint, and the preparer
-that runs them one claim at a time, idempotently, across restarts and a rolling
-update's second plugin.
+cores and environment), CDI specs, device metadata files (KEP-5304), the
+crash-safe checkpoint, and the preparer that runs them one claim at a time,
+idempotently, across restarts and a rolling update's second plugin.
 May use: `telemetry` (metrics), `apiclient` (its errors), `files`, `hardware`,
 `api`, `consts`.
 """

@@ -1,7 +1,8 @@
 """Prepare and unprepare claims: the side effects around `claims.plan`.
 
-Order of effects for prepare: API read, plan (pure), CDI spec write,
-checkpoint write. A crash anywhere leaves a state that the kubelet's retry
+Order of effects for prepare: API read, plan (pure), CDI spec write, device
+metadata writes (`metadatafiles`, which unprepare removes first), checkpoint
+write. A crash anywhere leaves a state that the kubelet's retry
 repairs: the CDI file name is derived from the claim UID, so a retried prepare
 overwrites it with identical content and an unprepare deletes it whether or
 not the checkpoint ever heard of the claim. Claims run concurrently; the same
@@ -35,6 +36,7 @@ from neuron_dra.agent.claims import cdi
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.exclusive import check_exclusive
+from neuron_dra.agent.claims.metadatafiles import MetadataFiles, with_metadata
 from neuron_dra.agent.claims.plan import ClaimError, Holding, PreparedClaim, plan
 from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
@@ -48,7 +50,14 @@ CLAIMS_AT_ONCE = 4
 
 # The steps between a claim's side effects. A crash may come between any two;
 # tests end the process at each through `after_step` to prove the retry repairs it.
-Step = Literal["after-plan", "after-cdi-write", "after-checkpoint", "after-cdi-remove"]
+Step = Literal[
+    "after-plan",
+    "after-cdi-write",
+    "after-metadata-write",
+    "after-checkpoint",
+    "after-metadata-remove",
+    "after-cdi-remove",
+]
 STEPS: tuple[Step, ...] = get_args(Step)
 StepHook = Callable[[Step], None]
 
@@ -90,7 +99,10 @@ class Preparer:
         on_change: Callable[[], None] = lambda: None,
         on_prepared: Callable[[PreparedClaim, NodeInventory], None] = lambda p, i: None,
         on_unprepared: Callable[[ClaimRef], None] = lambda ref: None,
+        metadata: MetadataFiles | None = None,
     ) -> None:
+        # Device metadata files (KEP-5304); None: neither written nor cleaned up.
+        self._metadata = metadata
         self._metrics = metrics or Metrics()
         # Told whenever the prepared claims change (this instance's or, read from the
         # checkpoint, the other's of a rolling update): what is held shapes the slices.
@@ -128,6 +140,11 @@ class Preparer:
         if loaded.problem:
             log.error(loaded.problem)
         self._claims = dict(loaded.claims)
+        if self._metadata is not None:
+            swept = self._metadata.sweep(
+                lambda: cdi.spec_uids(self._cdi_root), everything=rebooted or loaded.other_boot
+            )
+            log.info("leftover device metadata files removed", extra={"files": swept})
         specs = cdi.spec_uids(self._cdi_root)
         if rebooted or loaded.other_boot:
             for uid in specs:
@@ -203,8 +220,12 @@ class Preparer:
                     self._after_step("after-plan")
                     cdi.write_spec(self._cdi_root, prepared)
                     self._after_step("after-cdi-write")
-                    phase = self._phase("cdi", phase)
                     record = _record(prepared)
+                    if self._metadata is not None and self._metadata.enabled:
+                        ids = self._metadata.write(prepared, obj)
+                        self._after_step("after-metadata-write")
+                        record = with_metadata(record, ids)
+                    phase = self._phase("cdi", phase)
                     self._commit({ref.uid: record})
                 finally:
                     # Committed, `_claims` holds the devices now; failed, nothing does.
@@ -228,6 +249,9 @@ class Preparer:
     def _unprepare_one(self, ref: ClaimRef) -> Outcome:
         with self._lock(ref.uid):
             try:
+                if self._metadata is not None:
+                    self._metadata.remove(ref)
+                    self._after_step("after-metadata-remove")
                 removed = cdi.remove_spec(self._cdi_root, ref.uid)
                 self._after_step("after-cdi-remove")
                 # Unconditionally: during a rolling update the other instance may have

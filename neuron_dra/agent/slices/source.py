@@ -50,6 +50,8 @@ class SliceSource:
         self._state = state
         self._uses: features.Uses | None = None  # what the slices may use: see `reprobe`
         self._pool_problems: tuple[str, ...] = ()
+        # Each device's attributes, and the inventory and topology they were built from.
+        self._attributes: tuple[NodeInventory, NodeTopology, dict[str, Json]] | None = None
 
     async def probe(self) -> None:
         """Decide what the slices may use; retried, so an outage at start decides nothing."""
@@ -145,6 +147,23 @@ class SliceSource:
         """The pool's slices now. Raises InvalidPoolError rather than send a pool the API
         server refuses whole: the publisher logs it and keeps the stored pool."""
         return self._slices(self._state(), generation, node_uid, self._uses or features.Uses())
+
+    def device_attributes(self, state: NodeState) -> dict[str, Json]:
+        """Each device's attributes as the slices publish them, by device name: every kind
+        of device, whether held, unhealthy or published at all now, since a device
+        already allocated may be any of these. Built again only when the inventory or
+        the Node's topology changes."""
+        cached = self._attributes
+        if cached and cached[0] is state.inventory and cached[1] == state.topology:
+            return cached[2]
+        options = SliceOptions(self._options.node_name, cores=True, topology=state.topology)
+        found = {
+            device["name"]: device.get("attributes") or {}
+            for piece in build_slices(state.inventory, options)
+            for device in piece["spec"].get("devices") or ()
+        }
+        self._attributes = (state.inventory, state.topology, found)
+        return found
 
     def _slices(
         self, state: NodeState, generation: int, node_uid: str | None, uses: features.Uses

@@ -213,6 +213,12 @@ def _one_device(outcomes: list[Outcome]) -> None:
     assert env(only)["NEURON_RT_VISIBLE_CORES"] == "0-3"
 
 
+def _two_devices(outcomes: list[Outcome]) -> None:
+    [only] = outcomes
+    assert len(indices(only)) == 2
+    assert env(only)["NEURON_RT_VISIBLE_CORES"] == "0-7"
+
+
 def _every_device_held_by_none(outcomes: list[Outcome]) -> None:
     [only] = outcomes
     assert indices(only) == set(range(16)) and all(p.admin for p in only.placements)
@@ -248,6 +254,7 @@ EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "podgroup/us-4-node-gang.yaml": ([("trn2u.48xlarge", 8)], _gang(4)),
     "first-available.yaml": (TRN2, _everything),
     "tolerations.yaml": (TRN2, _one_device),
+    "device-metadata.yaml": (TRN2, _two_devices),
     "claim-shared-by-pods.yaml": (TRN2, _row_on_trn2),
     "admin-access.yaml": (TRN2, _every_device_held_by_none),
     "podgroup/us-2-node-gang.yaml": ([("trn2u.48xlarge", 8)], _gang(2)),
