@@ -5,7 +5,7 @@ Each pod has a claim for 1 whole device; it is created `rate` a second and lives
 `life` seconds once bound (its work), then is deleted with its claim. Its node's
 agent learns of the prepare when the pod is bound (the kubelet prepares before the
 containers start) and of the unprepare when the pod is deleted, and, as
-`neuron_dra.agent.node` does, rebuilds the node's slices `HELD_SETTLE_S` after the
+`neuron_dra.agent.holdings` does, rebuilds the node's slices `HELD_SETTLE_S` after the
 first change of a burst, one rewrite for all the changes of the burst, and only where
 what the node holds whole changed. A rewrite is what the publisher does: list the
 node's slices, write each in place in a new generation, list again.
@@ -34,7 +34,7 @@ from observe import Metrics, SchedulerMetrics, slice_writes
 from pods import Case, Scheduling
 from stats import summary, throughput
 
-from neuron_dra.agent.node import HELD_SETTLE_S
+from neuron_dra.agent.holdings import HELD_SETTLE_S
 
 Obj = dict[str, Any]
 CHURN = Case("1 device", 1)

@@ -12,26 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 from http import HTTPStatus
 
-from consts import DRIVER_NAME, NODE_DEVICE_NAME
+from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
-from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord
+from neuron_dra.agent.claims.checkpoint import CheckpointStore
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.metadatafiles import MetadataFiles
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
 from neuron_dra.agent.claims.statuswriter import StatusWriter
 from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
+from neuron_dra.agent.holdings import Holdings
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.slices import leader
 from neuron_dra.agent.slices.deviceplugin import DevicePluginGuard
-from neuron_dra.agent.slices.holdoff import already_held, hold_off
 from neuron_dra.agent.slices.labels import LabelKeeper
 from neuron_dra.agent.slices.nodewatch import NodeWatch
 from neuron_dra.agent.slices.publisher import SlicePublisher
@@ -58,7 +56,6 @@ log = logging.getLogger("neuron_dra")
 CLAIMS_FOLLOW_S = 2.0
 UNKNOWN_BOOT = "unknown"
 # How long after a claim is prepared or unprepared the slices follow what claims hold.
-HELD_SETTLE_S = 1.0
 REVIEW_CONNECTIONS = 1  # metrics authorization reviews one token at a time
 
 
@@ -126,6 +123,14 @@ class Agent:
         self.claim_status = StatusWriter(
             kube, self.metrics, lambda: self.inventory, options.node_name
         )
+        self.holdings = Holdings(
+            self._loop,
+            pool=options.node_name,
+            withdraw_after_s=options.withdraw_after_s,
+            prepared=lambda: self.preparer.prepared,
+            inventory=lambda: self.inventory,
+            on_change=lambda: self.publisher.refresh(self.source.build),
+        )
         self.preparer = Preparer(
             inventory=lambda: self.inventory,
             pool=options.node_name,
@@ -136,7 +141,7 @@ class Agent:
             get_claim=kube.get_resource_claim,
             after_step=after_step,
             metrics=self.metrics,
-            on_change=self._claims_changed_elsewhere,
+            on_change=self.holdings.changed_elsewhere,
             on_prepared=self.claim_status.prepared,
             on_unprepared=self.claim_status.unprepared,
             metadata=MetadataFiles(
@@ -146,12 +151,6 @@ class Agent:
                 enabled=options.device_metadata,
             ),
         )
-        self._held: frozenset[str] = frozenset()
-        self._kept: frozenset[str] = frozenset()
-        # Since when each device is held whole (monotonic), once the claims were read.
-        self._held_since: Mapping[str, float] | None = None
-        self._held_timer: asyncio.TimerHandle | None = None
-        self._held_due, self._held_due_lock = False, threading.Lock()
         self.source = SliceSource(kube, options, self._state)
         self.publisher = SlicePublisher(
             kube, options.node_name, self.source.build, self.source.reprobe, self.metrics
@@ -166,7 +165,7 @@ class Agent:
         except StoppedError:
             log.info("stopped before the checkpoint was read")
             return
-        self._claims_changed()  # the devices restored claims hold
+        self.holdings.changed()  # the devices restored claims hold
         restored = self.preparer.prepared.values()
         self.claim_status.restored(ClaimRef(c.namespace, c.name, c.uid) for c in restored)
         # The kubelet can prepare from here while the publisher probes the API server.
@@ -219,7 +218,12 @@ class Agent:
             else self.inventory
         )
         return NodeState(
-            inventory, unhealthy, self._held, self.topology, self._kept, self.health.notices.all()
+            inventory,
+            unhealthy,
+            self.holdings.withdrawn,
+            self.topology,
+            self.holdings.kept,
+            self.health.notices.all(),
         )
 
     def _look_again(self) -> NodeInventory:
@@ -242,52 +246,6 @@ class Agent:
                 await asyncio.to_thread(self.preparer.refresh)
             except Exception:
                 log.exception("checkpoint not read; retrying")
-
-    def _claims_changed_elsewhere(self) -> None:
-        """`_claims_changed` a moment later, from the DRA server's threads.
-
-        What prepared claims hold only trims the slices (the counters already keep the
-        scheduler from giving a held device's cores to another claim), so the changes
-        of a burst of prepares share one rebuild of the slices, `HELD_SETTLE_S` after
-        the first. Rebuilding at each prepare cost every prepare about 3 ms, spent by
-        the event loop's thread while the prepare waited for the interpreter's lock.
-        """
-        with self._held_due_lock:
-            if self._held_due:
-                return
-            self._held_due = True
-        self._loop.call_soon_threadsafe(self._loop.call_later, HELD_SETTLE_S, self._held_settled)
-
-    def _held_settled(self) -> None:
-        with self._held_due_lock:
-            self._held_due = False
-        self._claims_changed()
-
-    def _claims_changed(self) -> None:
-        """On the event loop: what prepared claims hold, followed into the slices; a
-        device held whole only once it has been for `withdraw_after_s` (`holdoff`)."""
-        prepared = self.preparer.prepared
-        held_now = held_whole(self.inventory, self.options.node_name, prepared)
-        now, after = time.monotonic(), self.options.withdraw_after_s
-        if self._held_since is None:
-            self._held_since = already_held(held_now, now, after)
-        state = hold_off(self._held_since, held_now, now, after)
-        self._held_since = state.since
-        if self._held_timer is not None:
-            self._held_timer.cancel()
-        self._held_timer = (
-            None
-            if state.next_due is None
-            else self._loop.call_later(state.next_due - now, self._claims_changed)
-        )
-        held, kept = state.withdrawn, prepared_here(self.options.node_name, prepared)
-        log.debug(
-            "devices held whole",
-            extra={"held": ",".join(sorted(held_now)), "withdrawn": ",".join(sorted(held))},
-        )
-        if (held, kept) != (self._held, self._kept):
-            self._held, self._kept = held, kept
-            self.publisher.refresh(self.source.build)
 
     async def _node_seen(self, node: Json | None) -> None:
         """The Node as it is now (None: gone): its owned labels kept, its network
@@ -397,31 +355,6 @@ class Agent:
             "registered with the kubelet and ResourceSlices published",
             extra={"startup_s": round(time.monotonic() - self._started, 3)},
         )
-
-
-def held_whole(
-    inventory: NodeInventory, pool: str, claims: Mapping[str, ClaimRecord]
-) -> frozenset[str]:
-    """Names of the devices of `pool` a prepared claim holds whole (the node device too).
-    Admin access holds nothing: others may have the device too."""
-    whole = {d.name for d in inventory.devices} | {NODE_DEVICE_NAME}
-    return frozenset(
-        device.device
-        for record in claims.values()
-        for device in record.devices
-        if device.pool == pool and not device.admin_access and device.device in whole
-    )
-
-
-def prepared_here(pool: str, claims: Mapping[str, ClaimRecord]) -> frozenset[str]:
-    """Names of the devices of `pool` a prepared claim has, admin access too: the
-    slices never withdraw them."""
-    return frozenset(
-        device.device
-        for record in claims.values()
-        for device in record.devices
-        if device.pool == pool
-    )
 
 
 async def serve(

@@ -24,7 +24,7 @@ from signal import Signals
 from typing import Any
 
 from consts import CORE_NAME_PREFIX
-from neuron_dra.agent.node import HELD_SETTLE_S
+from neuron_dra.agent.holdings import HELD_SETTLE_S
 from neuron_dra.agent.slices.publisher import BACKOFF_MAX_S
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.cluster_api import ClusterError

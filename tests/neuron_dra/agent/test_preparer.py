@@ -24,7 +24,7 @@ from neuron_dra.agent.claims.preparer import (
     StepHook,
     no_step_hook,
 )
-from neuron_dra.agent.node import held_whole, prepared_here
+from neuron_dra.agent.holdings import held_whole, prepared_here
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from tests.claim_objects import allocated_claim, neuron_config, opaque

@@ -1,0 +1,121 @@
+"""What prepared claims hold, followed into the slices.
+
+A device a claim holds whole leaves its NeuronCores out of the slices once it has
+been held for `withdraw_after_s` (`slices.holdoff`); every device a claim on this
+node has stays published. `Holdings` keeps both sets for the slice source and asks
+for a rebuild of the slices when either changes. It runs on the event loop;
+`changed_elsewhere` is what the DRA server's threads call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from consts import NODE_DEVICE_NAME
+from neuron_dra.agent.claims.checkpoint import ClaimRecord
+from neuron_dra.agent.slices.holdoff import already_held, hold_off
+from neuron_dra.hardware.inventory import NodeInventory
+
+log = logging.getLogger("neuron_dra")
+
+# The changes of a burst of prepares share one rebuild of the slices, this long after
+# the first (`Holdings.changed_elsewhere`).
+HELD_SETTLE_S = 1.0
+
+
+class Holdings:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        pool: str,
+        withdraw_after_s: float,
+        prepared: Callable[[], Mapping[str, ClaimRecord]],
+        inventory: Callable[[], NodeInventory],
+        on_change: Callable[[], None],
+    ) -> None:
+        self._loop, self._pool, self._after = loop, pool, withdraw_after_s
+        self._prepared, self._inventory, self._on_change = prepared, inventory, on_change
+        # Devices held whole long enough that their cores are left out; devices a claim
+        # on this node has, never left out.
+        self.withdrawn: frozenset[str] = frozenset()
+        self.kept: frozenset[str] = frozenset()
+        # Since when each device is held whole (monotonic), once the claims were read.
+        self._since: Mapping[str, float] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._due, self._due_lock = False, threading.Lock()
+
+    def changed_elsewhere(self) -> None:
+        """`changed` a moment later, from the DRA server's threads.
+
+        What prepared claims hold only trims the slices (the counters already keep the
+        scheduler from giving a held device's cores to another claim), so the changes
+        of a burst of prepares share one rebuild of the slices, `HELD_SETTLE_S` after
+        the first, rather than costing every prepare a rebuild on the event loop's
+        thread while the prepare waits for the interpreter's lock.
+        """
+        with self._due_lock:
+            if self._due:
+                return
+            self._due = True
+        self._loop.call_soon_threadsafe(self._loop.call_later, HELD_SETTLE_S, self._settled)
+
+    def _settled(self) -> None:
+        with self._due_lock:
+            self._due = False
+        self.changed()
+
+    def changed(self) -> None:
+        """On the event loop: what prepared claims hold, followed into the slices; a
+        device held whole counts only once it has been for `withdraw_after_s`."""
+        prepared = self._prepared()
+        held_now = held_whole(self._inventory(), self._pool, prepared)
+        now = time.monotonic()
+        if self._since is None:
+            self._since = already_held(held_now, now, self._after)
+        state = hold_off(self._since, held_now, now, self._after)
+        self._since = state.since
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = (
+            None
+            if state.next_due is None
+            else self._loop.call_later(state.next_due - now, self.changed)
+        )
+        withdrawn, kept = state.withdrawn, prepared_here(self._pool, prepared)
+        log.debug(
+            "devices held whole",
+            extra={"held": ",".join(sorted(held_now)), "withdrawn": ",".join(sorted(withdrawn))},
+        )
+        if (withdrawn, kept) != (self.withdrawn, self.kept):
+            self.withdrawn, self.kept = withdrawn, kept
+            self._on_change()
+
+
+def held_whole(
+    inventory: NodeInventory, pool: str, claims: Mapping[str, ClaimRecord]
+) -> frozenset[str]:
+    """Names of the devices of `pool` a prepared claim holds whole (the node device too).
+    Admin access holds nothing: others may have the device too."""
+    whole = {d.name for d in inventory.devices} | {NODE_DEVICE_NAME}
+    return frozenset(
+        device.device
+        for record in claims.values()
+        for device in record.devices
+        if device.pool == pool and not device.admin_access and device.device in whole
+    )
+
+
+def prepared_here(pool: str, claims: Mapping[str, ClaimRecord]) -> frozenset[str]:
+    """Names of the devices of `pool` a prepared claim has, admin access too: the
+    slices never withdraw them."""
+    return frozenset(
+        device.device
+        for record in claims.values()
+        for device in record.devices
+        if device.pool == pool
+    )
