@@ -3,7 +3,10 @@ trn2.48xlarge nodes, empty, filled several ways and churning, for each way of
 publishing NeuronCores.
 
 For each layout (`--layouts`) a cluster of its own (the real kube-apiserver,
-kube-scheduler and kube-controller-manager of tests/e2e, default feature gates) grows
+kube-scheduler and kube-controller-manager of tests/e2e, default feature gates, and
+the API versions a default API server serves: resource.k8s.io/v1 alone, where the
+tests' clusters serve v1beta1 and v1beta2 too, each with a watch cache of its own,
+which triples the API server's slice memory) grows
 through the sizes (`--sizes`). Nodes are Node objects (Ready, no kubelet) with the
 slices `neuron_dra.resources.slices.build_slices` lays out for a simulated
 trn2.48xlarge, a share of them (`--ultraserver-share`) trn2u UltraServer nodes; the
@@ -28,7 +31,9 @@ A p99 is given only where a case has 30 timed pods (`--pods`). What the control
 plane carries is reported too: slices and bytes per node, the time to publish every
 node, and the RSS of kube-apiserver, etcd and kube-scheduler after each phase. With
 `--profile`, a CPU profile of the scheduler over the last size's full cases is written
-beside the results, with its top functions.
+beside the results, with its top functions; with `--heap-profile`, kube-apiserver's
+live heap after publishing and in each state (bench/heap.py), by the functions that
+allocated it.
 
 It takes tens of minutes and much of the machine's memory; `make bench-scale` runs
 it. Progress goes to stdout, figures to bench/results/scale.json (or `--out`), with
@@ -58,6 +63,7 @@ from churn import churn
 from common import RESULTS, rounded, rss_mib
 from fill import CORE_STATES, STATES, Filler
 from fleet import LAYOUTS, NAMESPACE, Api, Fleet, Layout, core_capacity_class
+from heap import heap
 from observe import Metrics, PodWatch, SchedulerMetrics
 from pods import CASES, STEADY, Scheduling
 from stats import percentile
@@ -71,6 +77,9 @@ from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.patched import patched_binaries
 
 REPO = Path(__file__).resolve().parents[1]
+# resource.k8s.io/v1 is on by default from 1.34; this names it only to give the flag a
+# value, enabling nothing the API server would not serve anyway.
+DEFAULT_API_VERSIONS = "resource.k8s.io/v1=true"
 
 Obj = dict[str, Any]
 
@@ -125,8 +134,9 @@ def run_layout(
     lnc = inventories["trn2.48xlarge"].lnc or 1
     figures: Obj = {"layout": layout.name, "lnc": lnc, "sizes": {}}
     started = time.monotonic()
-    extra = {"kube-apiserver": args.apiserver_arg} if args.apiserver_arg else None
-    with Cluster(binaries, extra_args=extra) as cluster:
+    apiserver_args = [*args.apiserver_arg, *(["--profiling=true"] if args.heap_profile else [])]
+    extra = {"kube-apiserver": apiserver_args} if apiserver_args else None
+    with Cluster(binaries, runtime_config=args.runtime_config, extra_args=extra) as cluster:
         for obj in device_classes(layout):
             cluster.apply(obj)
         api = Api(cluster)
@@ -184,6 +194,8 @@ class Run:
             f"{name}: {size} nodes published in {step['grow_s']:.0f} s, "
             f"RSS {step['rss_mib_after_publish']}"
         )
+        if args.heap_profile:
+            step["heap_after_publish"] = self.heap(size, "published")
         step["empty"] = self.scheduling.cases(self.cases, args.pods)
         step["devices_published_empty"] = sum(self.fleet.published.values())
         say(f"{name}, {size} empty: " + brief(step["empty"]))
@@ -205,8 +217,16 @@ class Run:
             if state == "full":
                 self.steady_and_churn(step)
             fill["rss_mib"] = footprint(cluster)
+            if args.heap_profile:
+                fill["heap"] = self.heap(size, state)
             fill["empty_s"] = self.filler.empty()
         return step
+
+    def heap(self, size: int, state: str) -> Obj:
+        out = Path(self.args.out).parent / f"heap-{self.fleet.layout.name}-{size}-{state}.pprof"
+        figures = heap(self.fleet.cluster, out)
+        say(f"kube-apiserver: live heap {figures['inuse_mib']} MiB; {figures['runtime_mib']}")
+        return figures
 
     def steady_and_churn(self, step: Obj) -> None:
         args = self.args
@@ -307,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds of scheduler CPU profile over the largest full cluster",
     )
     parser.add_argument(
+        "--heap-profile",
+        action="store_true",
+        help="profile kube-apiserver's live heap after publishing and in each state",
+    )
+    parser.add_argument(
         "--patched",
         metavar="NAME",
         help="run each layout again on a scheduler with bench/upstream/NAME.patch",
@@ -318,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
         help="an extra kube-apiserver flag, e.g. --watch-cache-sizes=resourceslices."
         "resource.k8s.io#0 where the machine's memory does not hold its watch cache",
     )
+    parser.add_argument(
+        "--runtime-config",
+        default=DEFAULT_API_VERSIONS,
+        help="kube-apiserver's --runtime-config (default: the API server's own defaults)",
+    )
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",")})
@@ -328,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         "pods_per_case": args.pods,
         "ultraserver_share": args.ultraserver_share,
         "apiserver_args": args.apiserver_arg,
+        "runtime_config": args.runtime_config,
         "layouts": {},
     }
     out = Path(args.out)

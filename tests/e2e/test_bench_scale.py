@@ -3,7 +3,7 @@
 The benchmark itself asserts what each pod's claim got (a core claim cores, a whole
 device claim devices); this checks that every phase produced figures, and that a full
 node of the driver's layout publishes no core of its held devices while the layout
-published as before keeps them.
+published as before keeps them; and that kube-apiserver's heap was profiled.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
             "2",
             "--churn-life",
             "1",
+            "--heap-profile",
             "--out",
             str(out),
         ],
@@ -76,6 +77,12 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
     assert rewriting["rewrite"] and rewriting["rewrites"] > 0
     assert rewriting["slice_writes_per_s"] > 0
     assert not still["rewrite"] and still["rewrites"] == 0
+    # kube-apiserver's live heap, after publishing and in each state, with the
+    # functions that hold it and the Go runtime's view of the same memory.
+    for heap in (step["heap_after_publish"], step["fill"]["full"]["heap"]):
+        assert 0 < heap["inuse_mib"] <= heap["runtime_mib"]["Sys"]
+        assert heap["flat"] and heap["cum"]
+        assert (tmp_path / heap["profile"]).stat().st_size > 0
     before = result["layouts"]["partitions-unordered"]["sizes"]["20"]
     assert before["fill"]["full"]["devices_published"] == 1605
     assert before["devices_published_empty"] == 1605
