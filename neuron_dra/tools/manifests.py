@@ -4,9 +4,9 @@ A file is read whole, at most `MAX_FILE_BYTES`, with libyaml's parser where PyYA
 has it (about 8 times faster than the pure-Python one). Each document is kept with
 the line it starts on, Lists unpacked item by item. What the tools cannot read is a
 `Problem` naming the file and line, never skipped in silence: a file with no
-document, a document that is a list or a scalar, a claim or DeviceClass in a
-resource.k8s.io version the tools do not know, a kind close to one they read
-(a misspelling), a file with nothing they read at all. Other Kubernetes objects
+document, a document that is a list or a scalar, a claim, DeviceClass or
+DeviceTaintRule in a resource.k8s.io version the tools do not know, a kind close
+to one they read (a misspelling), a file with nothing they read at all. Other Kubernetes objects
 (a Service beside the claims) are left out quietly.
 """
 
@@ -35,14 +35,16 @@ RESOURCE_KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 # Workloads whose pods come from spec.template (CronJob: spec.jobTemplate.spec.template).
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
 POD_KINDS = ("Pod", *WORKLOAD_KINDS, "CronJob", "LeaderWorkerSet")
-READ_KINDS = (*RESOURCE_KINDS, *POD_KINDS)
+# DeviceTaintRules, for `simulate`, in the versions Kubernetes serves them (1.37, 1.36, 1.34).
+TAINT_RULE_KIND = "DeviceTaintRule"
+TAINT_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
+READ_KINDS = (*RESOURCE_KINDS, TAINT_RULE_KIND, *POD_KINDS)
 # Kinds of Kubernetes that look like one the tools read but are not a misspelling of it.
 OTHER_KINDS = frozenset(
     {
         "ResourceSlice",
         "ResourceClass",
         "ResourceClaimParameters",
-        "DeviceTaintRule",
         "ResourceQuota",
         "PodTemplate",
         "PodGroup",
@@ -202,6 +204,12 @@ class _Reader:
                     line,
                     f"{kind} with {said}: these tools read {', '.join(supported)}",
                 )
+                return
+        elif kind == TAINT_RULE_KIND:
+            served = [f"{RESOURCE_GROUP}/{v}" for v in TAINT_RULE_VERSIONS]
+            if version not in served:
+                said = "no apiVersion" if version is None else f"apiVersion {version}"
+                self.problem(line, f"{kind} with {said}: Kubernetes serves {', '.join(served)}")
                 return
         elif kind not in POD_KINDS:
             close = _misspelt(kind)

@@ -295,7 +295,7 @@ def test_live_cluster_mode_reads_what_is_allocated(real: Cluster, tmp_path: Path
     # elsewhere on the same node.
     from neuron_dra.tools.simulate import live_cluster, take_allocated  # noqa: PLC0415
 
-    live_nodes, classes, allocated = live_cluster(real.kubeconfig)
+    live_nodes, classes, allocated, _ = live_cluster(real.kubeconfig)
     live = SimCluster([n for n in live_nodes if n.name == nodes[0].name], classes)
     take_allocated(live, allocated)
     [outcome] = simulate([SPECS / "inf2-2-connected.yaml"], live)

@@ -2,7 +2,8 @@
 
 Inputs are the manifests users apply (`inputs`); the cluster is either
 simulated or read from a live API server (`nodes`); claims are allocated with
-the scheduler's rules (`allocator`, `search`; `run` from documents to outcomes) and
+the scheduler's rules (`allocator`, `search`, with DeviceTaintRules' taints from
+`taintrules`; `run` from documents to outcomes) and
 printed (`output`).
 
 Owns: `neuron-dra simulate`'s model and allocator. May use: `tools.cel`, the
@@ -30,6 +31,7 @@ from neuron_dra.tools.simulate.inputs import (
     read_inputs,
 )
 from neuron_dra.tools.simulate.nodes import (
+    LiveCluster,
     SimDevice,
     SimNode,
     live_cluster,
@@ -41,12 +43,20 @@ from neuron_dra.tools.simulate.nodes import (
 from neuron_dra.tools.simulate.output import describe, outcome_json
 from neuron_dra.tools.simulate.run import simulate, simulate_documents, take_allocated
 from neuron_dra.tools.simulate.search import Placement
+from neuron_dra.tools.simulate.taintrules import (
+    Applied,
+    TaintRule,
+    applied_json,
+    describe_applied,
+    parse_taint_rule,
+)
 
 __all__ = [
     "CORE_CLASS",
     "CORE_RESOURCE",
     "MAX_CLAIM_DEVICES",
     "Alternative",
+    "Applied",
     "Claim",
     "ClaimSpec",
     "Cluster",
@@ -54,14 +64,18 @@ __all__ = [
     "DeviceClass",
     "InputError",
     "Inputs",
+    "LiveCluster",
     "Outcome",
     "Placement",
     "Prepared",
     "Request",
     "SimDevice",
     "SimNode",
+    "TaintRule",
+    "applied_json",
     "default_classes",
     "describe",
+    "describe_applied",
     "live_cluster",
     "load_documents",
     "node_from_slices",
@@ -69,6 +83,7 @@ __all__ = [
     "parse_claim_spec",
     "parse_device_class",
     "parse_node_counts",
+    "parse_taint_rule",
     "parse_taken",
     "pod_specs",
     "read_inputs",

@@ -39,6 +39,7 @@ from neuron_dra.tools.simulate.search import (
     available,
     tolerated,
 )
+from neuron_dra.tools.simulate.taintrules import Applied, TaintRule, apply_rules
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,11 @@ class Cluster:
         self.used: dict[CounterKey, Fraction] = {}
         self._selectors: dict[str, Selector] = {}
         self._matches: dict[tuple[str, DeviceKey], bool | CelEvalError] = {}
+        self.taint_rules: list[Applied] = []  # DeviceTaintRules, with what each tainted
+
+    def add_taint_rules(self, rules: Sequence[TaintRule]) -> None:
+        """Taint the devices each rule selects, as the scheduler does before it allocates."""
+        self.taint_rules.extend(apply_rules(self.nodes, rules))
 
     def node(self, name: str) -> SimNode:
         for node in self.nodes:
@@ -306,7 +312,8 @@ class Cluster:
         matching = f"{counted(len(selected), 'device')} {verb} the selectors"
         untolerated = len(selected) - len(tolerable)
         if untolerated:
-            matching += f" ({untolerated} with taints the request does not tolerate)"
+            matching += f" ({untolerated} with taints the request does not tolerate"
+            matching += f"{_rules_of(selected, alt)})"
         blocked = [
             d
             for d in tolerable
@@ -394,6 +401,16 @@ def _whole(device: SimDevice) -> bool:
     if device.driver != DRIVER_NAME:
         return False
     return bool(device.attribute(f"{DRIVER_NAME}/{ATTR_RESOURCE_TYPE}") != RESOURCE_TYPE_CORE)
+
+
+def _rules_of(devices: Sequence[SimDevice], alt: Alternative) -> str:
+    """`, from DeviceTaintRule a, b`: the rules whose taints `alt` does not tolerate."""
+    names = []
+    for device in devices:
+        for taint, rule in device.taint_sources():
+            if rule and rule not in names and not tolerated((taint,), alt.tolerations):
+                names.append(rule)
+    return f", from DeviceTaintRule {', '.join(names)}" if names else ""
 
 
 def _fewest(claim: Claim) -> int:

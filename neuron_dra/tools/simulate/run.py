@@ -15,6 +15,7 @@ from neuron_dra.tools.simulate.inputs import (
     read_inputs,
 )
 from neuron_dra.tools.simulate.progress import Progress, quiet
+from neuron_dra.tools.simulate.taintrules import is_taint_rule, parse_taint_rule
 
 
 def take_allocated(cluster: Cluster, claims: Sequence[Json]) -> None:
@@ -36,10 +37,12 @@ def simulate_documents(
     docs: Sequence[tuple[str, Json]], cluster: Cluster, progress: Progress = quiet
 ) -> list[Outcome]:
     """`simulate` of documents already read (`load_documents`): the command line reads
-    its files before it builds any node, so a bad file fails at once."""
+    its files before it builds any node, so a bad file fails at once. DeviceTaintRules
+    among them taint the cluster's devices before any claim is allocated."""
     for device_class in default_classes():
         cluster.classes.setdefault(device_class.name, device_class)
     inputs = read_inputs(docs, cluster.classes)
+    cluster.add_taint_rules([parse_taint_rule(d, where) for where, d in docs if is_taint_rule(d)])
     # Classes among the inputs win over the cluster's, as applying them would make them.
     cluster.classes.update(inputs.classes)
     return cluster.allocate(inputs.claims, progress)
