@@ -80,10 +80,15 @@ def real(e2e_binaries: Binaries) -> Iterator[Cluster]:
 
 
 def publish(
-    real: Cluster, tmp: Path, nodes: list[tuple[str, int]], driver_version: str | None = None
+    real: Cluster,
+    tmp: Path,
+    nodes: list[tuple[str, int]],
+    driver_version: str | None = None,
+    example: str | None = None,
 ) -> tuple[str, list[SimNode]]:
-    """Nodes labelled with a fresh example id, their slices on the server and in the simulator."""
-    example = f"x{next(_ids)}"
+    """Nodes labelled with an example id (by default a fresh one), their slices on the
+    server and in the simulator."""
+    example = example or f"x{next(_ids)}"
     layout = real.counter_layout()
     sim_nodes = []
     for instance_type, count in nodes:
