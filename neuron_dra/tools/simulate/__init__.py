@@ -1,6 +1,7 @@
 """Allocate ResourceClaims the way the kube-scheduler's DRA allocator would, offline.
 
-Inputs are the manifests users apply (`inputs`); the cluster is either
+Inputs are the manifests users apply (`inputs`: claims as `claims`, the scheduler's
+claims for extended resources from `extended`); the cluster is either
 simulated or read from a live API server (`nodes`); claims are allocated with
 the scheduler's rules (`allocator`, `search`, with DeviceTaintRules' taints from
 `taintrules`; `run` from documents to outcomes) and
@@ -11,7 +12,7 @@ agent's claim planner and API client, `resources` and `hardware`.
 """
 
 from neuron_dra.tools.simulate.allocator import Cluster, Outcome, Prepared
-from neuron_dra.tools.simulate.inputs import (
+from neuron_dra.tools.simulate.claims import (
     CORE_CLASS,
     CORE_RESOURCE,
     MAX_CLAIM_DEVICES,
@@ -21,15 +22,12 @@ from neuron_dra.tools.simulate.inputs import (
     Constraint,
     DeviceClass,
     InputError,
-    Inputs,
     Request,
     default_classes,
-    load_documents,
     parse_claim_spec,
     parse_device_class,
-    pod_specs,
-    read_inputs,
 )
+from neuron_dra.tools.simulate.inputs import Inputs, load_documents, pod_specs, read_inputs
 from neuron_dra.tools.simulate.nodes import (
     LiveCluster,
     SimDevice,

@@ -22,7 +22,7 @@ from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.plan import ClaimError, plan
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, Selector, compile_selector
 from neuron_dra.tools.counted import counted
-from neuron_dra.tools.simulate.inputs import (
+from neuron_dra.tools.simulate.claims import (
     MAX_CLAIM_DEVICES,
     Alternative,
     Claim,

@@ -40,7 +40,7 @@ from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_
 from neuron_dra.tools import manifests
 from neuron_dra.tools.cel import DeviceView, Quantity
 from neuron_dra.tools.simnode import simulated_inventory
-from neuron_dra.tools.simulate.inputs import DeviceClass, InputError, Json, parse_device_class
+from neuron_dra.tools.simulate.claims import DeviceClass, InputError, Json, parse_device_class
 from neuron_dra.tools.simulate.progress import Progress, quiet
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from consts import (
     RESOURCE_TYPE_CORE,
 )
 from neuron_dra.tools.simulate.allocator import Outcome
-from neuron_dra.tools.simulate.inputs import CORE_RESOURCE, MAX_CLAIM_DEVICES, Claim, Json
+from neuron_dra.tools.simulate.claims import CORE_RESOURCE, MAX_CLAIM_DEVICES, Claim, Json
 from neuron_dra.tools.simulate.nodes import SimDevice
 from neuron_dra.tools.simulate.taintrules import taint_text
 

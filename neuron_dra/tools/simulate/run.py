@@ -7,13 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from neuron_dra.tools.simulate.allocator import Cluster, Outcome
-from neuron_dra.tools.simulate.inputs import (
-    Json,
-    default_classes,
-    load_documents,
-    namespace_of,
-    read_inputs,
-)
+from neuron_dra.tools.simulate.claims import Json, default_classes
+from neuron_dra.tools.simulate.inputs import load_documents, namespace_of, read_inputs
 from neuron_dra.tools.simulate.progress import Progress, quiet
 from neuron_dra.tools.simulate.taintrules import is_taint_rule, parse_taint_rule
 

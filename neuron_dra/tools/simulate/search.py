@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
-from neuron_dra.tools.simulate.inputs import MAX_CLAIM_DEVICES, Alternative, Claim, Json
+from neuron_dra.tools.simulate.claims import MAX_CLAIM_DEVICES, Alternative, Claim, Json
 from neuron_dra.tools.simulate.nodes import CounterKey, DeviceKey, SimDevice, SimNode
 
 SEARCH_LIMIT = 1_000_000  # device placements tried per node before giving up, as a time bound

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neuron_dra.tools.simulate.inputs import RESOURCE_GROUP, InputError, Json
+from neuron_dra.tools.simulate.claims import RESOURCE_GROUP, InputError, Json
 from neuron_dra.tools.simulate.nodes import TAINT_RULE_VERSIONS as VERSIONS
 from neuron_dra.tools.simulate.nodes import SimDevice, SimNode
 
