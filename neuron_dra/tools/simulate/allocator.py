@@ -93,6 +93,13 @@ class Cluster:
                 return
         raise InputError(f"node {node_name} has no device {device_name!r}")
 
+    def snapshot(self) -> tuple[dict[DeviceKey, str], dict[CounterKey, Fraction]]:
+        """What is allocated now, for `restore`."""
+        return dict(self.taken), dict(self.used)
+
+    def restore(self, saved: tuple[dict[DeviceKey, str], dict[CounterKey, Fraction]]) -> None:
+        self.taken, self.used = dict(saved[0]), dict(saved[1])
+
     def take_key(self, key: DeviceKey, holder: str) -> None:
         for node in self.nodes:
             for device in node.devices:
@@ -162,17 +169,16 @@ class Cluster:
         """Allocate every claim in order; claims of one pod go to one node together.
 
         `progress(claims done, claims)` after each pod's claims."""
-        outcomes = [Outcome(c) for c in claims]
-        for i, outcome in enumerate(outcomes):
-            outcome.letter = _letter(i)
+        outcomes = outcomes_of(claims)
         done = 0
-        for group in _groups(outcomes):
-            self._allocate_group(group)
+        for group in by_pod(outcomes):
+            self.allocate_pod(group)
             done += len(group)
             progress(done, len(outcomes))
         return outcomes
 
-    def _allocate_group(self, group: list[Outcome]) -> None:
+    def allocate_pod(self, group: list[Outcome], nodes: Sequence[SimNode] | None = None) -> None:
+        """Allocate one pod's claims together on the first of `nodes` (all: None) they fit."""
         claims = [o.claim for o in group]
         reasons = [
             f"{'the claim' if len(claims) == 1 else f'claim {c.key}'} asks for {n} devices, "
@@ -185,10 +191,10 @@ class Cluster:
             for outcome in group:
                 outcome.reasons = reasons
             return
-        for node in self.nodes:
+        for node in self.nodes if nodes is None else nodes:
             unmatched = [(k, v) for k, v in claims[0].node_selector if node.labels.get(k) != v]
             if unmatched:
-                reasons.append(f"{node.name}: does not match the pod's nodeSelector")
+                reasons.append(f"{node.name}: {NOT_SELECTED}")
                 continue
             try:
                 found = Search(self, node, claims).first()
@@ -394,6 +400,7 @@ class Cluster:
 
 
 _RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
+NOT_SELECTED = "does not match the pod's nodeSelector"
 
 
 def _whole(device: SimDevice) -> bool:
@@ -418,7 +425,15 @@ def _fewest(claim: Claim) -> int:
     return sum(min(a.count for a in r.alternatives) for r in claim.spec.requests)
 
 
-def _groups(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:
+def outcomes_of(claims: Sequence[Claim]) -> list[Outcome]:
+    """An outcome for each claim, nothing allocated yet, lettered in order."""
+    outcomes = [Outcome(c) for c in claims]
+    for i, outcome in enumerate(outcomes):
+        outcome.letter = _letter(i)
+    return outcomes
+
+
+def by_pod(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:
     """Claims of one pod together, at the position of the pod's first claim."""
     groups: list[list[Outcome]] = []
     by_pod: dict[str, list[Outcome]] = {}

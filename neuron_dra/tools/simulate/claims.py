@@ -85,6 +85,7 @@ class Claim:
     node_selector: tuple[tuple[str, str], ...] = ()
     # The claim the scheduler makes for a pod's extended resources: (name, devices) each.
     extended: tuple[tuple[str, int], ...] = ()
+    pod_group: str | None = None  # namespace/name of the PodGroup its pod joins
 
     @property
     def key(self) -> str:

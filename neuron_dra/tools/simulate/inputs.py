@@ -10,6 +10,7 @@ get the claim the kube-scheduler makes for them (`extended`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from neuron_dra.tools.simulate.claims import (
     parse_device_class,
 )
 from neuron_dra.tools.simulate.extended import extended_claim, extended_resource_classes
+from neuron_dra.tools.simulate.podgroups import Member, PodGroup, parse_pod_group, pod_group_of
 
 WORKLOAD_KINDS = manifests.WORKLOAD_KINDS
 
@@ -36,6 +38,8 @@ class Inputs:
     classes: dict[str, DeviceClass] = field(default_factory=dict)  # declared in the inputs
     # Claims referenced by name that were not among the inputs: nothing to allocate.
     missing: list[str] = field(default_factory=list)
+    pod_groups: dict[str, PodGroup] = field(default_factory=dict)  # by namespace/name
+    members: dict[str, list[Member]] = field(default_factory=dict)  # each group's pods
 
 
 def load_documents(paths: Iterable[Path]) -> list[tuple[str, Json]]:
@@ -74,6 +78,9 @@ def read_inputs(
             templates[(namespace_of(doc), doc["metadata"]["name"])] = (where, doc)
         elif _is_resource(doc) and kind == "ResourceClaim":
             named_claims[(namespace_of(doc), doc["metadata"]["name"])] = (where, doc)
+        elif kind == manifests.POD_GROUP_KIND:
+            group = parse_pod_group(doc, where)
+            inputs.pod_groups[group.key] = group
     extended = extended_resource_classes({**(known_classes or {}), **inputs.classes})
 
     referenced = set()
@@ -100,11 +107,30 @@ def read_inputs(
                 spec = parse_claim_spec(doc.get("spec") or {}, f"{where}: {kind} {name}")
                 inputs.claims.append(Claim(namespace, name, spec, where))
         for pod in _pods(doc):
+            first = len(inputs.claims)
             _pod_claims(pod, where, templates, named_claims, inputs)
             claim = extended_claim(pod, where, extended)
             if claim is not None:
                 inputs.claims.append(claim)
+            _join_group(pod, where, first, inputs)
     return inputs
+
+
+def _join_group(pod: Json, where: str, first: int, inputs: Inputs) -> None:
+    """The pod's claims from `first` on carry the PodGroup it joins, which counts it."""
+    group = pod_group_of(pod)
+    if group is None:
+        return
+    if group not in inputs.pod_groups:
+        raise InputError(
+            f"{where}: pod {pod['metadata']['name']} joins PodGroup {group}, which is not "
+            "among the inputs (the scheduler keeps its pods waiting for it)"
+        )
+    selector = tuple(sorted((pod["spec"].get("nodeSelector") or {}).items()))
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    inputs.members.setdefault(group, []).append(Member(key, selector))
+    for index in range(first, len(inputs.claims)):
+        inputs.claims[index] = dataclasses.replace(inputs.claims[index], pod_group=group)
 
 
 def _pod_claims(

@@ -23,6 +23,7 @@ def outcome_json(outcome: Outcome) -> Json:
         "template": claim.template,
         "pod": claim.pod,
         **({"extendedResources": dict(claim.extended)} if claim.extended else {}),
+        **({"podGroup": claim.pod_group} if claim.pod_group else {}),
         "allocated": outcome.allocated,
         "letter": outcome.letter,
     }

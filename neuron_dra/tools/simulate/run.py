@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from neuron_dra.tools.simulate import gangs
 from neuron_dra.tools.simulate.allocator import Cluster, Outcome
 from neuron_dra.tools.simulate.claims import Json, default_classes
 from neuron_dra.tools.simulate.inputs import load_documents, namespace_of, read_inputs
@@ -40,4 +41,4 @@ def simulate_documents(
     cluster.add_taint_rules([parse_taint_rule(d, where) for where, d in docs if is_taint_rule(d)])
     # Classes among the inputs win over the cluster's, as applying them would make them.
     cluster.classes.update(inputs.classes)
-    return cluster.allocate(inputs.claims, progress)
+    return gangs.allocate(cluster, inputs, progress)

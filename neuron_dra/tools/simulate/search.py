@@ -203,7 +203,7 @@ class Search:
                 held, holders = values[i]
                 values[i] = (device.attribute(constraint.attribute), holders + 1)
         # An admin request's devices spend counters while the claims are allocated
-        # together; once allocated, they are not counted (the allocator's `_allocate_group`).
+        # together; once allocated, they are not counted (the allocator's `allocate_pod`).
         for counter, amount in device.consumes:
             self.used[counter] = self.used.get(counter, Fraction(0)) + amount
         self.in_use.add(device.key)
