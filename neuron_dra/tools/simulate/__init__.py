@@ -4,7 +4,8 @@ Inputs are the manifests users apply (`inputs`: claims as `claims`, the schedule
 claims for extended resources from `extended`); the cluster is either
 simulated or read from a live API server (`nodes`); claims are allocated with
 the scheduler's rules (`allocator`, `search`, with DeviceTaintRules' taints from
-`taintrules`; `run` from documents to outcomes) and
+`taintrules`, PodGroups from `podgroups` placed whole by `gangs`, and why a claim
+does not fit from `explain`; `run` from documents to outcomes) and
 printed (`output`).
 
 Owns: `neuron-dra simulate`'s model and allocator. May use: `tools.cel`, the

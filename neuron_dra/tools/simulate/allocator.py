@@ -15,13 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
 
-from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE
+from consts import DRIVER_NAME
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.plan import ClaimError, plan
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, Selector, compile_selector
-from neuron_dra.tools.counted import counted
 from neuron_dra.tools.simulate.claims import (
     MAX_CLAIM_DEVICES,
     Alternative,
@@ -30,13 +28,13 @@ from neuron_dra.tools.simulate.claims import (
     InputError,
     Json,
 )
+from neuron_dra.tools.simulate.explain import RESULTS_LIMIT, explain
 from neuron_dra.tools.simulate.nodes import CounterKey, DeviceKey, SimDevice, SimNode
 from neuron_dra.tools.simulate.progress import Progress, quiet
 from neuron_dra.tools.simulate.search import (
     NodeFailedError,
     Placement,
     Search,
-    available,
     tolerated,
 )
 from neuron_dra.tools.simulate.taintrules import Applied, TaintRule, apply_rules
@@ -182,7 +180,7 @@ class Cluster:
         claims = [o.claim for o in group]
         reasons = [
             f"{'the claim' if len(claims) == 1 else f'claim {c.key}'} asks for {n} devices, "
-            f"more than the {MAX_CLAIM_DEVICES} one claim can hold ({_RESULTS_LIMIT}): the "
+            f"more than the {MAX_CLAIM_DEVICES} one claim can hold ({RESULTS_LIMIT}): the "
             "scheduler never allocates it"
             for c in claims
             if (n := _fewest(c)) > MAX_CLAIM_DEVICES
@@ -202,7 +200,7 @@ class Cluster:
                 reasons.append(f"{node.name}: {err}")
                 continue
             if found is None:
-                reasons.extend(f"{node.name}: {r}" for r in self.explain(node, claims))
+                reasons.extend(f"{node.name}: {r}" for r in explain(self, node, claims))
                 continue
             for outcome, placements in zip(group, found, strict=True):
                 outcome.node = node.name
@@ -284,140 +282,14 @@ class Cluster:
         )
         outcome.prepared = Prepared(prepared.env, tuple(nodes))
 
-    # --- explanations --------------------------------------------------------
-
-    def explain(self, node: SimNode, claims: Sequence[Claim]) -> list[str]:
-        """Why the claims do not fit on a node where the search found nothing."""
-        reasons = []
-        many = sum(len(c.spec.requests) for c in claims) > 1
-        for claim in claims:
-            for request in claim.spec.requests:
-                for alt in request.alternatives:
-                    reason = self._explain_request(node, claim, alt)
-                    if reason:
-                        prefix = f"request {alt.name}: " if many else ""
-                        reasons.append(prefix + reason)
-        if not reasons:
-            reasons.append(
-                "each request fits alone, but not all requests of the pod's claims together"
-            )
-        return reasons
-
-    def _explain_request(self, node: SimNode, claim: Claim, alt: Alternative) -> str | None:
-        selected = self.selected(alt, node)
-        if not selected:
-            return self._explain_selectors(node, alt)
-        if alt.all and len(selected) > MAX_CLAIM_DEVICES:
-            return (
-                f"allocationMode All matches {len(selected)} devices, more than the "
-                f"{MAX_CLAIM_DEVICES} one claim can hold ({_RESULTS_LIMIT})"
-            )
-        tolerable = [d for d in selected if tolerated(d.taints, alt.tolerations)]
-        free = [d for d in tolerable if self._free(d, alt.admin)]
-        verb = "matches" if len(selected) == 1 else "match"
-        matching = f"{counted(len(selected), 'device')} {verb} the selectors"
-        untolerated = len(selected) - len(tolerable)
-        if untolerated:
-            matching += f" ({untolerated} with taints the request does not tolerate"
-            matching += f"{_rules_of(selected, alt)})"
-        blocked = [
-            d
-            for d in tolerable
-            if (alt.admin or d.key not in self.taken) and not self._free(d, alt.admin)
-        ]
-        free_text = f"{len(free)} free"
-        if blocked:
-            free_text += f" ({len(blocked)} held through shared counters by allocated devices)"
-        if alt.all:
-            every = f"{matching}, {free_text}; allocationMode All needs every one of them"
-            if len(free) < len(tolerable) or untolerated:
-                return every
-            over = self._over_counters(free)
-            return f"{every}, and together they {over}" if over else None
-        if len(free) < alt.count:
-            return f"{matching}, {free_text}, fewer than the {alt.count} requested"
-        for constraint in claim.spec.constraints:
-            if not constraint.applies(alt.name):
-                continue
-            groups: dict[Any, int] = {}
-            lacking = 0
-            for device in free:
-                value = device.attribute(constraint.attribute)
-                if value is None:
-                    lacking += 1
-                else:
-                    groups[value] = groups.get(value, 0) + 1
-            if max(groups.values(), default=0) < alt.count:
-                text = f"{matching}, {free_text}, no {alt.count} of them share "
-                text += constraint.attribute
-                if lacking:
-                    text += f" ({lacking} {'does' if lacking == 1 else 'do'} not have it)"
-                return text
-        over = self._over_counters(free) if alt.count > 1 else None
-        return f"{matching}, {free_text}, and together they {over}" if over else None
-
-    def _over_counters(self, devices: Sequence[SimDevice]) -> str | None:
-        """The first shared counter `devices` together consume more of than is left."""
-        totals: dict[CounterKey, Fraction] = {}
-        for device in devices:
-            for counter, amount in device.consumes:
-                totals[counter] = totals.get(counter, Fraction(0)) + amount
-        for counter, amount in totals.items():
-            left = self.counters_of(counter) - self.used.get(counter, Fraction(0))
-            if amount > left:
-                return (
-                    f"consume {amount} of shared counter {counter[2]}/{counter[3]}, "
-                    f"which holds {left}"
-                )
-        return None
-
     def counters_of(self, counter: CounterKey) -> Fraction:
         for node in self.nodes:
             if counter in node.counters:
                 return node.counters[counter]
         return Fraction(0)
 
-    def _explain_selectors(self, node: SimNode, alt: Alternative) -> str:
-        device_class = self.classes[alt.device_class]
-        left = list(node.devices)
-        if not left:
-            return "publishes no devices"
-        parts = []
-        steps = [
-            (f"DeviceClass {alt.device_class} selector `{e}`", e) for e in device_class.selectors
-        ]
-        steps += [(f"selector `{e}`", e) for e in alt.selectors]
-        for label, expression in steps:
-            kept = [d for d in left if self.matches(expression, d)]
-            if len(kept) < len(left):
-                parts.append(f"{label} excludes {len(left) - len(kept)}")
-            left = kept
-        of = counted(len(node.devices), "device")
-        return f"no device matches the selectors: of {of}, " + ", ".join(parts)
 
-    def _free(self, device: SimDevice, admin: bool) -> bool:
-        return available(self, device, self.used, admin=admin)
-
-
-_RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
 NOT_SELECTED = "does not match the pod's nodeSelector"
-
-
-def _whole(device: SimDevice) -> bool:
-    """A Neuron device or the node device, the units the driver withdraws around."""
-    if device.driver != DRIVER_NAME:
-        return False
-    return bool(device.attribute(f"{DRIVER_NAME}/{ATTR_RESOURCE_TYPE}") != RESOURCE_TYPE_CORE)
-
-
-def _rules_of(devices: Sequence[SimDevice], alt: Alternative) -> str:
-    """`, from DeviceTaintRule a, b`: the rules whose taints `alt` does not tolerate."""
-    names = []
-    for device in devices:
-        for taint, rule in device.taint_sources():
-            if rule and rule not in names and not tolerated((taint,), alt.tolerations):
-                names.append(rule)
-    return f", from DeviceTaintRule {', '.join(names)}" if names else ""
 
 
 def _fewest(claim: Claim) -> int:
