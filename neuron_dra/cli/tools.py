@@ -192,6 +192,8 @@ def _simulate(args: argparse.Namespace) -> int:
         cluster = simulate.Cluster(live.nodes, live.classes)
         simulate.take_allocated(cluster, live.claims)
         cluster.add_taint_rules([simulate.parse_taint_rule(r, "cluster") for r in live.taint_rules])
+        # The cluster's PodGroups first: one among the files is the one to apply.
+        documents = [*(("cluster", g) for g in live.pod_groups), *documents]
     else:
         counts = simulate.parse_node_counts(args.node)
         with Progress("simulated nodes built") as progress:

@@ -6,7 +6,8 @@ served) over one UltraServer of four trn2u.48xlarge nodes whose slices and label
 are those the simulator uses. The 4-node gang of examples/specs/podgroup/ fits, and
 both place each rank on its node; with node 3's whole-node device out of reach (a
 pod holds one of its devices) the gang is one member short, and neither places any
-of it. Earlier releases do not serve PodGroups: they skip.
+of it, nor does the simulator reading the cluster's PodGroup and claims. Earlier
+releases do not serve PodGroups: they skip.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.resources.nodelabels import owned_labels
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
 from neuron_dra.tools.simulate import Cluster as SimCluster
-from neuron_dra.tools.simulate import SimNode, node_from_slices, simulate
+from neuron_dra.tools.simulate import (
+    SimNode,
+    live_cluster,
+    load_documents,
+    node_from_slices,
+    simulate,
+    simulate_documents,
+    take_allocated,
+)
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import Cluster
 from tests.e2e.test_gangs import GATES, RUNTIME_CONFIG, busy_pod, refused
@@ -123,3 +132,18 @@ def test_a_gang_one_member_short_is_placed_by_neither(real: Cluster, tmp_path: P
     for claim in real.list_objects("resource.k8s.io/v1", "ResourceClaim", ns):
         if claim["metadata"]["name"].startswith("us-4-node-gang"):
             assert not claim.get("status", {}).get("allocation"), claim["metadata"]["name"]
+
+    # Read from the live cluster: its PodGroup, and the busy pod's device taken.
+    live = live_cluster(real.kubeconfig)
+    [group] = [g for g in live.pod_groups if g["metadata"]["namespace"] == ns]
+    assert group["kind"] == "PodGroup"
+    from_server = SimCluster(live.nodes, live.classes)
+    take_allocated(from_server, live.claims)
+    pods = [d for d in docs if d["kind"] != "PodGroup"]
+    for doc in pods:
+        doc["metadata"]["namespace"] = ns
+    path = tmp_path / "pods.yaml"
+    path.write_text(yaml.safe_dump_all(pods))
+    outcomes = simulate_documents([("cluster", group), *load_documents([path])], from_server)
+    assert [o.allocated for o in outcomes] == [False] * 4
+    assert outcomes[0].reasons[0].startswith(f"PodGroup {ns}/us-4-node-gang (gang.minCount 4)")

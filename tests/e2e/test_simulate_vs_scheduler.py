@@ -300,9 +300,9 @@ def test_live_cluster_mode_reads_what_is_allocated(real: Cluster, tmp_path: Path
     # elsewhere on the same node.
     from neuron_dra.tools.simulate import live_cluster, take_allocated  # noqa: PLC0415
 
-    live_nodes, classes, allocated, _ = live_cluster(real.kubeconfig)
-    live = SimCluster([n for n in live_nodes if n.name == nodes[0].name], classes)
-    take_allocated(live, allocated)
+    cluster = live_cluster(real.kubeconfig)
+    live = SimCluster([n for n in cluster.nodes if n.name == nodes[0].name], cluster.classes)
+    take_allocated(live, cluster.claims)
     [outcome] = simulate([SPECS / "inf2-2-connected.yaml"], live)
     assert outcome.node == pool
     new = {p.device.name for p in outcome.placements}

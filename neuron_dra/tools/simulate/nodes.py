@@ -264,10 +264,12 @@ class LiveCluster(NamedTuple):
     classes: dict[str, DeviceClass]
     claims: list[Json]  # every ResourceClaim, allocated or not
     taint_rules: list[Json]  # DeviceTaintRules, in the newest version the server serves
+    pod_groups: list[Json]  # PodGroups, likewise
 
 
 def live_cluster(kubeconfig: Path) -> LiveCluster:
-    """Nodes, DeviceClasses, ResourceClaims and DeviceTaintRules of a running cluster."""
+    """Nodes, DeviceClasses, ResourceClaims, DeviceTaintRules and PodGroups of a running
+    cluster."""
     # Deferred: the Kubernetes client takes ~0.3 s to import, which only this path needs.
     from neuron_dra.agent.apiclient.errors import ApiError  # noqa: PLC0415
     from neuron_dra.agent.apiclient.kube import Kube  # noqa: PLC0415
@@ -282,18 +284,9 @@ def live_cluster(kubeconfig: Path) -> LiveCluster:
             for c in map(parse_device_class, get("/apis/resource.k8s.io/v1/deviceclasses"))
         }
         nodes_objs = get("/api/v1/nodes")
-        rules: list[Json] = []
-        for version in TAINT_RULE_VERSIONS:
-            try:
-                rules = get(f"/apis/resource.k8s.io/{version}/devicetaintrules")
-            except ApiError as err:
-                if err.status == 404:
-                    continue  # not served in this version (or at all: then no rule exists)
-                raise
-            for rule in rules:  # a list's items carry no kind of their own
-                rule.setdefault("apiVersion", f"resource.k8s.io/{version}")
-                rule.setdefault("kind", "DeviceTaintRule")
-            break
+        taint_versions = [f"resource.k8s.io/{v}" for v in TAINT_RULE_VERSIONS]
+        rules = _newest(get, taint_versions, "devicetaintrules", manifests.TAINT_RULE_KIND)
+        groups = _newest(get, manifests.POD_GROUP_VERSIONS, "podgroups", manifests.POD_GROUP_KIND)
     except ApiError as err:
         raise InputError(f"reading the cluster: {err}") from None
     finally:
@@ -305,4 +298,25 @@ def live_cluster(kubeconfig: Path) -> LiveCluster:
         if node:  # slices for all nodes or a node selector (network devices) are not simulated
             by_node.setdefault(node, []).append(obj)
     nodes = [node_from_slices(n, s, labels=labels.get(n)) for n, s in sorted(by_node.items())]
-    return LiveCluster(nodes, classes, claims, rules)
+    return LiveCluster(nodes, classes, claims, rules, groups)
+
+
+def _newest(
+    get: Callable[[str], list[Json]], versions: Sequence[str], plural: str, kind: str
+) -> list[Json]:
+    """The objects of a kind in the first of `versions` the server serves; none where it
+    serves none of them (then none exists)."""
+    from neuron_dra.agent.apiclient.errors import ApiError  # noqa: PLC0415
+
+    for version in versions:
+        try:
+            objs = get(f"/apis/{version}/{plural}")
+        except ApiError as err:
+            if err.status == 404:
+                continue
+            raise
+        for obj in objs:  # a list's items carry no kind of their own
+            obj.setdefault("apiVersion", version)
+            obj.setdefault("kind", kind)
+        return objs
+    return []
