@@ -187,6 +187,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     # The files first: a bad one fails before minutes of building nodes.
     documents = simulate.load_documents(args.files)
+    simulate.check_documents(documents)
     if args.kubeconfig is not None:
         live = simulate.live_cluster(args.kubeconfig)
         cluster = simulate.Cluster(live.nodes, live.classes)

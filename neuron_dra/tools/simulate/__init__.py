@@ -40,7 +40,12 @@ from neuron_dra.tools.simulate.nodes import (
     simulated_nodes,
 )
 from neuron_dra.tools.simulate.output import describe, outcome_json
-from neuron_dra.tools.simulate.run import simulate, simulate_documents, take_allocated
+from neuron_dra.tools.simulate.run import (
+    check_documents,
+    simulate,
+    simulate_documents,
+    take_allocated,
+)
 from neuron_dra.tools.simulate.search import Placement
 from neuron_dra.tools.simulate.taintrules import (
     Applied,
@@ -72,6 +77,7 @@ __all__ = [
     "SimNode",
     "TaintRule",
     "applied_json",
+    "check_documents",
     "default_classes",
     "describe",
     "describe_applied",

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from neuron_dra.tools.manifests import POD_GROUP_KIND
 from neuron_dra.tools.simulate import gangs
 from neuron_dra.tools.simulate.allocator import Cluster, Outcome
 from neuron_dra.tools.simulate.claims import Json, default_classes
 from neuron_dra.tools.simulate.inputs import load_documents, namespace_of, read_inputs
+from neuron_dra.tools.simulate.podgroups import parse_pod_group
 from neuron_dra.tools.simulate.progress import Progress, quiet
 from neuron_dra.tools.simulate.taintrules import is_taint_rule, parse_taint_rule
 
@@ -22,6 +24,16 @@ def take_allocated(cluster: Cluster, claims: Sequence[Json]) -> None:
             if result.get("adminAccess"):
                 continue  # holds nothing: others may have the device too
             cluster.take_key((result["driver"], result["pool"], result["device"]), holder)
+
+
+def check_documents(docs: Sequence[tuple[str, Json]]) -> None:
+    """Raise the InputError of the first DeviceTaintRule or PodGroup that cannot be
+    read: the command line checks them before it builds any node."""
+    for where, doc in docs:
+        if is_taint_rule(doc):
+            parse_taint_rule(doc, where)
+        elif doc.get("kind") == POD_GROUP_KIND:
+            parse_pod_group(doc, where)
 
 
 def simulate(files: Sequence[Path], cluster: Cluster, progress: Progress = quiet) -> list[Outcome]:

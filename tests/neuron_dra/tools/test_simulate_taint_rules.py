@@ -196,3 +196,15 @@ def test_the_command_reports_each_rule(tmp_path: Path, capsys: pytest.CaptureFix
         f"DeviceTaintRule drain ({paths[0]}:1) example.com/maintenance=planned:NoSchedule: "
         f"taints 1 device: {NODE}/neurondevice0"
     )
+
+
+def test_a_bad_rule_fails_before_any_node_is_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = rule(device="neurondevice0")
+    bad["spec"]["taint"]["effect"] = "PreferNoSchedule"
+    paths = [str(p) for p in files(tmp_path, bad)]
+    # An unknown instance type is refused when the nodes are built: the rule comes first.
+    assert cli.main(["simulate", *paths, "--node", "no.such-type=1"]) == 2
+    err = capsys.readouterr().err
+    assert "spec.taint.effect 'PreferNoSchedule'" in err and "no.such-type" not in err
