@@ -187,10 +187,14 @@ def _simulate(args: argparse.Namespace) -> int:
 
     # The files first: a bad one fails before minutes of building nodes.
     documents = simulate.load_documents(args.files)
+    simulate.check_documents(documents)
     if args.kubeconfig is not None:
-        nodes, classes, allocated = simulate.live_cluster(args.kubeconfig)
-        cluster = simulate.Cluster(nodes, classes)
-        simulate.take_allocated(cluster, allocated)
+        live = simulate.live_cluster(args.kubeconfig)
+        cluster = simulate.Cluster(live.nodes, live.classes)
+        simulate.take_allocated(cluster, live.claims)
+        cluster.add_taint_rules([simulate.parse_taint_rule(r, "cluster") for r in live.taint_rules])
+        # The cluster's PodGroups first: one among the files is the one to apply.
+        documents = [*(("cluster", g) for g in live.pod_groups), *documents]
     else:
         counts = simulate.parse_node_counts(args.node)
         with Progress("simulated nodes built") as progress:
@@ -212,6 +216,7 @@ def _simulate(args: argparse.Namespace) -> int:
         args.picture.write_text(picture.render_svg(views, labels))
     if args.output == "json":
         document = {
+            "deviceTaintRules": [simulate.applied_json(a) for a in cluster.taint_rules],
             "claims": [simulate.outcome_json(o) for o in outcomes],
             "nodes": [
                 {
@@ -231,6 +236,10 @@ def _simulate(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
     else:
+        for applied in cluster.taint_rules:
+            print(simulate.describe_applied(applied))
+        if cluster.taint_rules:
+            print()
         for outcome in outcomes:
             print("\n".join(simulate.describe(outcome)))
             print()

@@ -4,9 +4,9 @@ A file is read whole, at most `MAX_FILE_BYTES`, with libyaml's parser where PyYA
 has it (about 8 times faster than the pure-Python one). Each document is kept with
 the line it starts on, Lists unpacked item by item. What the tools cannot read is a
 `Problem` naming the file and line, never skipped in silence: a file with no
-document, a document that is a list or a scalar, a claim or DeviceClass in a
-resource.k8s.io version the tools do not know, a kind close to one they read
-(a misspelling), a file with nothing they read at all. Other Kubernetes objects
+document, a document that is a list or a scalar, a claim, DeviceClass,
+DeviceTaintRule or PodGroup in an API version the tools do not know, a kind close
+to one they read (a misspelling), a file with nothing they read at all. Other Kubernetes objects
 (a Service beside the claims) are left out quietly.
 """
 
@@ -35,17 +35,26 @@ RESOURCE_KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 # Workloads whose pods come from spec.template (CronJob: spec.jobTemplate.spec.template).
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
 POD_KINDS = ("Pod", *WORKLOAD_KINDS, "CronJob", "LeaderWorkerSet")
-READ_KINDS = (*RESOURCE_KINDS, *POD_KINDS)
+# DeviceTaintRules, for `simulate`, in the versions Kubernetes serves them (1.37, 1.36, 1.34).
+TAINT_RULE_KIND = "DeviceTaintRule"
+TAINT_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
+# PodGroups (gangs), for `simulate`, as Kubernetes 1.37 serves them.
+POD_GROUP_KIND = "PodGroup"
+POD_GROUP_VERSIONS = ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3")
+# Kinds `simulate` reads beside the claims and workloads, each with its apiVersions.
+CLUSTER_KINDS = {
+    TAINT_RULE_KIND: tuple(f"{RESOURCE_GROUP}/{v}" for v in TAINT_RULE_VERSIONS),
+    POD_GROUP_KIND: POD_GROUP_VERSIONS,
+}
+READ_KINDS = (*RESOURCE_KINDS, *CLUSTER_KINDS, *POD_KINDS)
 # Kinds of Kubernetes that look like one the tools read but are not a misspelling of it.
 OTHER_KINDS = frozenset(
     {
         "ResourceSlice",
         "ResourceClass",
         "ResourceClaimParameters",
-        "DeviceTaintRule",
         "ResourceQuota",
         "PodTemplate",
-        "PodGroup",
         "ReplicationController",
         "Workload",
         "PodMonitor",
@@ -202,6 +211,12 @@ class _Reader:
                     line,
                     f"{kind} with {said}: these tools read {', '.join(supported)}",
                 )
+                return
+        elif kind in CLUSTER_KINDS:
+            served = CLUSTER_KINDS[kind]
+            if version not in served:
+                said = "no apiVersion" if version is None else f"apiVersion {version}"
+                self.problem(line, f"{kind} with {said}: Kubernetes serves {', '.join(served)}")
                 return
         elif kind not in POD_KINDS:
             close = _misspelt(kind)

@@ -80,10 +80,15 @@ def real(e2e_binaries: Binaries) -> Iterator[Cluster]:
 
 
 def publish(
-    real: Cluster, tmp: Path, nodes: list[tuple[str, int]], driver_version: str | None = None
+    real: Cluster,
+    tmp: Path,
+    nodes: list[tuple[str, int]],
+    driver_version: str | None = None,
+    example: str | None = None,
 ) -> tuple[str, list[SimNode]]:
-    """Nodes labelled with a fresh example id, their slices on the server and in the simulator."""
-    example = f"x{next(_ids)}"
+    """Nodes labelled with an example id (by default a fresh one), their slices on the
+    server and in the simulator."""
+    example = example or f"x{next(_ids)}"
     layout = real.counter_layout()
     sim_nodes = []
     for instance_type, count in nodes:
@@ -295,9 +300,9 @@ def test_live_cluster_mode_reads_what_is_allocated(real: Cluster, tmp_path: Path
     # elsewhere on the same node.
     from neuron_dra.tools.simulate import live_cluster, take_allocated  # noqa: PLC0415
 
-    live_nodes, classes, allocated = live_cluster(real.kubeconfig)
-    live = SimCluster([n for n in live_nodes if n.name == nodes[0].name], classes)
-    take_allocated(live, allocated)
+    cluster = live_cluster(real.kubeconfig)
+    live = SimCluster([n for n in cluster.nodes if n.name == nodes[0].name], cluster.classes)
+    take_allocated(live, cluster.claims)
     [outcome] = simulate([SPECS / "inf2-2-connected.yaml"], live)
     assert outcome.node == pool
     new = {p.device.name for p in outcome.placements}

@@ -1,8 +1,11 @@
 """Allocate ResourceClaims the way the kube-scheduler's DRA allocator would, offline.
 
-Inputs are the manifests users apply (`inputs`); the cluster is either
+Inputs are the manifests users apply (`inputs`: claims as `claims`, the scheduler's
+claims for extended resources from `extended`); the cluster is either
 simulated or read from a live API server (`nodes`); claims are allocated with
-the scheduler's rules (`allocator`, `search`; `run` from documents to outcomes) and
+the scheduler's rules (`allocator`, `search`, with DeviceTaintRules' taints from
+`taintrules`, PodGroups from `podgroups` placed whole by `gangs`, and why a claim
+does not fit from `explain`; `run` from documents to outcomes) and
 printed (`output`).
 
 Owns: `neuron-dra simulate`'s model and allocator. May use: `tools.cel`, the
@@ -10,7 +13,7 @@ agent's claim planner and API client, `resources` and `hardware`.
 """
 
 from neuron_dra.tools.simulate.allocator import Cluster, Outcome, Prepared
-from neuron_dra.tools.simulate.inputs import (
+from neuron_dra.tools.simulate.claims import (
     CORE_CLASS,
     CORE_RESOURCE,
     MAX_CLAIM_DEVICES,
@@ -20,16 +23,14 @@ from neuron_dra.tools.simulate.inputs import (
     Constraint,
     DeviceClass,
     InputError,
-    Inputs,
     Request,
     default_classes,
-    load_documents,
     parse_claim_spec,
     parse_device_class,
-    pod_specs,
-    read_inputs,
 )
+from neuron_dra.tools.simulate.inputs import Inputs, load_documents, pod_specs, read_inputs
 from neuron_dra.tools.simulate.nodes import (
+    LiveCluster,
     SimDevice,
     SimNode,
     live_cluster,
@@ -39,14 +40,27 @@ from neuron_dra.tools.simulate.nodes import (
     simulated_nodes,
 )
 from neuron_dra.tools.simulate.output import describe, outcome_json
-from neuron_dra.tools.simulate.run import simulate, simulate_documents, take_allocated
+from neuron_dra.tools.simulate.run import (
+    check_documents,
+    simulate,
+    simulate_documents,
+    take_allocated,
+)
 from neuron_dra.tools.simulate.search import Placement
+from neuron_dra.tools.simulate.taintrules import (
+    Applied,
+    TaintRule,
+    applied_json,
+    describe_applied,
+    parse_taint_rule,
+)
 
 __all__ = [
     "CORE_CLASS",
     "CORE_RESOURCE",
     "MAX_CLAIM_DEVICES",
     "Alternative",
+    "Applied",
     "Claim",
     "ClaimSpec",
     "Cluster",
@@ -54,14 +68,19 @@ __all__ = [
     "DeviceClass",
     "InputError",
     "Inputs",
+    "LiveCluster",
     "Outcome",
     "Placement",
     "Prepared",
     "Request",
     "SimDevice",
     "SimNode",
+    "TaintRule",
+    "applied_json",
+    "check_documents",
     "default_classes",
     "describe",
+    "describe_applied",
     "live_cluster",
     "load_documents",
     "node_from_slices",
@@ -69,6 +88,7 @@ __all__ = [
     "parse_claim_spec",
     "parse_device_class",
     "parse_node_counts",
+    "parse_taint_rule",
     "parse_taken",
     "pod_specs",
     "read_inputs",

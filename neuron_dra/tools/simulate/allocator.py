@@ -15,14 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
 
-from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE
+from consts import DRIVER_NAME
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.plan import ClaimError, plan
 from neuron_dra.tools.cel import CelCompileError, CelEvalError, Selector, compile_selector
-from neuron_dra.tools.counted import counted
-from neuron_dra.tools.simulate.inputs import (
+from neuron_dra.tools.simulate.claims import (
     MAX_CLAIM_DEVICES,
     Alternative,
     Claim,
@@ -30,15 +28,16 @@ from neuron_dra.tools.simulate.inputs import (
     InputError,
     Json,
 )
+from neuron_dra.tools.simulate.explain import RESULTS_LIMIT, explain
 from neuron_dra.tools.simulate.nodes import CounterKey, DeviceKey, SimDevice, SimNode
 from neuron_dra.tools.simulate.progress import Progress, quiet
 from neuron_dra.tools.simulate.search import (
     NodeFailedError,
     Placement,
     Search,
-    available,
     tolerated,
 )
+from neuron_dra.tools.simulate.taintrules import Applied, TaintRule, apply_rules
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,11 @@ class Cluster:
         self.used: dict[CounterKey, Fraction] = {}
         self._selectors: dict[str, Selector] = {}
         self._matches: dict[tuple[str, DeviceKey], bool | CelEvalError] = {}
+        self.taint_rules: list[Applied] = []  # DeviceTaintRules, with what each tainted
+
+    def add_taint_rules(self, rules: Sequence[TaintRule]) -> None:
+        """Taint the devices each rule selects, as the scheduler does before it allocates."""
+        self.taint_rules.extend(apply_rules(self.nodes, rules))
 
     def node(self, name: str) -> SimNode:
         for node in self.nodes:
@@ -86,6 +90,13 @@ class Cluster:
                 self._take(device, holder)
                 return
         raise InputError(f"node {node_name} has no device {device_name!r}")
+
+    def snapshot(self) -> tuple[dict[DeviceKey, str], dict[CounterKey, Fraction]]:
+        """What is allocated now, for `restore`."""
+        return dict(self.taken), dict(self.used)
+
+    def restore(self, saved: tuple[dict[DeviceKey, str], dict[CounterKey, Fraction]]) -> None:
+        self.taken, self.used = dict(saved[0]), dict(saved[1])
 
     def take_key(self, key: DeviceKey, holder: str) -> None:
         for node in self.nodes:
@@ -156,21 +167,20 @@ class Cluster:
         """Allocate every claim in order; claims of one pod go to one node together.
 
         `progress(claims done, claims)` after each pod's claims."""
-        outcomes = [Outcome(c) for c in claims]
-        for i, outcome in enumerate(outcomes):
-            outcome.letter = _letter(i)
+        outcomes = outcomes_of(claims)
         done = 0
-        for group in _groups(outcomes):
-            self._allocate_group(group)
+        for group in by_pod(outcomes):
+            self.allocate_pod(group)
             done += len(group)
             progress(done, len(outcomes))
         return outcomes
 
-    def _allocate_group(self, group: list[Outcome]) -> None:
+    def allocate_pod(self, group: list[Outcome], nodes: Sequence[SimNode] | None = None) -> None:
+        """Allocate one pod's claims together on the first of `nodes` (all: None) they fit."""
         claims = [o.claim for o in group]
         reasons = [
             f"{'the claim' if len(claims) == 1 else f'claim {c.key}'} asks for {n} devices, "
-            f"more than the {MAX_CLAIM_DEVICES} one claim can hold ({_RESULTS_LIMIT}): the "
+            f"more than the {MAX_CLAIM_DEVICES} one claim can hold ({RESULTS_LIMIT}): the "
             "scheduler never allocates it"
             for c in claims
             if (n := _fewest(c)) > MAX_CLAIM_DEVICES
@@ -179,10 +189,10 @@ class Cluster:
             for outcome in group:
                 outcome.reasons = reasons
             return
-        for node in self.nodes:
+        for node in self.nodes if nodes is None else nodes:
             unmatched = [(k, v) for k, v in claims[0].node_selector if node.labels.get(k) != v]
             if unmatched:
-                reasons.append(f"{node.name}: does not match the pod's nodeSelector")
+                reasons.append(f"{node.name}: {NOT_SELECTED}")
                 continue
             try:
                 found = Search(self, node, claims).first()
@@ -190,7 +200,7 @@ class Cluster:
                 reasons.append(f"{node.name}: {err}")
                 continue
             if found is None:
-                reasons.extend(f"{node.name}: {r}" for r in self.explain(node, claims))
+                reasons.extend(f"{node.name}: {r}" for r in explain(self, node, claims))
                 continue
             for outcome, placements in zip(group, found, strict=True):
                 outcome.node = node.name
@@ -272,128 +282,14 @@ class Cluster:
         )
         outcome.prepared = Prepared(prepared.env, tuple(nodes))
 
-    # --- explanations --------------------------------------------------------
-
-    def explain(self, node: SimNode, claims: Sequence[Claim]) -> list[str]:
-        """Why the claims do not fit on a node where the search found nothing."""
-        reasons = []
-        many = sum(len(c.spec.requests) for c in claims) > 1
-        for claim in claims:
-            for request in claim.spec.requests:
-                for alt in request.alternatives:
-                    reason = self._explain_request(node, claim, alt)
-                    if reason:
-                        prefix = f"request {alt.name}: " if many else ""
-                        reasons.append(prefix + reason)
-        if not reasons:
-            reasons.append(
-                "each request fits alone, but not all requests of the pod's claims together"
-            )
-        return reasons
-
-    def _explain_request(self, node: SimNode, claim: Claim, alt: Alternative) -> str | None:
-        selected = self.selected(alt, node)
-        if not selected:
-            return self._explain_selectors(node, alt)
-        if alt.all and len(selected) > MAX_CLAIM_DEVICES:
-            return (
-                f"allocationMode All matches {len(selected)} devices, more than the "
-                f"{MAX_CLAIM_DEVICES} one claim can hold ({_RESULTS_LIMIT})"
-            )
-        tolerable = [d for d in selected if tolerated(d.taints, alt.tolerations)]
-        free = [d for d in tolerable if self._free(d, alt.admin)]
-        verb = "matches" if len(selected) == 1 else "match"
-        matching = f"{counted(len(selected), 'device')} {verb} the selectors"
-        untolerated = len(selected) - len(tolerable)
-        if untolerated:
-            matching += f" ({untolerated} with taints the request does not tolerate)"
-        blocked = [
-            d
-            for d in tolerable
-            if (alt.admin or d.key not in self.taken) and not self._free(d, alt.admin)
-        ]
-        free_text = f"{len(free)} free"
-        if blocked:
-            free_text += f" ({len(blocked)} held through shared counters by allocated devices)"
-        if alt.all:
-            every = f"{matching}, {free_text}; allocationMode All needs every one of them"
-            if len(free) < len(tolerable) or untolerated:
-                return every
-            over = self._over_counters(free)
-            return f"{every}, and together they {over}" if over else None
-        if len(free) < alt.count:
-            return f"{matching}, {free_text}, fewer than the {alt.count} requested"
-        for constraint in claim.spec.constraints:
-            if not constraint.applies(alt.name):
-                continue
-            groups: dict[Any, int] = {}
-            lacking = 0
-            for device in free:
-                value = device.attribute(constraint.attribute)
-                if value is None:
-                    lacking += 1
-                else:
-                    groups[value] = groups.get(value, 0) + 1
-            if max(groups.values(), default=0) < alt.count:
-                text = f"{matching}, {free_text}, no {alt.count} of them share "
-                text += constraint.attribute
-                if lacking:
-                    text += f" ({lacking} {'does' if lacking == 1 else 'do'} not have it)"
-                return text
-        over = self._over_counters(free) if alt.count > 1 else None
-        return f"{matching}, {free_text}, and together they {over}" if over else None
-
-    def _over_counters(self, devices: Sequence[SimDevice]) -> str | None:
-        """The first shared counter `devices` together consume more of than is left."""
-        totals: dict[CounterKey, Fraction] = {}
-        for device in devices:
-            for counter, amount in device.consumes:
-                totals[counter] = totals.get(counter, Fraction(0)) + amount
-        for counter, amount in totals.items():
-            left = self.counters_of(counter) - self.used.get(counter, Fraction(0))
-            if amount > left:
-                return (
-                    f"consume {amount} of shared counter {counter[2]}/{counter[3]}, "
-                    f"which holds {left}"
-                )
-        return None
-
     def counters_of(self, counter: CounterKey) -> Fraction:
         for node in self.nodes:
             if counter in node.counters:
                 return node.counters[counter]
         return Fraction(0)
 
-    def _explain_selectors(self, node: SimNode, alt: Alternative) -> str:
-        device_class = self.classes[alt.device_class]
-        left = list(node.devices)
-        if not left:
-            return "publishes no devices"
-        parts = []
-        steps = [
-            (f"DeviceClass {alt.device_class} selector `{e}`", e) for e in device_class.selectors
-        ]
-        steps += [(f"selector `{e}`", e) for e in alt.selectors]
-        for label, expression in steps:
-            kept = [d for d in left if self.matches(expression, d)]
-            if len(kept) < len(left):
-                parts.append(f"{label} excludes {len(left) - len(kept)}")
-            left = kept
-        of = counted(len(node.devices), "device")
-        return f"no device matches the selectors: of {of}, " + ", ".join(parts)
 
-    def _free(self, device: SimDevice, admin: bool) -> bool:
-        return available(self, device, self.used, admin=admin)
-
-
-_RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
-
-
-def _whole(device: SimDevice) -> bool:
-    """A Neuron device or the node device, the units the driver withdraws around."""
-    if device.driver != DRIVER_NAME:
-        return False
-    return bool(device.attribute(f"{DRIVER_NAME}/{ATTR_RESOURCE_TYPE}") != RESOURCE_TYPE_CORE)
+NOT_SELECTED = "does not match the pod's nodeSelector"
 
 
 def _fewest(claim: Claim) -> int:
@@ -401,7 +297,15 @@ def _fewest(claim: Claim) -> int:
     return sum(min(a.count for a in r.alternatives) for r in claim.spec.requests)
 
 
-def _groups(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:
+def outcomes_of(claims: Sequence[Claim]) -> list[Outcome]:
+    """An outcome for each claim, nothing allocated yet, lettered in order."""
+    outcomes = [Outcome(c) for c in claims]
+    for i, outcome in enumerate(outcomes):
+        outcome.letter = _letter(i)
+    return outcomes
+
+
+def by_pod(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:
     """Claims of one pod together, at the position of the pod's first claim."""
     groups: list[list[Outcome]] = []
     by_pod: dict[str, list[Outcome]] = {}

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from consts import (
     ATTR_DEVICE_ID,
@@ -37,9 +37,10 @@ from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory, UltraServ
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.nodelabels import owned_labels
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
+from neuron_dra.tools import manifests
 from neuron_dra.tools.cel import DeviceView, Quantity
 from neuron_dra.tools.simnode import simulated_inventory
-from neuron_dra.tools.simulate.inputs import DeviceClass, InputError, Json, parse_device_class
+from neuron_dra.tools.simulate.claims import DeviceClass, InputError, Json, parse_device_class
 from neuron_dra.tools.simulate.progress import Progress, quiet
 
 T = TypeVar("T")
@@ -49,6 +50,8 @@ T = TypeVar("T")
 MAX_SIMULATED_NODES = 5_000
 NODE_MIB = 0.2
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Where the API server serves DeviceTaintRules: 1.37, 1.36 (beta, off by default), 1.34-1.35.
+TAINT_RULE_VERSIONS = manifests.TAINT_RULE_VERSIONS
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 DeviceKey = tuple[str, str, str]  # driver, pool, device
@@ -63,10 +66,16 @@ class SimDevice:
     view: DeviceView
     consumes: tuple[tuple[CounterKey, Fraction], ...]
     taints: tuple[Json, ...]
+    rules: tuple[str, ...] = ()  # DeviceTaintRules whose taints `taints` carries
 
     @property
     def key(self) -> DeviceKey:
         return (self.driver, self.pool, self.name)
+
+    def taint_sources(self) -> list[tuple[Json, str | None]]:
+        """Each taint with the DeviceTaintRule that put it there (None: the slice's own)."""
+        own = len(self.taints) - len(self.rules)
+        return [(t, None if i < own else self.rules[i - own]) for i, t in enumerate(self.taints)]
 
     def attribute(self, qualified: str) -> Any:
         domain, _, name = qualified.partition("/")
@@ -250,8 +259,17 @@ def parse_taken(values: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
-def live_cluster(kubeconfig: Path) -> tuple[list[SimNode], dict[str, DeviceClass], list[Json]]:
-    """Nodes, DeviceClasses and allocated ResourceClaims of a running cluster."""
+class LiveCluster(NamedTuple):
+    nodes: list[SimNode]
+    classes: dict[str, DeviceClass]
+    claims: list[Json]  # every ResourceClaim, allocated or not
+    taint_rules: list[Json]  # DeviceTaintRules, in the newest version the server serves
+    pod_groups: list[Json]  # PodGroups, likewise
+
+
+def live_cluster(kubeconfig: Path) -> LiveCluster:
+    """Nodes, DeviceClasses, ResourceClaims, DeviceTaintRules and PodGroups of a running
+    cluster."""
     # Deferred: the Kubernetes client takes ~0.3 s to import, which only this path needs.
     from neuron_dra.agent.apiclient.errors import ApiError  # noqa: PLC0415
     from neuron_dra.agent.apiclient.kube import Kube  # noqa: PLC0415
@@ -266,6 +284,9 @@ def live_cluster(kubeconfig: Path) -> tuple[list[SimNode], dict[str, DeviceClass
             for c in map(parse_device_class, get("/apis/resource.k8s.io/v1/deviceclasses"))
         }
         nodes_objs = get("/api/v1/nodes")
+        taint_versions = [f"resource.k8s.io/{v}" for v in TAINT_RULE_VERSIONS]
+        rules = _newest(get, taint_versions, "devicetaintrules", manifests.TAINT_RULE_KIND)
+        groups = _newest(get, manifests.POD_GROUP_VERSIONS, "podgroups", manifests.POD_GROUP_KIND)
     except ApiError as err:
         raise InputError(f"reading the cluster: {err}") from None
     finally:
@@ -277,4 +298,25 @@ def live_cluster(kubeconfig: Path) -> tuple[list[SimNode], dict[str, DeviceClass
         if node:  # slices for all nodes or a node selector (network devices) are not simulated
             by_node.setdefault(node, []).append(obj)
     nodes = [node_from_slices(n, s, labels=labels.get(n)) for n, s in sorted(by_node.items())]
-    return nodes, classes, claims
+    return LiveCluster(nodes, classes, claims, rules, groups)
+
+
+def _newest(
+    get: Callable[[str], list[Json]], versions: Sequence[str], plural: str, kind: str
+) -> list[Json]:
+    """The objects of a kind in the first of `versions` the server serves; none where it
+    serves none of them (then none exists)."""
+    from neuron_dra.agent.apiclient.errors import ApiError  # noqa: PLC0415
+
+    for version in versions:
+        try:
+            objs = get(f"/apis/{version}/{plural}")
+        except ApiError as err:
+            if err.status == 404:
+                continue
+            raise
+        for obj in objs:  # a list's items carry no kind of their own
+            obj.setdefault("apiVersion", version)
+            obj.setdefault("kind", kind)
+        return objs
+    return []

@@ -10,7 +10,9 @@ from consts import (
     RESOURCE_TYPE_CORE,
 )
 from neuron_dra.tools.simulate.allocator import Outcome
-from neuron_dra.tools.simulate.inputs import CORE_RESOURCE, MAX_CLAIM_DEVICES, Claim, Json
+from neuron_dra.tools.simulate.claims import CORE_RESOURCE, MAX_CLAIM_DEVICES, Claim, Json
+from neuron_dra.tools.simulate.nodes import SimDevice
+from neuron_dra.tools.simulate.taintrules import taint_text
 
 
 def outcome_json(outcome: Outcome) -> Json:
@@ -21,6 +23,7 @@ def outcome_json(outcome: Outcome) -> Json:
         "template": claim.template,
         "pod": claim.pod,
         **({"extendedResources": dict(claim.extended)} if claim.extended else {}),
+        **({"podGroup": claim.pod_group} if claim.pod_group else {}),
         "allocated": outcome.allocated,
         "letter": outcome.letter,
     }
@@ -32,6 +35,7 @@ def outcome_json(outcome: Outcome) -> Json:
                 "driver": p.device.driver,
                 "pool": p.device.pool,
                 "device": p.device.name,
+                **({"taints": _taints_json(p.device)} if p.device.taints else {}),
             }
             for p in outcome.placements
         ]
@@ -46,6 +50,23 @@ def outcome_json(outcome: Outcome) -> Json:
     if warnings:
         out["warnings"] = warnings
     return out
+
+
+def _taints_json(device: SimDevice) -> list[Json]:
+    """The device's taints (which the request tolerates), each with its DeviceTaintRule."""
+    return [
+        {**taint, **({"deviceTaintRule": rule} if rule else {})}
+        for taint, rule in device.taint_sources()
+    ]
+
+
+def _taint_lines(outcome: Outcome) -> list[str]:
+    lines = []
+    for placement in outcome.placements:
+        for taint, rule in placement.device.taint_sources():
+            source = f"DeviceTaintRule {rule}" if rule else "its slice"
+            lines.append(f"  taint    {placement.device.name}: {taint_text(taint)} ({source})")
+    return lines
 
 
 def claim_warnings(claim: Claim) -> list[str]:
@@ -104,6 +125,7 @@ def describe(outcome: Outcome) -> list[str]:
         by_request.setdefault(placement.request, []).append(placement.device.name)
     for request, devices in by_request.items():
         lines.append(f"  request  {request}: {' '.join(devices)}")
+    lines.extend(_taint_lines(outcome))
     cores = _cores(outcome)
     if cores is not None:
         lines.append(f"  cores    {cores}")

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
-from neuron_dra.tools.simulate.inputs import MAX_CLAIM_DEVICES, Alternative, Claim, Json
+from neuron_dra.tools.simulate.claims import (
+    MAX_CLAIM_DEVICES,
+    Alternative,
+    Claim,
+    DeviceClass,
+    Json,
+)
 from neuron_dra.tools.simulate.nodes import CounterKey, DeviceKey, SimDevice, SimNode
 
 SEARCH_LIMIT = 1_000_000  # device placements tried per node before giving up, as a time bound
@@ -40,6 +46,13 @@ class Allocated(Protocol):
 
     def counters_of(self, counter: CounterKey) -> Fraction:
         """A shared counter's total."""
+
+    @property
+    def classes(self) -> dict[str, DeviceClass]:
+        """The DeviceClasses, by name."""
+
+    def matches(self, expression: str, device: SimDevice) -> bool:
+        """Whether a CEL selector accepts the device."""
 
 
 class NodeFailedError(Exception):
@@ -203,7 +216,7 @@ class Search:
                 held, holders = values[i]
                 values[i] = (device.attribute(constraint.attribute), holders + 1)
         # An admin request's devices spend counters while the claims are allocated
-        # together; once allocated, they are not counted (the allocator's `_allocate_group`).
+        # together; once allocated, they are not counted (the allocator's `allocate_pod`).
         for counter, amount in device.consumes:
             self.used[counter] = self.used.get(counter, Fraction(0)) + amount
         self.in_use.add(device.key)

@@ -97,7 +97,7 @@ def test_a_file_with_nothing_to_read_is_an_error(
 def test_a_file_of_only_other_kinds_names_them(tmp_path: Path) -> None:
     [finding] = lint_files([write(tmp_path, SERVICE)])
     assert finding.error and finding.message.endswith("; only Service")
-    assert "ResourceClaimTemplate, ResourceClaim, DeviceClass, Pod, Deployment" in finding.message
+    assert "DeviceClass, DeviceTaintRule, PodGroup, Pod, Deployment" in finding.message
 
 
 def test_a_list_document_beside_claims_is_an_error_with_its_line(tmp_path: Path) -> None:
