@@ -201,7 +201,7 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     # A core is as healthy as its device.
     devices += [
         _tainted(
-            _core_device(inventory, core, options.topology),
+            _core_device(inventory, core, ids.get(core.device.index, {}), options.topology),
             sick.get(core.device.index),
             noticed.get(core.device.index, ()),
         )
@@ -380,8 +380,7 @@ def _device(
                 attributes[name] = {"int": device.index // size}
     _put_string(attributes, ATTR_SERIAL_NUMBER, device.serial_number)
     _put_string(attributes, ATTR_DEVICE_NAME, device.device_name)
-    for size, value in sorted(groups.items()):
-        attributes[devicegroups.attribute_name(size)] = {"string": value}
+    _put_groups(attributes, groups)
 
     capacity: Json = {}
     if device.cores is not None:
@@ -392,13 +391,26 @@ def _device(
 
 
 def _core_device(
-    inventory: NodeInventory, core: logical.LogicalCore, topology: NodeTopology
+    inventory: NodeInventory,
+    core: logical.LogicalCore,
+    groups: dict[int, str],
+    topology: NodeTopology,
 ) -> Json:
     attributes = _common_attributes(inventory, RESOURCE_TYPE_CORE, topology)
     attributes[ATTR_DEVICE_ID] = {"int": core.device.index}
     _put_pci(attributes, core.device)  # a core sits where its device does
     attributes[ATTR_CORE_ID] = {"int": core.index}
+    # Its device's own group, so that a claim can ask for cores and the EFA interface
+    # next to their device (`matchAttribute: resource.aws.com/devicegroup1_id`). The
+    # larger groups' ids would cost every core 3 attributes more for claims that ask
+    # whole devices anyway (bench/results/compare-core-groups-*.json).
+    _put_groups(attributes, {1: groups[1]} if 1 in groups else {})
     return _named(core.name, attributes, {})
+
+
+def _put_groups(attributes: Json, groups: dict[int, str]) -> None:
+    for size, value in sorted(groups.items()):
+        attributes[devicegroups.attribute_name(size)] = {"string": value}
 
 
 def _node_device(

@@ -588,6 +588,76 @@ def test_neurons_and_efa(nodes: dict[str, SimulatedNode]) -> None:
     cluster.delete("resource.k8s.io/v1", "DeviceClass", EFA_CLASS)
 
 
+def test_cores_and_efa(nodes: dict[str, SimulatedNode]) -> None:
+    """The real scheduler gives 2 NeuronCores and the EFA interface next to their device:
+    each core carries its device's devicegroup1_id, the EFA driver's interface (stood in
+    for by a slice, as above) the same value."""
+    cluster = cluster_of(nodes)
+    node = nodes["trn2-b"]
+    group = "resource.aws.com/devicegroup1_id"
+    published = node.devices()
+    devices = {
+        int(d["name"].removeprefix("neurondevice")): d["attributes"][group]["string"]
+        for d in published
+        if d["name"].startswith("neurondevice")
+    }
+    cores = {
+        d["name"]: d["attributes"][group]["string"]
+        for d in published
+        if d["name"].startswith("neuroncore")
+    }
+    if not cores:
+        pytest.skip("this release publishes no NeuronCores")
+    assert len(set(devices.values())) == 16 and set(cores.values()) == set(devices.values())
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": EFA_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{EFA_CLASS}'"}}]},
+        }
+    )
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node.name}-efa"},
+            "spec": {
+                "driver": EFA_CLASS,
+                "nodeName": node.name,
+                "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {"name": f"efa{i}", "attributes": {group: {"string": value}}}
+                    for i, value in sorted(devices.items())
+                ],
+            },
+        }
+    )
+    ns = namespace(cluster)
+    create_in(cluster, ns, pinned(load("cores-and-efa.yaml"), node.name))
+    pod = cluster.wait_for_pod(
+        "cores-and-efa",
+        ns,
+        lambda p: bool(p.get("status", {}).get("resourceClaimStatuses")),
+        "claim made",
+        timeout=30,
+    )
+    name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = cluster.wait_for_claim_allocated(name, ns, timeout=60)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    given: dict[str, list[str]] = {}
+    for result in results:
+        given.setdefault(result["request"], []).append(result["device"])
+    assert sorted(given) == ["cores", "efa"] and len(given["cores"]) == 2
+    [efa] = given["efa"]
+    values = {cores[c] for c in given["cores"]} | {devices[int(efa.removeprefix("efa"))]}
+    assert len(values) == 1, given
+    cluster.delete("v1", "Pod", "cores-and-efa", ns)
+    wait_clean(cluster, ns, {"cores-and-efa": node}, {claim["metadata"]["uid"]})
+    cluster.delete("resource.k8s.io/v1", "ResourceSlice", f"{node.name}-efa")
+    cluster.delete("resource.k8s.io/v1", "DeviceClass", EFA_CLASS)
+
+
 # --------------------------------------------------------------------- UltraServer units
 
 

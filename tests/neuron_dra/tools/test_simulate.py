@@ -226,7 +226,10 @@ def _every_device_held_by_none(outcomes: list[Outcome]) -> None:
 
 TRN2 = [("trn2.48xlarge", 1)]
 # Examples whose claims need another driver's devices: run on the real scheduler instead.
-OTHER_DRIVERS = {"efa-and-neuron.yaml": "tests/e2e/test_examples.py::test_neurons_and_efa"}
+OTHER_DRIVERS = {
+    "efa-and-neuron.yaml": "tests/e2e/test_examples.py::test_neurons_and_efa",
+    "cores-and-efa.yaml": "tests/e2e/test_examples.py::test_cores_and_efa",
+}
 EXAMPLES: dict[str, tuple[list[tuple[str, int]], Check]] = {
     "1x4-connected-devices.yaml": (TRN2, _row_on_trn2),
     "device-plugin-style-neuron.yaml": (TRN2, _four_whole_devices),

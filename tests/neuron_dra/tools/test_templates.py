@@ -95,6 +95,15 @@ def test_devicegroups_are_bindings_not_attributes() -> None:
         if b["attribute"] == "resource.aws.com/devicegroup4_id"
     ]
     assert [len(b["devices"]) for b in groups4] == [4, 4, 4, 4]
+    # A NeuronCore carries its device's own group (LNC 2: 4 cores a device), so that
+    # cores can be asked beside the EFA interface next to their device.
+    groups1 = [
+        {d["device"] for d in b["devices"]}
+        for b in dynamic["attributeBindings"]
+        if b["attribute"] == "resource.aws.com/devicegroup1_id"
+    ]
+    assert len(groups1) == 16
+    assert {"neurondevice0", *(f"neuroncore{i}" for i in range(4))} in groups1
 
 
 @pytest.mark.parametrize(
