@@ -13,6 +13,7 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 # A sysfs attribute is at most a page; the largest file read here (an LNC config)
@@ -69,3 +70,23 @@ def ascii_int(text: str, *, signed: bool = False) -> int:
     if (_SIGNED if signed else _DIGITS).fullmatch(text) is None:
         raise ValueError("not a decimal number of ASCII digits")
     return int(text)
+
+
+def counts(
+    base: Path,
+    names: Iterable[str],
+    read: Callable[[Path], str | None],
+    unreadable: Callable[[Path, ValueError], None],
+) -> dict[str, int]:
+    """The counters among `names` below `base` that `read` gives, parsed, by name; one
+    that does not parse goes to `unreadable` and is left out."""
+    found = {}
+    for name in names:
+        text = read(base / name)
+        if text is None:
+            continue
+        try:
+            found[name] = ascii_int(text)
+        except ValueError as err:
+            unreadable(base / name, err)
+    return found

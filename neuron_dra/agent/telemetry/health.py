@@ -54,7 +54,7 @@ from neuron_dra.hardware.discovery import DEV_DIR, DEVICES_DIR
 from neuron_dra.hardware.driverformats import HEALTH_STATUS_DIR, UNREACHABLE
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.hardware.stats import HEARTBEAT_FILE
-from neuron_dra.hardware.sysfsfile import ascii_int, read_if_present, reason
+from neuron_dra.hardware.sysfsfile import ascii_int, counts, read_if_present, reason
 
 log = logging.getLogger(__name__)
 
@@ -292,15 +292,12 @@ class HealthMonitor:
         (None, {}) when it has none."""
         base = self._root / DEVICES_DIR / f"neuron{device}"
         for source, names in COUNTERS.items():
-            values = {}
-            for name in names:
-                text = self._read(base / name)
-                if text is None:
-                    continue
-                try:
-                    values[name] = ascii_int(text)
-                except ValueError as err:
-                    self._report_once(str(base / name), f"health counter unreadable: {err}")
+            values = counts(
+                base,
+                names,
+                self._read,
+                lambda path, err: self._report_once(str(path), f"health counter unreadable: {err}"),
+            )
             if values:
                 return source, values
         return None, {}

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from consts import TAINT_CORRECTED_ECC, TAINT_HEARTBEAT_SLOW, TAINT_UNWATCHED
 from neuron_dra.hardware.discovery import DEVICES_DIR
-from neuron_dra.hardware.sysfsfile import ascii_int
+from neuron_dra.hardware.sysfsfile import counts
 from neuron_dra.resources.taints import Notice
 
 # Corrected-ECC counters (driver 2.30+), relative to the device, and the memory each counts.
@@ -120,16 +120,12 @@ class NoticeMonitor:
 
     def _corrected(self, device: int) -> dict[str, int]:
         base = self._root / DEVICES_DIR / f"neuron{device}"
-        counts = {}
-        for name in CORRECTED_ECC:
-            text = self._read(base / name)
-            if text is None:
-                continue
-            try:
-                counts[name] = ascii_int(text)
-            except ValueError as err:
-                self._report(str(base / name), f"corrected ECC count unreadable: {err}")
-        return counts
+        return counts(
+            base,
+            CORRECTED_ECC,
+            self._read,
+            lambda path, err: self._report(str(path), f"corrected ECC count unreadable: {err}"),
+        )
 
 
 def _kept(old: Mapping[str, Notice], new: Notice) -> Notice:
