@@ -44,3 +44,47 @@ def test_the_next_release_runs_in_test_versions_but_is_never_the_default() -> No
     assert build.K8S_VERSION not in build.NEXT_RELEASES
     # `make test` runs the oldest of RELEASES; the upgrade test goes to the newest.
     assert not set(build.NEXT_RELEASES) & set(build.RELEASES)
+
+
+# What `go` printed building 1.38's binaries where the module proxy refused them.
+REFUSED = """\
+go: neuron-dra/tests/e2e/k8s imports
+\tk8s.io/kubernetes/cmd/kubelet/app imports
+\tk8s.io/ktesting/initoption: k8s.io/ktesting@v0.38.0-beta.0: reading \
+https://proxy.golang.org/k8s.io/ktesting/@v/v0.38.0-beta.0.zip: 403 Forbidden
+\tserver response: This module version is not available.
+\tsigs.k8s.io/structured-merge-diff/v7/merge: sigs.k8s.io/structured-merge-diff/v7@v7.0.1: \
+reading https://proxy.golang.org/sigs.k8s.io/structured-merge-diff/v7/@v/v7.0.1.zip: \
+403 Forbidden
+"""
+
+
+def test_the_modules_the_proxy_refused_are_named() -> None:
+    assert versions.refused_modules(REFUSED) == [
+        "k8s.io/ktesting@v0.38.0-beta.0",
+        "sigs.k8s.io/structured-merge-diff/v7@v7.0.1",
+    ]
+    assert versions.refused_modules("go: some other build error") == []
+
+
+def test_a_release_that_cannot_be_built_is_a_column_saying_so() -> None:
+    """Every row of an unbuilt release names why; only a supported release unbuilt (not
+    the next one's beta) makes test-versions fail."""
+    oldest, beta = (versions.Combination(v, v) for v in (build.RELEASES[0], NEXT))
+    why = "not built here: the Go module proxy refuses k8s.io/ktesting@v0.38.0-beta.0"
+    results = {
+        oldest: [
+            versions.Outcome("health", "t1", "passed", ""),
+            versions.Outcome("registration", "t2", "passed", "DRA gRPC v1"),
+        ],
+        beta: [versions.Outcome("(build)", "(build)", versions.UNBUILT, why)],
+    }
+    rows = versions.table(results).splitlines()[2:]
+    assert rows[2:] == [
+        f"| health | ok | {why} |",
+        f"| registration | ok (DRA gRPC v1) | {why} |",
+    ]
+    assert not versions.failed(results)
+    assert versions.failed(
+        {oldest: [versions.Outcome("(build)", "(build)", versions.UNBUILT, why)]}
+    )

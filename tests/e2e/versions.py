@@ -7,8 +7,11 @@
 
 Each release runs in its own pytest process (the binaries are chosen by
 environment); a test's `versions(check=...)` marker names its row, and what it
-recorded as `detail` says how that release did it. Exits non-zero when any test
-failed, so `make test` can run it for the oldest release.
+recorded as `detail` says how that release did it. A release whose binaries cannot
+be built because the Go module proxy refuses modules they need is a column saying
+so, naming them. Exits non-zero when any test failed, or a supported release (not
+the next one's beta) could not be built, so `make test` can run it for the oldest
+release.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,7 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from neuron_dra_harness.build import KUBELET_ONLY_RELEASES, NEXT_RELEASES, RELEASES
+from neuron_dra_harness.build import (
+    KUBELET_ONLY_RELEASES,
+    NEXT_RELEASES,
+    RELEASES,
+    build_release,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- compatibility:begin -->", "<!-- compatibility:end -->"
@@ -53,11 +62,38 @@ COMBINATIONS = (
 class Outcome:
     check: str
     test: str
-    status: str  # passed, failed, skipped
+    status: str  # passed, failed, skipped, unbuilt
     detail: str
 
 
+UNBUILT = "unbuilt"
+# A module version the Go module proxy will not serve, as `go` reports it.
+_REFUSED = re.compile(r"(?P<module>[\w./-]+)@(?P<version>v[\w.+-]+): reading \S+: 403 Forbidden")
+
+
+def refused_modules(go_output: str) -> list[str]:
+    """The module@version pairs `go` reports the module proxy refused."""
+    return sorted({f"{m['module']}@{m['version']}" for m in _REFUSED.finditer(go_output)})
+
+
+def unbuildable(combination: Combination) -> str | None:
+    """Why the combination's binaries cannot be built on this machine, when the Go
+    module proxy refuses what they need; None otherwise (any other build error is
+    left to the pytest session, which reports it as the tests' failure)."""
+    try:
+        build_release(combination.control_plane)
+        if combination.kubelet != combination.control_plane:
+            build_release(combination.kubelet, kubelet_only=True)
+    except RuntimeError as err:
+        if refused := refused_modules(str(err)):
+            return "not built here: the Go module proxy refuses " + ", ".join(refused)
+    return None
+
+
 def run(combination: Combination, extra: Sequence[str] = ()) -> list[Outcome]:
+    if (why := unbuildable(combination)) is not None:
+        print(f"== {combination.label}: {why}", flush=True)
+        return [Outcome("(build)", "(build)", UNBUILT, why)]
     env = dict(os.environ)
     env["NEURON_DRA_K8S_VERSION"] = combination.control_plane
     env["NEURON_DRA_KUBELET_VERSION"] = combination.kubelet
@@ -116,7 +152,7 @@ def cell(results: list[Outcome]) -> str:
 
 
 def table(results: dict[Combination, list[Outcome]]) -> str:
-    checks = sorted({o.check for found in results.values() for o in found})
+    checks = sorted({o.check for found in results.values() for o in found if o.status != UNBUILT})
     columns = list(results)
     today = datetime.date.today().isoformat()
     lines = [
@@ -127,7 +163,12 @@ def table(results: dict[Combination, list[Outcome]]) -> str:
         "| --- |" + " --- |" * len(columns),
     ]
     for check in checks:
-        row = [cell([o for o in results[c] if o.check == check]) for c in columns]
+        row = [
+            unbuilt.detail
+            if (unbuilt := next((o for o in results[c] if o.status == UNBUILT), None))
+            else cell([o for o in results[c] if o.check == check])
+            for c in columns
+        ]
         lines.append(f"| {check} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -153,7 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.table:
         rewrite(args.table, text)
-    return 1 if any(o.status == "failed" for v in results.values() for o in v) else 0
+    return 1 if failed(results) else 0
+
+
+def failed(results: dict[Combination, list[Outcome]]) -> bool:
+    """A test failed, or a supported release could not be built (the next one's beta
+    may not be, where the module proxy does not serve it yet)."""
+    return any(
+        o.status == "failed" or (o.status == UNBUILT and c.control_plane not in NEXT_RELEASES)
+        for c, found in results.items()
+        for o in found
+    )
 
 
 if __name__ == "__main__":
