@@ -19,7 +19,7 @@ from consts import (
     LABEL_ULTRASERVER_SERVER_ID_4,
 )
 from neuron_dra.hardware.inventory import NodeInventory
-from neuron_dra.resources.slices import modes_label
+from neuron_dra.resources.devices import modes_label
 
 ULTRASERVER_LABELS = (
     LABEL_ULTRASERVER_MODE,
