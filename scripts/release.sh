@@ -12,7 +12,11 @@
 #                                      the Python package the image installs:
 #                                      `pip install 'neuron_dra-...whl[tools]'`
 #                                      for the CLI's tools on a laptop or in CI
-#   DIR/SHA256SUMS                     all three, for `sha256sum -c`
+#   DIR/neuron-dra-<version>-karpenter.json
+#                                      what a node of each instance type publishes,
+#                                      as Karpenter's DynamicResources (`neuron-dra
+#                                      templates`, Kubernetes 1.36 and later)
+#   DIR/SHA256SUMS                     all four, for `sha256sum -c`
 #
 # The version is consts.DRA_DRIVER_VERSION (scripts/version.py); the chart's
 # version and appVersion must be the same (the script refuses otherwise), so the
@@ -52,6 +56,9 @@ wheel="neuron_dra-$version-py3-none-any.whl"
 WHEEL_OUT="$out" "$repo/scripts/build-image.sh" "$image" "$repository:$version"
 [[ -f "$out/$wheel" ]] || die 1 "build-image.sh left no $wheel"
 "$helm" package "$chart" --destination "$out" >/dev/null
-(cd "$out" && sha256sum "neuron-dra-$version.oci.tar" "neuron-dra-$version.tgz" "$wheel" >SHA256SUMS)
+# The catalog needs nothing beyond the standard library: run from the tree.
+catalog="neuron-dra-$version-karpenter.json"
+PYTHONPATH="$repo" "${PYTHON:-python3}" -m neuron_dra templates >"$out/$catalog"
+(cd "$out" && sha256sum "neuron-dra-$version.oci.tar" "neuron-dra-$version.tgz" "$wheel" "$catalog" >SHA256SUMS)
 echo "release $version in $out:"
 sed 's/^/  /' "$out/SHA256SUMS"

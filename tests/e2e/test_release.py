@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from consts import DRA_DRIVER_VERSION
+from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra_harness import images
 from tests import doc_commands, release_workflow
 from tests.release_workflow import LOCAL, REMOTE, SHELL, Step
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 VERSION = DRA_DRIVER_VERSION
 WHEEL = f"neuron_dra-{VERSION}-py3-none-any.whl"
+CATALOG = f"neuron-dra-{VERSION}-karpenter.json"
 
 
 def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> None:
@@ -54,7 +56,13 @@ def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> 
         )
         assert done.returncode == 0, (str(command), done.stdout[-2000:], done.stderr[-2000:])
     image, chart = f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz"
-    assert sorted(p.name for p in out.iterdir()) == sorted([image, chart, WHEEL, "SHA256SUMS"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [image, chart, WHEEL, CATALOG, "SHA256SUMS"]
+    )
+    # Karpenter's DynamicResources for every instance type, as `neuron-dra templates`.
+    catalog = json.loads((out / CATALOG).read_text())
+    assert sorted(catalog) == sorted(INSTANCE_TYPES)
+    assert all(c["resourceSliceTemplates"] for c in catalog.values())
     with tarfile.open(out / chart) as archive:
         member = archive.extractfile("neuron-dra/Chart.yaml")
         assert member is not None
@@ -72,7 +80,7 @@ def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> 
     assert f"\nVersion: {VERSION}\n" in metadata
     assert "Provides-Extra: tools" in metadata
     listed = [line.split()[1] for line in (out / "SHA256SUMS").read_text().splitlines()]
-    assert sorted(listed) == sorted([image, chart, WHEEL])
+    assert sorted(listed) == sorted([image, chart, WHEEL, CATALOG])
 
 
 def test_a_chart_of_another_version_is_refused(tmp_path: Path) -> None:
@@ -256,7 +264,7 @@ def test_the_workflows_local_steps_run_as_written(released: Run) -> None:
     assert released.context["needs.build.outputs.version"] == VERSION
     dist = released.workspaces["publish"] / "dist"
     assert sorted(p.name for p in dist.iterdir()) == sorted(
-        [f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz", WHEEL, "SHA256SUMS"]
+        [f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz", WHEEL, CATALOG, "SHA256SUMS"]
     )
     assert sorted(p.name for p in released.workspaces["publish"].iterdir()) == ["dist"]
     with tarfile.open(dist / f"neuron-dra-{VERSION}.oci.tar") as archive:
