@@ -530,7 +530,6 @@ def test_neurons_and_efa(nodes: dict[str, SimulatedNode]) -> None:
     """The real scheduler gives the Neuron devices and the EFA interfaces of one device
     group, with the EFA driver's devices stood in for by a slice of the values it publishes
     (its devicegroup ids are this driver's on EFA instance types)."""
-    cluster = cluster_of(nodes)
     node = nodes["trn2-b"]
     group = "resource.aws.com/devicegroup4_id"
     groups = {
@@ -539,60 +538,20 @@ def test_neurons_and_efa(nodes: dict[str, SimulatedNode]) -> None:
         if d["name"].startswith("neurondevice")
     }
     assert len(groups) == 16 and len(set(groups.values())) == 4
-    cluster.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": EFA_CLASS},
-            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{EFA_CLASS}'"}}]},
-        }
-    )
-    efa_slice = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node.name}-efa"},
-        "spec": {
-            "driver": EFA_CLASS,
-            "nodeName": node.name,
-            "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {"name": f"efa{i}", "attributes": {group: {"string": value}}}
-                for i, value in sorted(groups.items())
-            ],
-        },
+    given = allocated_beside_efa(nodes, node, "efa-and-neuron.yaml", group, groups)
+    by_request = {
+        request: [int(d.removeprefix("neurondevice").removeprefix("efa")) for d in devices]
+        for request, devices in given.items()
     }
-    cluster.create(efa_slice)
-    ns = namespace(cluster)
-    create_in(cluster, ns, pinned(load("efa-and-neuron.yaml"), node.name))
-    pod = cluster.wait_for_pod(
-        "neurons-and-efa",
-        ns,
-        lambda p: bool(p.get("status", {}).get("resourceClaimStatuses")),
-        "claim made",
-        timeout=30,
-    )
-    name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    claim = cluster.wait_for_claim_allocated(name, ns, timeout=60)
-    results = claim["status"]["allocation"]["devices"]["results"]
-    by_request: dict[str, list[int]] = {}
-    for result in results:
-        number = int(result["device"].removeprefix("neurondevice").removeprefix("efa"))
-        by_request.setdefault(result["request"], []).append(number)
     assert sorted(by_request) == ["efa", "neurons"]
     assert len({groups[i] for i in by_request["neurons"] + by_request["efa"]}) == 1
     assert len(by_request["neurons"]) == len(by_request["efa"]) == 4
-    # Nothing runs without the EFA driver's plugin; deleting the pod frees the claim.
-    cluster.delete("v1", "Pod", "neurons-and-efa", ns)
-    wait_clean(cluster, ns, {"neurons-and-efa": node}, {claim["metadata"]["uid"]})
-    cluster.delete("resource.k8s.io/v1", "ResourceSlice", f"{node.name}-efa")
-    cluster.delete("resource.k8s.io/v1", "DeviceClass", EFA_CLASS)
 
 
 def test_cores_and_efa(nodes: dict[str, SimulatedNode]) -> None:
     """The real scheduler gives 2 NeuronCores and the EFA interface next to their device:
     each core carries its device's devicegroup1_id, the EFA driver's interface (stood in
     for by a slice, as above) the same value."""
-    cluster = cluster_of(nodes)
     node = nodes["trn2-b"]
     group = "resource.aws.com/devicegroup1_id"
     published = node.devices()
@@ -609,6 +568,26 @@ def test_cores_and_efa(nodes: dict[str, SimulatedNode]) -> None:
     if not cores:
         pytest.skip("this release publishes no NeuronCores")
     assert len(set(devices.values())) == 16 and set(cores.values()) == set(devices.values())
+    given = allocated_beside_efa(nodes, node, "cores-and-efa.yaml", group, devices)
+    assert sorted(given) == ["cores", "efa"] and len(given["cores"]) == 2
+    [efa] = given["efa"]
+    values = {cores[c] for c in given["cores"]} | {devices[int(efa.removeprefix("efa"))]}
+    assert len(values) == 1, given
+
+
+def allocated_beside_efa(
+    nodes: dict[str, SimulatedNode],
+    node: SimulatedNode,
+    example: str,
+    group: str,
+    values: dict[int, str],
+) -> dict[str, list[str]]:
+    """The devices, by request, that the real scheduler allocates to `example`'s pod on
+    `node`, with the EFA driver's DeviceClass and a slice of its interfaces (`efa<i>`
+    carrying `values[i]` as `group`) standing in for it. Nothing runs without the EFA
+    driver's plugin: the pod is deleted once its claim is allocated, which frees the
+    claim, and the stand-ins go with it."""
+    cluster = cluster_of(nodes)
     cluster.create(
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -628,15 +607,17 @@ def test_cores_and_efa(nodes: dict[str, SimulatedNode]) -> None:
                 "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
                 "devices": [
                     {"name": f"efa{i}", "attributes": {group: {"string": value}}}
-                    for i, value in sorted(devices.items())
+                    for i, value in sorted(values.items())
                 ],
             },
         }
     )
     ns = namespace(cluster)
-    create_in(cluster, ns, pinned(load("cores-and-efa.yaml"), node.name))
+    docs = pinned(load(example), node.name)
+    [pod_name] = [d["metadata"]["name"] for d in docs if d["kind"] == "Pod"]
+    create_in(cluster, ns, docs)
     pod = cluster.wait_for_pod(
-        "cores-and-efa",
+        pod_name,
         ns,
         lambda p: bool(p.get("status", {}).get("resourceClaimStatuses")),
         "claim made",
@@ -644,18 +625,14 @@ def test_cores_and_efa(nodes: dict[str, SimulatedNode]) -> None:
     )
     name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     claim = cluster.wait_for_claim_allocated(name, ns, timeout=60)
-    results = claim["status"]["allocation"]["devices"]["results"]
     given: dict[str, list[str]] = {}
-    for result in results:
+    for result in claim["status"]["allocation"]["devices"]["results"]:
         given.setdefault(result["request"], []).append(result["device"])
-    assert sorted(given) == ["cores", "efa"] and len(given["cores"]) == 2
-    [efa] = given["efa"]
-    values = {cores[c] for c in given["cores"]} | {devices[int(efa.removeprefix("efa"))]}
-    assert len(values) == 1, given
-    cluster.delete("v1", "Pod", "cores-and-efa", ns)
-    wait_clean(cluster, ns, {"cores-and-efa": node}, {claim["metadata"]["uid"]})
+    cluster.delete("v1", "Pod", pod_name, ns)
+    wait_clean(cluster, ns, {pod_name: node}, {claim["metadata"]["uid"]})
     cluster.delete("resource.k8s.io/v1", "ResourceSlice", f"{node.name}-efa")
     cluster.delete("resource.k8s.io/v1", "DeviceClass", EFA_CLASS)
+    return given
 
 
 # --------------------------------------------------------------------- UltraServer units
