@@ -17,7 +17,7 @@ import pytest
 
 from consts import DRIVER_NAME
 from neuron_dra.hardware.discovery import discover
-from neuron_dra_harness import scrape
+from neuron_dra_harness import manifests, scrape
 from neuron_dra_harness.build import RELEASES, build_release
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.nodes import DEVICE_CLASSES, SimulatedNode, add_simulated_node
@@ -70,19 +70,7 @@ def claim(name: str, count: int) -> Obj:
 
 
 def pod(name: str, claim_name: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "containers": [
-                {"name": "ctr0", "image": "none", "resources": {"claims": [{"name": "neurons"}]}}
-            ],
-            "resourceClaims": [{"name": "neurons", "resourceClaimName": claim_name}],
-        },
-    }
+    return manifests.pod(name, NS, NODE, {"resourceClaimName": claim_name})
 
 
 def status_errors(node: SimulatedNode, reason: str) -> float:
