@@ -147,7 +147,9 @@ class Agent:
             metadata=MetadataFiles(
                 plugin_dir,
                 options.cdi_root,
-                lambda name: self.source.device_attributes(self._state()).get(name),
+                lambda name: self.source.device_attributes(
+                    self._published_inventory(), self.topology
+                ).get(name),
                 enabled=options.device_metadata,
             ),
         )
@@ -211,20 +213,21 @@ class Agent:
             Unhealthy(device, p.kind, self.options.unhealthy_effect, p.since)
             for device, p in sorted(self.health.problems.items())
         )
-        # Where the device plugin serves the node, no device is published (`deviceplugin`).
-        inventory = (
-            replace(self.inventory, devices=(), ultraserver=None)
-            if self.device_plugin.active
-            else self.inventory
-        )
         return NodeState(
-            inventory,
+            self._published_inventory(),
             unhealthy,
             self.holdings.withdrawn,
             self.topology,
             self.holdings.kept,
             self.health.notices.all(),
         )
+
+    def _published_inventory(self) -> NodeInventory:
+        """Where the device plugin serves the node, no device is published
+        (`deviceplugin`)."""
+        if self.device_plugin.active:
+            return replace(self.inventory, devices=(), ultraserver=None)
+        return self.inventory
 
     def _look_again(self) -> NodeInventory:
         """Rediscovery, in its daemon thread: the devices found, each watched from now

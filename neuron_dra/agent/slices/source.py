@@ -148,21 +148,23 @@ class SliceSource:
         server refuses whole: the publisher logs it and keeps the stored pool."""
         return self._slices(self._state(), generation, node_uid, self._uses or features.Uses())
 
-    def device_attributes(self, state: NodeState) -> dict[str, Json]:
+    def device_attributes(
+        self, inventory: NodeInventory, topology: NodeTopology
+    ) -> dict[str, Json]:
         """Each device's attributes as the slices publish them, by device name: every kind
         of device, whether held, unhealthy or published at all now, since a device
         already allocated may be any of these. Built again only when the inventory or
         the Node's topology changes."""
         cached = self._attributes
-        if cached and cached[0] is state.inventory and cached[1] == state.topology:
+        if cached and cached[0] is inventory and cached[1] == topology:
             return cached[2]
-        options = SliceOptions(self._options.node_name, cores=True, topology=state.topology)
+        options = SliceOptions(self._options.node_name, cores=True, topology=topology)
         found = {
             device["name"]: device.get("attributes") or {}
-            for piece in build_slices(state.inventory, options)
+            for piece in build_slices(inventory, options)
             for device in piece["spec"].get("devices") or ()
         }
-        self._attributes = (state.inventory, state.topology, found)
+        self._attributes = (inventory, topology, found)
         return found
 
     def _slices(
