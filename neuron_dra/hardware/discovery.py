@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from consts import ENV_NEURON_LOGICAL_NC_CONFIG
 from neuron_dra.hardware import driverformats, topology
+from neuron_dra.hardware import sysfsvalues as values
 from neuron_dra.hardware.instance_types import (
     DEFAULT_LNC,
     LNC_FAMILIES,
@@ -27,13 +27,12 @@ from neuron_dra.hardware.instance_types import (
     lookup,
 )
 from neuron_dra.hardware.inventory import (
-    RUNTIME_MODE_NODES,
     NeuronDevice,
     NodeInventory,
     UltraServer,
     with_runtime_modes,
 )
-from neuron_dra.hardware.sysfsfile import ascii_int, read_text
+from neuron_dra.hardware.sysfsfile import read_text
 
 DEVICES_DIR = "sys/devices/virtual/neuron_device"
 CLASS_DIR = "sys/class/neuron_device"
@@ -46,17 +45,12 @@ BOOT_ID_FILE = "proc/sys/kernel/random/boot_id"
 PCI_DEVICES_DIR = "sys/devices"  # PCI functions sit under their root complex: pciDDDD:BB/...
 MAX_CORES_PER_DEVICE = 64
 MAX_NUMA_NODE = 1023  # the kernel's largest
-MAX_VALUE_LENGTH = 64  # a ResourceSlice string attribute's limit
 MAX_ULTRASERVER_NODES = 64
 NO_SERVER_ID = "0" * 16  # what the driver shows for a unit the node is not in, or while busy
 
 _DEVICE_DIR_RE = re.compile(r"neuron(0|[1-9][0-9]{0,3})")
-_INSTANCE_TYPE_RE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
 _PCIE_ROOT_RE = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 _PCI_ADDRESS_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-_PRINTABLE_RE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
-# A label value, because UltraServer ids become node labels.
-_LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 T = TypeVar("T")
 
@@ -131,7 +125,7 @@ class _Reader:
         try:
             return parser(text)
         except ValueError as err:
-            self.note(rel, f"invalid value {_quote(text)}: {err}")
+            self.note(rel, f"invalid value {values.quote(text)}: {err}")
             return None
 
     # --- node ---------------------------------------------------------------
@@ -152,7 +146,7 @@ class _Reader:
         devices = self.with_pci_parents(self.uniform_cores(devices, spec))
         inventory = NodeInventory(
             instance_type=instance_type,
-            driver_version=self.parse(DRIVER_VERSION_FILE, _printable),
+            driver_version=self.parse(DRIVER_VERSION_FILE, values.printable),
             lnc=self.lnc(instance_type, spec),
             devices=devices,
             ultraserver=self.ultraserver(spec) if spec is not None and spec.ultraserver else None,
@@ -190,14 +184,14 @@ class _Reader:
         return sorted(indices)
 
     def instance_type(self, indices: list[int]) -> str | None:
-        found = self.parse(PRODUCT_NAME_FILE, _instance_type)
+        found = self.parse(PRODUCT_NAME_FILE, values.instance_type)
         if found is not None or not indices:
             return found
         # The Neuron driver's own `instance_type` names the family (Trn2), not the EC2
         # instance type: it can say what is there, not stand in for the DMI table.
         family = self.parse(
             f"{DEVICES_DIR}/neuron{indices[0]}/info/architecture/instance_type",
-            _printable,
+            values.printable,
             optional=True,
         )
         if family is not None:
@@ -214,14 +208,14 @@ class _Reader:
         if missing:
             self.note(
                 DEVICES_DIR,
-                f"{spec.name} has {spec.devices} devices but neuron{_join(missing)} "
+                f"{spec.name} has {spec.devices} devices but neuron{values.join(missing)} "
                 f"{'is' if len(missing) == 1 else 'are'} missing; "
                 "connected sets that include them cannot be allocated",
             )
         if extra:
             self.note(
                 DEVICES_DIR,
-                f"neuron{_join(extra)} beyond the {spec.devices} devices of {spec.name}; "
+                f"neuron{values.join(extra)} beyond the {spec.devices} devices of {spec.name}; "
                 "published without topology attributes",
             )
 
@@ -230,7 +224,7 @@ class _Reader:
             has_lnc = spec.has_lnc
         else:
             has_lnc = instance_type is not None and family_of(instance_type) in LNC_FAMILIES
-        configured = self.parse(LNC_CONFIG_FILE, _lnc_config, optional=True)
+        configured = self.parse(LNC_CONFIG_FILE, values.lnc_config, optional=True)
         if not has_lnc:
             if configured is not None:
                 self.note(
@@ -241,7 +235,7 @@ class _Reader:
         return DEFAULT_LNC if configured is None else configured
 
     def ultraserver(self, spec: InstanceType) -> UltraServer | None:
-        runtime_modes = self.parse(f"{CLASS_DIR}/ultraserver_mode", _runtime_modes)
+        runtime_modes = self.parse(f"{CLASS_DIR}/ultraserver_mode", values.runtime_modes)
         found = self.reserved_ultraserver() if spec.reservation else self.elected_ultraserver()
         if found is None:
             return None
@@ -253,10 +247,10 @@ class _Reader:
     def elected_ultraserver(self) -> UltraServer | None:
         """trn2u, trn3p: ids of the node's units of 2 and 4 nodes, from the driver's election."""
         server_2, server_4, node_2, node_4 = (
-            self.parse(f"{CLASS_DIR}/server_id_2", _label_value),
-            self.parse(f"{CLASS_DIR}/server_id_4", _label_value),
-            self.parse(f"{CLASS_DIR}/node_id_2", _int_in(-1, 1)),
-            self.parse(f"{CLASS_DIR}/node_id_4", _int_in(-1, 3)),
+            self.parse(f"{CLASS_DIR}/server_id_2", values.label_value),
+            self.parse(f"{CLASS_DIR}/server_id_4", values.label_value),
+            self.parse(f"{CLASS_DIR}/node_id_2", values.int_in(-1, 1)),
+            self.parse(f"{CLASS_DIR}/node_id_4", values.int_in(-1, 3)),
         )
         if server_2 is None or server_4 is None or node_2 is None or node_4 is None:
             self.note(CLASS_DIR, "UltraServer membership unknown: whole-node device withheld")
@@ -279,9 +273,9 @@ class _Reader:
     def reserved_ultraserver(self) -> UltraServer | None:
         """trn3: the one unit the node's reservation makes (`reservation_id` names it)."""
         reservation, node, count = (
-            self.parse(f"{CLASS_DIR}/reservation_id", _label_value),
-            self.parse(f"{CLASS_DIR}/node_id", _int_in(-1, 3)),
-            self.parse(f"{CLASS_DIR}/node_cnt", _int_in(-1, MAX_ULTRASERVER_NODES)),
+            self.parse(f"{CLASS_DIR}/reservation_id", values.label_value),
+            self.parse(f"{CLASS_DIR}/node_id", values.int_in(-1, 3)),
+            self.parse(f"{CLASS_DIR}/node_cnt", values.int_in(-1, MAX_ULTRASERVER_NODES)),
         )
         if reservation is None or node is None or count is None:
             self.note(CLASS_DIR, "UltraServer membership unknown: whole-node device withheld")
@@ -337,7 +331,7 @@ class _Reader:
             self.note(f"{DEV_DIR}/neuron{index}", "missing: device not published")
             return None
         in_topology = spec is not None and index < spec.devices
-        cores = self.parse(f"{base}/core_count", _int_in(1, MAX_CORES_PER_DEVICE))
+        cores = self.parse(f"{base}/core_count", values.int_in(1, MAX_CORES_PER_DEVICE))
         if spec is not None:
             if cores is None:
                 cores = spec.cores_per_device
@@ -353,14 +347,14 @@ class _Reader:
             neighbours=self.neighbours(base, index, spec if in_topology else None),
             # Inferentia (v1) devices have none; the driver writes an empty line when the
             # firmware does not answer.
-            serial_number=self.parse(f"{base}/info/serial_number", _serial, optional=True),
-            device_name=self.parse(f"{base}/info/architecture/device_name", _printable),
-            major_minor=self.parse(f"{base}/dev", _major_minor),
+            serial_number=self.parse(f"{base}/info/serial_number", values.serial, optional=True),
+            device_name=self.parse(f"{base}/info/architecture/device_name", values.printable),
+            major_minor=self.parse(f"{base}/dev", values.major_minor),
         )
 
     def neighbours(self, base: str, index: int, spec: InstanceType | None) -> tuple[int, ...]:
         rel = f"{base}/connected_devices"
-        listed = self.parse(rel, _device_list)
+        listed = self.parse(rel, values.device_list)
         if spec is None:
             return listed or ()
         model = topology.neighbours(spec.shape, spec.devices, index)
@@ -369,8 +363,8 @@ class _Reader:
         if set(listed) != set(model):
             self.note(
                 rel,
-                f"sysfs lists neighbours {_join(listed) or 'none'} but the {spec.shape} of "
-                f"{spec.name} has {_join(model) or 'none'}; using sysfs for neighbours, "
+                f"sysfs lists neighbours {values.join(listed) or 'none'} but the {spec.shape} of "
+                f"{spec.name} has {values.join(model) or 'none'}; using sysfs for neighbours, "
                 "the catalogue for connected sets",
             )
         return listed
@@ -431,99 +425,6 @@ class _Reader:
             return None, None
         # -1: no NUMA affinity; no file: a kernel without NUMA. Neither is a numaNode.
         numa = self.parse(
-            f"{PCI_DEVICES_DIR}/{under}/numa_node", _int_in(-1, MAX_NUMA_NODE), optional=True
+            f"{PCI_DEVICES_DIR}/{under}/numa_node", values.int_in(-1, MAX_NUMA_NODE), optional=True
         )
         return parts[0], None if numa is None or numa < 0 else numa
-
-
-# --- value parsers: pure, raise ValueError with the reason ----------------------
-
-
-def _quote(text: str) -> str:
-    shown = text if len(text) <= 40 else text[:37] + "..."
-    return repr(shown)
-
-
-def _join(values: Iterable[int]) -> str:
-    return ",".join(str(v) for v in values)
-
-
-def _printable(text: str) -> str:
-    if not text:
-        raise ValueError("empty")
-    if len(text) > MAX_VALUE_LENGTH or _PRINTABLE_RE.fullmatch(text) is None:
-        raise ValueError(f"not printable ASCII of at most {MAX_VALUE_LENGTH} characters")
-    return text
-
-
-def _instance_type(text: str) -> str:
-    if len(text) > MAX_VALUE_LENGTH or _INSTANCE_TYPE_RE.fullmatch(text) is None:
-        raise ValueError("not an instance type such as trn2.48xlarge")
-    return text
-
-
-def _serial(text: str) -> str:
-    if not text:
-        raise ValueError("the Neuron driver could not read it from the device's firmware")
-    return _printable(text)
-
-
-def _label_value(text: str) -> str:
-    if _LABEL_VALUE_RE.fullmatch(text) is None:
-        raise ValueError("not usable as a label value (alphanumerics, '-', '_', '.'; 63 max)")
-    return text
-
-
-def _int_in(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = ascii_int(text, signed=low < 0)
-        except ValueError:
-            raise ValueError(f"not an integer from {low} to {high}") from None
-        if not low <= value <= high:
-            raise ValueError(f"out of range {low}..{high}")
-        return value
-
-    return parse
-
-
-def _device_list(text: str) -> tuple[int, ...]:
-    if not text:
-        return ()
-    parse = _int_in(0, 9999)
-    return tuple(parse(part.strip()) for part in text.split(","))
-
-
-def _major_minor(text: str) -> tuple[int, int]:
-    major, _, minor = text.partition(":")
-    try:
-        return ascii_int(major), ascii_int(minor)
-    except ValueError:
-        raise ValueError("expected MAJOR:MINOR such as 238:0") from None
-
-
-def _runtime_modes(text: str) -> tuple[int, ...]:
-    parts = re.split(r"[,\s_]+", text)
-    modes = tuple(sorted({ascii_int(p) for p in parts if p.isascii() and p.isdigit()}))
-    if (
-        not modes
-        or not set(modes) <= set(RUNTIME_MODE_NODES)
-        or not re.fullmatch(r"[0-9, \t\n_]+", text)
-    ):
-        raise ValueError(
-            "expected the runtime's UltraServer modes from 1 (X4), 2 (X2H), 3 (X2V), 4 (X1) "
-            "such as '1,3,4'"
-        )
-    return modes
-
-
-def _lnc_config(text: str) -> int:
-    lines = [
-        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
-    ]
-    if len(lines) != 1:
-        raise ValueError(f"expected one line {ENV_NEURON_LOGICAL_NC_CONFIG}=1 or =2")
-    key, _, value = lines[0].rpartition("=")
-    if key not in ("", ENV_NEURON_LOGICAL_NC_CONFIG) or value not in ("1", "2"):
-        raise ValueError(f"expected {ENV_NEURON_LOGICAL_NC_CONFIG}=1 or =2")
-    return int(value)
