@@ -1,13 +1,17 @@
 """What a node needs for the driver, read from its own files: on the host (`/`), or
-in the plugin's pod, whose mounts put the host's /sys, /dev and kubelet directory
-where `--sysfs-root` and `--kubelet-dir` say."""
+in the plugin's pod, whose mounts put the host's /sys, /dev, the kubelet's plugin
+directories and the CDI directory where `--sysfs-root`, `--kubelet-dir` and
+`--cdi-dir` say. What the pod does not mount (the device plugins' directory, the
+runtime's configuration) is a warning that says so, never an OK."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from consts import DRIVER_NAME
+from neuron_dra.agent.kubelet.sockets import driver_sockets, serving
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.driverformats import NEWEST_KNOWN, beyond_known
 from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
@@ -15,17 +19,25 @@ from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
 # Sockets the Neuron device plugin registers with the kubelet, by resource name.
 _DEVICE_PLUGIN_SOCKET = re.compile(r"^(aws\.amazon\.com_neuron|neuron).*\.sock$")
 _CDI_DIRS = ("etc/cdi", "var/run/cdi")
+NOT_MOUNTED = "the plugin's pod does not mount it"
 
 
-def node_checks(root: Path, kubelet_dir: Path, containerd_config: Path) -> list[Check]:
-    """Every node check; `root` is what the node's `/` is here."""
+def node_checks(
+    root: Path,
+    kubelet_dir: Path,
+    containerd_config: Path,
+    cdi_dirs: Sequence[Path] | None = None,
+) -> list[Check]:
+    """Every node check; `root` is what the node's `/` is here, `cdi_dirs` where the
+    CDI directories are (default /etc/cdi and /var/run/cdi under `root`)."""
+    agent = _agent(kubelet_dir)
     return [
         *_neuron_driver(root),
-        _device_plugin(kubelet_dir),
+        _device_plugin(kubelet_dir, driver_serving=agent.verdict == "ok"),
         _kubelet_dirs(kubelet_dir),
-        _cdi_dirs(root),
+        _cdi_dirs(cdi_dirs or [root / d for d in _CDI_DIRS]),
         _containerd_cdi(containerd_config),
-        _agent(kubelet_dir),
+        agent,
     ]
 
 
@@ -71,21 +83,32 @@ def _neuron_driver(root: Path) -> list[Check]:
     return checks
 
 
-def _device_plugin(kubelet_dir: Path) -> Check:
+def _device_plugin(kubelet_dir: Path, *, driver_serving: bool) -> Check:
     directory = kubelet_dir / "device-plugins"
-    try:
-        sockets = sorted(p.name for p in directory.iterdir() if _DEVICE_PLUGIN_SOCKET.match(p.name))
-    except OSError:
-        sockets = []
-    if sockets:
+    if not directory.is_dir():
         return warn(
             "device plugin",
-            f"the Neuron device plugin serves this node ({', '.join(sockets)}): it and the "
-            "driver would give the same devices to two pods",
-            "move the node over as docs/operators/migration.md says: label it, so that the "
-            "device plugin's DaemonSet leaves it, before the driver runs there",
+            f"{directory} is not visible here ({NOT_MOUNTED}): a Neuron device plugin "
+            "socket there is not looked for",
+            "the cluster's `device plugin` check (--in-cluster or --kubeconfig) reads each "
+            "node's allocatable instead; or run doctor on the host",
         )
-    return ok("device plugin", f"no Neuron device plugin socket in {directory}")
+    try:
+        sockets = sorted(p.name for p in directory.iterdir() if _DEVICE_PLUGIN_SOCKET.match(p.name))
+    except OSError as err:
+        return warn("device plugin", f"{directory} not read: {err}", "run doctor as root")
+    if not sockets:
+        return ok("device plugin", f"no Neuron device plugin socket in {directory}")
+    detail = f"the Neuron device plugin serves this node ({', '.join(sockets)} in {directory})"
+    fix = (
+        "move the node over as docs/operators/migration.md says: label it, so that the "
+        "device plugin's DaemonSet leaves it, before the driver runs there"
+    )
+    if driver_serving:
+        return fail(
+            "device plugin", f"{detail} beside the driver: two pods could get one device", fix
+        )
+    return warn("device plugin", f"{detail}: the driver must not run here beside it", fix)
 
 
 def _kubelet_dirs(kubelet_dir: Path) -> Check:
@@ -99,12 +122,12 @@ def _kubelet_dirs(kubelet_dir: Path) -> Check:
     return ok("kubelet directories", f"{kubelet_dir}/plugins_registry and plugins")
 
 
-def _cdi_dirs(root: Path) -> Check:
-    present = [f"/{d}" for d in _CDI_DIRS if (root / d).is_dir()]
+def _cdi_dirs(dirs: Sequence[Path]) -> Check:
+    present = [str(d) for d in dirs if d.is_dir()]
     if not present:
         return warn(
             "CDI directories",
-            "neither /etc/cdi nor /var/run/cdi exists",
+            f"no {' nor '.join(map(str, dirs))}",
             "the plugin creates /var/run/cdi; the runtime must read it (next check)",
         )
     return ok("CDI directories", ", ".join(present))
@@ -113,6 +136,14 @@ def _cdi_dirs(root: Path) -> Check:
 def _containerd_cdi(config: Path) -> Check:
     try:
         text = config.read_text()
+    except FileNotFoundError:
+        return warn(
+            "runtime CDI",
+            f"no {config} here (in the plugin's pod: {NOT_MOUNTED}): the runtime's CDI "
+            "setting is unknown",
+            "run doctor on the host with --containerd-config; containerd 2.0 and CRI-O read "
+            "CDI specs by default, containerd 1.7 needs enable_cdi = true",
+        )
     except OSError:
         return warn(
             "runtime CDI",
@@ -138,21 +169,33 @@ def _containerd_cdi(config: Path) -> Check:
 
 
 def _agent(kubelet_dir: Path) -> Check:
-    registration = kubelet_dir / "plugins_registry" / f"{DRIVER_NAME}-reg.sock"
-    dra = kubelet_dir / "plugins" / DRIVER_NAME / "dra.sock"
-    found = [p for p in (registration, dra) if p.is_socket()]
-    if len(found) == 2:
-        return ok("driver sockets", f"{registration} and {dra}")
-    if not found:
+    """The driver's sockets, of any pod (their names carry its UID): one of each kind
+    that accepts connections is a plugin serving the kubelet."""
+    registry, plugin_dir = kubelet_dir / "plugins_registry", kubelet_dir / "plugins" / DRIVER_NAME
+    registrations, dras = driver_sockets(registry, plugin_dir)
+    if not registrations and not dras:
         return warn(
             "driver sockets",
-            "the driver is not serving this node (no registration or DRA socket)",
+            f"the driver is not serving this node (no socket of its in {registry} nor "
+            f"{plugin_dir})",
             "before install this is expected; after it, see `kubectl -n neuron-dra logs` "
             "of this node's plugin pod",
         )
-    missing = {registration, dra} - set(found)
-    return fail(
-        "driver sockets",
-        f"only {found[0]}; missing {', '.join(map(str, missing))}",
-        "restart the node's plugin pod; its log says why a socket is gone",
-    )
+    problems, serving_now = [], []
+    for kind, directory, found in (
+        ("registration", registry, registrations),
+        ("DRA", plugin_dir, dras),
+    ):
+        live = [p for p in found if serving(p)]
+        serving_now += live
+        if live:
+            continue
+        dead = f": {', '.join(p.name for p in found)} refuse connections" if found else ""
+        problems.append(f"no {kind} socket serving in {directory}{dead}")
+    if problems:
+        return fail(
+            "driver sockets",
+            "; ".join(problems),
+            "restart the node's plugin pod; its log says why a socket is gone",
+        )
+    return ok("driver sockets", ", ".join(map(str, serving_now)))

@@ -27,23 +27,29 @@ class Node:
         return {c.name: c for c in node_checks(self.root, self.kubelet, self.config)}
 
 
+POD_UID = "0b7c7a8e-3f0d-4d2e-9a55-6c1f1e0d2a11"
+
+
 def listen(path: Path) -> socket.socket:
     path.parent.mkdir(parents=True, exist_ok=True)
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(path))
+    server.listen()
     return server
 
 
 @pytest.fixture
 def node(fake_node: FakeNode, tmp_path: Path) -> Iterator[Node]:
-    """A trn2 node the driver serves: its sockets, CDI directory, containerd 2 config."""
+    """A trn2 node the driver's pod serves: its sockets (named after the pod, as the
+    DaemonSet's are), CDI directory, the device plugins' directory, containerd 2 config."""
     root = fake_node("trn2.48xlarge")
     (root / "var/run/cdi").mkdir(parents=True)
     # Short: a socket's path has at most 107 bytes.
     kubelet = Path(tempfile.mkdtemp(prefix="ndk-"))
+    (kubelet / "device-plugins").mkdir()
     sockets = [
-        listen(kubelet / "plugins_registry" / f"{DRIVER_NAME}-reg.sock"),
-        listen(kubelet / "plugins" / DRIVER_NAME / "dra.sock"),
+        listen(kubelet / "plugins_registry" / f"{DRIVER_NAME}-{POD_UID}-reg.sock"),
+        listen(kubelet / "plugins" / DRIVER_NAME / f"dra-{POD_UID}.sock"),
     ]
     config = tmp_path / "config.toml"
     config.write_text('version = 3\n[plugins."io.containerd.cri.v1.runtime"]\n')
@@ -70,11 +76,48 @@ def test_a_node_without_the_neuron_driver_fails(tmp_path: Path, node: Node) -> N
     assert "modprobe neuron" in check.fix
 
 
-def test_the_device_plugin_on_the_node_is_named(node: Node) -> None:
+def test_the_device_plugin_beside_the_driver_is_named(node: Node) -> None:
     with listen(node.kubelet / "device-plugins" / "aws.amazon.com_neuron.sock"):
         check = node.checks()["device plugin"]
-    assert check.verdict == "warn"
+    assert check.verdict == "fail"
     assert "aws.amazon.com_neuron.sock" in check.detail
+    assert "migration.md" in check.fix
+
+
+def test_the_device_plugin_before_the_driver_is_a_warning(node: Node) -> None:
+    for path in (node.kubelet / "plugins_registry").iterdir():
+        path.unlink()
+    for path in (node.kubelet / "plugins" / DRIVER_NAME).iterdir():
+        path.unlink()
+    with listen(node.kubelet / "device-plugins" / "neuron.sock"):
+        checks = node.checks()
+    assert checks["device plugin"].verdict == "warn"
+    assert "neuron.sock" in checks["device plugin"].detail
+    assert checks["driver sockets"].verdict == "warn"
+
+
+def test_what_the_plugin_pod_does_not_mount_is_a_warning_not_an_ok(node: Node) -> None:
+    """In the plugin's pod neither the device plugins' directory nor the runtime's
+    configuration is there: each check says it could not look."""
+    (node.kubelet / "device-plugins").rmdir()
+    node.config.unlink()
+    checks = node.checks()
+    assert checks["device plugin"].verdict == "warn"
+    assert "not visible here" in checks["device plugin"].detail
+    assert checks["runtime CDI"].verdict == "warn"
+    assert "does not mount it" in checks["runtime CDI"].detail
+
+
+def test_a_stopped_plugins_sockets_fail(node: Node, tmp_path: Path) -> None:
+    """Sockets left by a plugin killed before it could remove them: nothing listens."""
+    for path in (node.kubelet / "plugins" / DRIVER_NAME).iterdir():
+        path.unlink()
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(node.kubelet / "plugins" / DRIVER_NAME / f"dra-{POD_UID}.sock"))
+    dead.close()
+    check = node.checks()["driver sockets"]
+    assert check.verdict == "fail"
+    assert f"dra-{POD_UID}.sock refuse connections" in check.detail
 
 
 @pytest.mark.parametrize(
@@ -91,7 +134,7 @@ def test_the_runtime_cdi_setting(node: Node, config: str, verdict: str) -> None:
 
 
 def test_a_missing_socket_fails_and_the_command_exits_1(node: Node) -> None:
-    (node.kubelet / "plugins" / DRIVER_NAME / "dra.sock").unlink()
+    (node.kubelet / "plugins" / DRIVER_NAME / f"dra-{POD_UID}.sock").unlink()
     assert node.checks()["driver sockets"].verdict == "fail"
     done = subprocess.run(
         [
