@@ -94,3 +94,19 @@ def test_a_node_the_device_plugin_serves_too(cluster: Cluster) -> None:
     check = checks["device plugin"]
     assert check["verdict"] == "fail"
     assert "also serves trn-b" in check["detail"]
+
+
+def test_a_deleted_admission_policy_fails_until_applied_again(cluster: Cluster) -> None:
+    """One policy gone from an install that has the others: a broken install, not one
+    without policies."""
+    cluster.apply_yaml((REPO / "deploy/admission-policy.yaml").read_text())
+    api = "admissionregistration.k8s.io/v1"
+    cluster.delete(api, "ValidatingAdmissionPolicy", "neuron-dra-claim-status")
+    _, checks = doctor(cluster)
+    check = checks["admission policies"]
+    assert check["verdict"] == "fail"
+    assert "validatingadmissionpolicies neuron-dra-claim-status" in check["detail"]
+    assert "apply the chart again" in check["fix"]
+    cluster.apply_yaml((REPO / "deploy/admission-policy.yaml").read_text())
+    _, checks = doctor(cluster)
+    assert checks["admission policies"]["verdict"] == "ok"
