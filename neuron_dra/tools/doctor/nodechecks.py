@@ -87,7 +87,7 @@ def _device_plugin(kubelet_dir: Path, *, driver_serving: bool) -> Check:
     directory = kubelet_dir / "device-plugins"
     if not directory.is_dir():
         return warn(
-            "device plugin",
+            "device plugin socket",
             f"{directory} is not visible here ({NOT_MOUNTED}): a Neuron device plugin "
             "socket there is not looked for",
             "the cluster's `device plugin` check (--in-cluster or --kubeconfig) reads each "
@@ -96,9 +96,9 @@ def _device_plugin(kubelet_dir: Path, *, driver_serving: bool) -> Check:
     try:
         sockets = sorted(p.name for p in directory.iterdir() if _DEVICE_PLUGIN_SOCKET.match(p.name))
     except OSError as err:
-        return warn("device plugin", f"{directory} not read: {err}", "run doctor as root")
+        return warn("device plugin socket", f"{directory} not read: {err}", "run doctor as root")
     if not sockets:
-        return ok("device plugin", f"no Neuron device plugin socket in {directory}")
+        return ok("device plugin socket", f"no Neuron device plugin socket in {directory}")
     detail = f"the Neuron device plugin serves this node ({', '.join(sockets)} in {directory})"
     fix = (
         "move the node over as docs/operators/migration.md says: label it, so that the "
@@ -106,9 +106,11 @@ def _device_plugin(kubelet_dir: Path, *, driver_serving: bool) -> Check:
     )
     if driver_serving:
         return fail(
-            "device plugin", f"{detail} beside the driver: two pods could get one device", fix
+            "device plugin socket",
+            f"{detail} beside the driver: two pods could get one device",
+            fix,
         )
-    return warn("device plugin", f"{detail}: the driver must not run here beside it", fix)
+    return warn("device plugin socket", f"{detail}: the driver must not run here beside it", fix)
 
 
 def _kubelet_dirs(kubelet_dir: Path) -> Check:

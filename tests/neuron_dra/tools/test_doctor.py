@@ -78,7 +78,7 @@ def test_a_node_without_the_neuron_driver_fails(tmp_path: Path, node: Node) -> N
 
 def test_the_device_plugin_beside_the_driver_is_named(node: Node) -> None:
     with listen(node.kubelet / "device-plugins" / "aws.amazon.com_neuron.sock"):
-        check = node.checks()["device plugin"]
+        check = node.checks()["device plugin socket"]
     assert check.verdict == "fail"
     assert "aws.amazon.com_neuron.sock" in check.detail
     assert "migration.md" in check.fix
@@ -91,8 +91,8 @@ def test_the_device_plugin_before_the_driver_is_a_warning(node: Node) -> None:
         path.unlink()
     with listen(node.kubelet / "device-plugins" / "neuron.sock"):
         checks = node.checks()
-    assert checks["device plugin"].verdict == "warn"
-    assert "neuron.sock" in checks["device plugin"].detail
+    assert checks["device plugin socket"].verdict == "warn"
+    assert "neuron.sock" in checks["device plugin socket"].detail
     assert checks["driver sockets"].verdict == "warn"
 
 
@@ -102,8 +102,8 @@ def test_what_the_plugin_pod_does_not_mount_is_a_warning_not_an_ok(node: Node) -
     (node.kubelet / "device-plugins").rmdir()
     node.config.unlink()
     checks = node.checks()
-    assert checks["device plugin"].verdict == "warn"
-    assert "not visible here" in checks["device plugin"].detail
+    assert checks["device plugin socket"].verdict == "warn"
+    assert "not visible here" in checks["device plugin socket"].detail
     assert checks["runtime CDI"].verdict == "warn"
     assert "does not mount it" in checks["runtime CDI"].detail
 
