@@ -33,8 +33,13 @@ def cluster_checks(get: Get, list_: List) -> list[Check]:
     """Every cluster check, each on its own: one that cannot read says so and the
     others still run."""
     checks = []
-    for check in (_server, _dra_api, _classes, _policies, _nodes):
-        name = check.__name__.strip("_")
+    for name, check in (
+        ("kubernetes", _server),
+        ("DRA API", _dra_api),
+        ("device classes", _classes),
+        ("admission policies", _policies),
+        ("neuron nodes", _nodes),
+    ):
         try:
             checks += check(get, list_)
         except ApiError as err:
