@@ -6,6 +6,7 @@ runtime's configuration) is a warning that says so, never an OK."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
 _DEVICE_PLUGIN_SOCKET = re.compile(r"^(aws\.amazon\.com_neuron|neuron).*\.sock$")
 _CDI_DIRS = ("etc/cdi", "var/run/cdi")
 NOT_MOUNTED = "the plugin's pod does not mount it"
+AS_ROOT = "run doctor as root (sudo): the kubelet's directories are root's alone"
 
 
 def node_checks(
@@ -73,7 +75,8 @@ def _neuron_driver(root: Path) -> list[Check]:
     missing = [
         f"/dev/neuron{d.index}"
         for d in inventory.devices
-        if not (root / "dev" / f"neuron{d.index}").exists()
+        # os.path's tests, not Path's: those raise on a path this user may not see.
+        if not os.path.exists(root / "dev" / f"neuron{d.index}")  # noqa: PTH110
     ]
     checks.append(
         fail("device nodes", f"missing {', '.join(missing)}", "reload the Neuron driver")
@@ -83,8 +86,21 @@ def _neuron_driver(root: Path) -> list[Check]:
     return checks
 
 
+def _denied(path: Path) -> bool:
+    """Whether this process may not look into the directory `path` (or a parent)."""
+    try:
+        with os.scandir(path):
+            return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+
+
 def _device_plugin(kubelet_dir: Path, *, driver_serving: bool) -> Check:
     directory = kubelet_dir / "device-plugins"
+    if _denied(directory):
+        return warn("device plugin socket", f"{directory} not readable here", AS_ROOT)
     if not directory.is_dir():
         return warn(
             "device plugin socket",
@@ -96,7 +112,7 @@ def _device_plugin(kubelet_dir: Path, *, driver_serving: bool) -> Check:
     try:
         sockets = sorted(p.name for p in directory.iterdir() if _DEVICE_PLUGIN_SOCKET.match(p.name))
     except OSError as err:
-        return warn("device plugin socket", f"{directory} not read: {err}", "run doctor as root")
+        return warn("device plugin socket", f"{directory} not read: {err}", AS_ROOT)
     if not sockets:
         return ok("device plugin socket", f"no Neuron device plugin socket in {directory}")
     detail = f"the Neuron device plugin serves this node ({', '.join(sockets)} in {directory})"
@@ -114,6 +130,8 @@ def _device_plugin(kubelet_dir: Path, *, driver_serving: bool) -> Check:
 
 
 def _kubelet_dirs(kubelet_dir: Path) -> Check:
+    if _denied(kubelet_dir):
+        return warn("kubelet directories", f"{kubelet_dir} not readable here", AS_ROOT)
     missing = [d for d in ("plugins_registry", "plugins") if not (kubelet_dir / d).is_dir()]
     if missing:
         return fail(
@@ -125,7 +143,8 @@ def _kubelet_dirs(kubelet_dir: Path) -> Check:
 
 
 def _cdi_dirs(dirs: Sequence[Path]) -> Check:
-    present = [str(d) for d in dirs if d.is_dir()]
+    # os.path.isdir: Path.is_dir raises on a directory this user may not see.
+    present = [str(d) for d in dirs if os.path.isdir(d)]  # noqa: PTH112
     if not present:
         return warn(
             "CDI directories",
@@ -174,6 +193,9 @@ def _agent(kubelet_dir: Path) -> Check:
     """The driver's sockets, of any pod (their names carry its UID): one of each kind
     that accepts connections is a plugin serving the kubelet."""
     registry, plugin_dir = kubelet_dir / "plugins_registry", kubelet_dir / "plugins" / DRIVER_NAME
+    denied = [str(d) for d in (registry, plugin_dir) if _denied(d)]
+    if denied:
+        return warn("driver sockets", f"{' and '.join(denied)} not readable here", AS_ROOT)
     registrations, dras = driver_sockets(registry, plugin_dir)
     if not registrations and not dras:
         return warn(

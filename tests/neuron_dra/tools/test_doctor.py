@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from consts import DRIVER_NAME
+from neuron_dra.hardware.fakenode import build_fake_node
 from neuron_dra.tools.doctor.nodechecks import node_checks
 from neuron_dra.tools.doctor.verdicts import Check, exit_status
 from tests.sysfs_tree import FakeNode
@@ -158,3 +160,43 @@ def test_a_missing_socket_fails_and_the_command_exits_1(node: Node) -> None:
     assert report["failed"] == 1
     [failed] = [c for c in report["checks"] if c["verdict"] == "fail"]
     assert failed["name"] == "driver sockets" and failed["fix"]
+
+
+def test_not_root_on_the_host_is_told_to_be_root(node: Node) -> None:
+    """The kubelet's directories are root's alone: a user's doctor says it could not
+    look, not that the driver is missing."""
+    node.kubelet.chmod(0o700)
+    # The rest of the node readable by all, as a host's /sys, /dev and /etc are.
+    public = Path(tempfile.mkdtemp(prefix="ndr-"))
+    public.chmod(0o755)
+    node.root = build_fake_node(public / "root", "trn2.48xlarge")
+    (node.root / "var/run/cdi").mkdir(parents=True)
+    shutil.copy(node.config, public / "config.toml")
+    node.config = public / "config.toml"
+    # Root reads whatever the modes say: the command runs as nobody there.
+    as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    done = subprocess.run(
+        [
+            *(as_user if os.geteuid() == 0 else []),
+            sys.executable,
+            "-m",
+            "neuron_dra",
+            "doctor",
+            f"--sysfs-root={node.root}",
+            f"--kubelet-dir={node.kubelet}",
+            f"--containerd-config={node.config}",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    shutil.rmtree(public)
+    assert done.returncode == 0, done.stderr
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    for name in ("device plugin socket", "kubelet directories", "driver sockets"):
+        assert checks[name]["verdict"] == "warn", checks[name]
+        assert checks[name]["detail"].endswith("not readable here"), checks[name]
+        assert "run doctor as root" in checks[name]["fix"]
