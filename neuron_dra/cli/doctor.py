@@ -8,7 +8,12 @@ import json
 import os
 from pathlib import Path
 
-from consts import ENV_CDI_ROOT, ENV_KUBELET_REGISTRAR_DIRECTORY_PATH
+from consts import (
+    ENV_CDI_ROOT,
+    ENV_HEALTHCHECK_ADDRESS,
+    ENV_HEALTHCHECK_PORT,
+    ENV_KUBELET_REGISTRAR_DIRECTORY_PATH,
+)
 from neuron_dra.cli.flags import SubParsers, add_sysfs_root
 
 
@@ -46,6 +51,12 @@ def add_command(subparsers: SubParsers) -> None:
         default=Path("/etc/containerd/config.toml"),
         help="the container runtime's configuration, for its CDI setting",
     )
+    cmd.add_argument(
+        "--plugin-probe",
+        metavar="HOST:PORT",
+        help=f"ask the plugin's probes there (default ${ENV_HEALTHCHECK_ADDRESS}:"
+        f"${ENV_HEALTHCHECK_PORT}, as in the plugin's pod; elsewhere not asked)",
+    )
     cluster = cmd.add_mutually_exclusive_group()
     cluster.add_argument("--kubeconfig", type=Path, help="check this cluster too")
     cluster.add_argument(
@@ -64,6 +75,13 @@ def add_command(subparsers: SubParsers) -> None:
     cmd.set_defaults(command=_doctor)
 
 
+def _probe_in_the_pod() -> str | None:
+    host, port = os.environ.get(ENV_HEALTHCHECK_ADDRESS), os.environ.get(ENV_HEALTHCHECK_PORT)
+    if not host or not port:
+        return None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from neuron_dra.tools.doctor import verdicts  # noqa: PLC0415 (on demand, as every command)
 
@@ -77,6 +95,11 @@ def _doctor(args: argparse.Namespace) -> int:
         cdi_root = os.environ.get(ENV_CDI_ROOT)
         cdi_dirs = args.cdi_dir or ([Path(cdi_root)] if cdi_root else None)
         checks += node_checks(args.sysfs_root, args.kubelet_dir, args.containerd_config, cdi_dirs)
+        probe = args.plugin_probe or _probe_in_the_pod()
+        if probe:
+            from neuron_dra.tools.doctor.plugincheck import plugin_probes  # noqa: PLC0415
+
+            checks.append(plugin_probes(probe))
     if cluster:
         from neuron_dra.agent.apiclient.kube import Kube  # noqa: PLC0415
         from neuron_dra.tools.doctor.clusterchecks import cluster_checks  # noqa: PLC0415

@@ -113,6 +113,7 @@ def check_in_the_pod_on_a_sound_node(real: RealCluster) -> None:
     # What only a serving plugin and an installed driver pass, seen from the pod.
     assert f"{DRIVER_NAME}-" in checks["driver sockets"]["detail"]
     assert checks["neuron nodes"]["detail"] == "1 publish their devices"
+    assert checks["plugin probes"]["detail"].endswith("live, and ready: the kubelet registered it")
 
 
 def check_on_the_host_broken_one_way_at_a_time(real: RealCluster) -> None:
@@ -167,14 +168,21 @@ def check_a_deleted_admission_policy(real: RealCluster) -> None:
 
 def check_a_plugin_without_its_dra_socket(real: RealCluster) -> None:
     """The DRA socket removed under a running plugin: the kubelet can no longer call
-    it. Fails from the pod; a new pod (the fix) serves again."""
+    it. Fails from the pod, its sockets and its liveness; a new pod (the fix, which the
+    kubelet's liveness probe would make too) serves again."""
     [old] = real.plugin_pods()
     gone = real.node.nsenter(["sh", "-c", f"rm /var/lib/kubelet/plugins/{DRIVER_NAME}/dra-*.sock"])
     assert gone.returncode == 0, gone.stderr
     code, checks = in_the_pod(real)
-    assert (code, checks["driver sockets"]["verdict"]) == (1, "fail"), checks
+    assert code == 1
+    assert not_ok(checks) == {
+        **dict.fromkeys(POD_WARNINGS, "warn"),
+        "driver sockets": "fail",
+        "plugin probes": "fail",
+    }, checks
     assert "no DRA socket serving" in checks["driver sockets"]["detail"]
     assert "restart the node's plugin pod" in checks["driver sockets"]["fix"]
+    assert "not live: its DRA socket is gone" in checks["plugin probes"]["detail"]
     real.cluster.delete("v1", "Pod", old["metadata"]["name"], "neuron-dra")
     real.cluster.wait_for(
         "a new plugin pod Ready",
@@ -182,4 +190,4 @@ def check_a_plugin_without_its_dra_socket(real: RealCluster) -> None:
         120.0,
     )
     code, checks = in_the_pod(real)
-    assert (code, checks["driver sockets"]["verdict"]) == (0, "ok"), checks
+    assert (code, not_ok(checks)) == (0, dict.fromkeys(POD_WARNINGS, "warn")), checks

@@ -160,8 +160,7 @@ def _containerd_cdi(config: Path) -> Check:
     except FileNotFoundError:
         return warn(
             "runtime CDI",
-            f"no {config} here (in the plugin's pod: {NOT_MOUNTED}): the runtime's CDI "
-            "setting is unknown",
+            f"no {config} here ({NOT_MOUNTED}): the runtime's CDI setting is unknown",
             "run doctor on the host with --containerd-config; containerd 2.0 and CRI-O read "
             "CDI specs by default, containerd 1.7 needs enable_cdi = true",
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from consts import DRIVER_NAME
+from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE, Health, probe_server
 from neuron_dra.hardware.fakenode import build_fake_node
 from neuron_dra.tools.doctor.nodechecks import node_checks
+from neuron_dra.tools.doctor.plugincheck import plugin_probes
 from neuron_dra.tools.doctor.verdicts import Check, exit_status
 from tests.sysfs_tree import FakeNode
 
@@ -200,3 +203,35 @@ def test_not_root_on_the_host_is_told_to_be_root(node: Node) -> None:
         assert checks[name]["verdict"] == "warn", checks[name]
         assert checks[name]["detail"].endswith("not readable here"), checks[name]
         assert "run doctor as root" in checks[name]["fix"]
+
+
+def test_the_plugins_probes_are_asked(tmp_path: Path) -> None:
+    """The agent's own probe server: not ready until the kubelet registered the plugin,
+    then live and ready (ok); its DRA socket gone, not live; the server gone, no answer
+    (warn)."""
+    dra = tmp_path / "dra.sock"
+    dra_server = listen(dra)
+
+    async def asked() -> list[Check]:
+        health = Health(dra_socket=dra)
+        health.set_serving(True)
+        server = probe_server(health)
+        target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+        await server.start()
+        try:
+            seen = [await asyncio.to_thread(plugin_probes, target)]
+            health.set_serving(True, READINESS_SERVICE)
+            seen.append(await asyncio.to_thread(plugin_probes, target))
+            dra.unlink()
+            seen.append(await asyncio.to_thread(plugin_probes, target))
+        finally:
+            await server.stop(None)
+        return [*seen, await asyncio.to_thread(plugin_probes, target, 1.0)]
+
+    not_ready, sound, not_live, gone = asyncio.run(asked())
+    dra_server.close()
+    verdicts = [c.verdict for c in (not_ready, sound, not_live, gone)]
+    assert verdicts == ["fail", "ok", "fail", "warn"]
+    assert "has not registered the plugin" in not_ready.detail
+    assert "not live: its DRA socket is gone" in not_live.detail
+    assert "did not answer (UNAVAILABLE)" in gone.detail
