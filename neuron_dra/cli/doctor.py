@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from consts import (
     ENV_CDI_ROOT,
@@ -15,6 +16,9 @@ from consts import (
     ENV_KUBELET_REGISTRAR_DIRECTORY_PATH,
 )
 from neuron_dra.cli.flags import SubParsers, add_sysfs_root
+
+if TYPE_CHECKING:
+    from neuron_dra.tools.doctor.verdicts import Check
 
 
 def _kubelet_dir() -> Path:
@@ -88,27 +92,31 @@ def _doctor(args: argparse.Namespace) -> int:
     cluster = args.kubeconfig is not None or args.in_cluster
     if args.no_node and not cluster:
         raise ValueError("nothing to check: --no-node needs --kubeconfig or --in-cluster")
-    checks = []
+    node: list[Check] = []
     if not args.no_node:
         from neuron_dra.tools.doctor.nodechecks import node_checks  # noqa: PLC0415
 
         cdi_root = os.environ.get(ENV_CDI_ROOT)
         cdi_dirs = args.cdi_dir or ([Path(cdi_root)] if cdi_root else None)
-        checks += node_checks(args.sysfs_root, args.kubelet_dir, args.containerd_config, cdi_dirs)
+        node += node_checks(args.sysfs_root, args.kubelet_dir, args.containerd_config, cdi_dirs)
         probe = args.plugin_probe or _probe_in_the_pod()
         if probe:
             from neuron_dra.tools.doctor.plugincheck import plugin_probes  # noqa: PLC0415
 
-            checks.append(plugin_probes(probe))
+            node.append(plugin_probes(probe))
+    in_cluster: list[Check] = []
     if cluster:
         from neuron_dra.agent.apiclient.kube import Kube  # noqa: PLC0415
         from neuron_dra.tools.doctor.clusterchecks import cluster_checks  # noqa: PLC0415
 
         kube = Kube.connect(args.kubeconfig)
         try:
-            checks += cluster_checks(kube.get_sync, kube.list_sync)
+            in_cluster += cluster_checks(kube.get_sync, kube.list_sync)
         finally:
             kube.close()
+    from neuron_dra.tools.doctor.together import together  # noqa: PLC0415
+
+    checks = together(node, in_cluster)
     if args.output == "json":
         print(json.dumps(verdicts.as_json(checks), indent=2))
     else:

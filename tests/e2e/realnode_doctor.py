@@ -191,3 +191,26 @@ def check_a_plugin_without_its_dra_socket(real: RealCluster) -> None:
     )
     code, checks = in_the_pod(real)
     assert (code, not_ok(checks)) == (0, dict.fromkeys(POD_WARNINGS, "warn")), checks
+
+
+def check_on_the_host_without_its_plugin(real: RealCluster) -> None:
+    """The driver installed but its pod kept off the node (a node selector it does not
+    match): on the host, the node's missing sockets fail, as the cluster has the driver;
+    the DaemonSet's pod back (the fix), it passes."""
+    away = {"neuron-dra.test/away": "true"}
+    selector = {"spec": {"template": {"spec": {"nodeSelector": away}}}}
+    real.cluster.patch("apps/v1", "DaemonSet", "neuron-dra", selector, "neuron-dra")
+    real.cluster.wait_for("the plugin pod gone", lambda: not real.plugin_pods(), 60.0)
+    try:
+        code, checks = on_the_host(real)
+    finally:
+        back = {"spec": {"template": {"spec": {"nodeSelector": dict.fromkeys(away)}}}}
+        real.cluster.patch("apps/v1", "DaemonSet", "neuron-dra", back, "neuron-dra")
+        real.cluster.wait_for("the plugin pod Ready again", real.ready_plugin, 120.0)
+    assert code == 1
+    assert not_ok(checks) == {"driver sockets": "fail"}, checks
+    check = checks["driver sockets"]
+    assert check["detail"].endswith("though the cluster has the driver"), check
+    assert "kubectl -n neuron-dra get pods -o wide" in check["fix"]
+    code, checks = on_the_host(real)
+    assert (code, not_ok(checks)) == (0, {}), checks

@@ -415,6 +415,10 @@ def test_doctor_on_the_host_broken_one_way_at_a_time(real: RealCluster) -> None:
     realnode_doctor.check_on_the_host_broken_one_way_at_a_time(real)
 
 
+def test_doctor_on_the_host_fails_without_its_plugin(real: RealCluster) -> None:
+    realnode_doctor.check_on_the_host_without_its_plugin(real)
+
+
 def test_doctor_fails_on_a_deleted_admission_policy(real: RealCluster) -> None:
     realnode_doctor.check_a_deleted_admission_policy(real)
 

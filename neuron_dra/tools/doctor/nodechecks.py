@@ -21,6 +21,7 @@ from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
 _DEVICE_PLUGIN_SOCKET = re.compile(r"^(aws\.amazon\.com_neuron|neuron).*\.sock$")
 _CDI_DIRS = ("etc/cdi", "var/run/cdi")
 NOT_MOUNTED = "the plugin's pod does not mount it"
+NOT_SERVING = "the driver is not serving this node"
 AS_ROOT = "run doctor as root (sudo): the kubelet's directories are root's alone"
 
 
@@ -199,8 +200,7 @@ def _agent(kubelet_dir: Path) -> Check:
     if not registrations and not dras:
         return warn(
             "driver sockets",
-            f"the driver is not serving this node (no socket of its in {registry} nor "
-            f"{plugin_dir})",
+            f"{NOT_SERVING} (no socket of its in {registry} nor {plugin_dir})",
             "before install this is expected; after it, see `kubectl -n neuron-dra logs` "
             "of this node's plugin pod",
         )

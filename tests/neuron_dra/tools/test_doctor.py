@@ -20,7 +20,8 @@ from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE, Health, probe_
 from neuron_dra.hardware.fakenode import build_fake_node
 from neuron_dra.tools.doctor.nodechecks import node_checks
 from neuron_dra.tools.doctor.plugincheck import plugin_probes
-from neuron_dra.tools.doctor.verdicts import Check, exit_status
+from neuron_dra.tools.doctor.together import together
+from neuron_dra.tools.doctor.verdicts import Check, exit_status, fail, ok
 from tests.sysfs_tree import FakeNode
 
 
@@ -235,3 +236,17 @@ def test_the_plugins_probes_are_asked(tmp_path: Path) -> None:
     assert "has not registered the plugin" in not_ready.detail
     assert "not live: its DRA socket is gone" in not_live.detail
     assert "did not answer (UNAVAILABLE)" in gone.detail
+
+
+def test_a_node_the_driver_does_not_serve_fails_once_the_cluster_has_it(node: Node) -> None:
+    for directory in ("plugins_registry", f"plugins/{DRIVER_NAME}"):
+        for path in (node.kubelet / directory).iterdir():
+            path.unlink()
+    alone = list(node.checks().values())
+    installed = [ok("device classes", "neuron.aws.com, neuroncore.neuron.aws.com")]
+    before = [fail("device classes", "missing neuron.aws.com", "install the driver")]
+    verdicts = {
+        name: {c.name: c.verdict for c in together(alone, cluster)}["driver sockets"]
+        for name, cluster in (("alone", []), ("before", before), ("installed", installed))
+    }
+    assert verdicts == {"alone": "warn", "before": "warn", "installed": "fail"}
