@@ -33,6 +33,7 @@ HELM = "tests/e2e/test_helm.py::test_the_documented_helm_commands_run"
 # on the real node only.
 HELM_TEST = "tests/e2e/test_realnode.py::test_the_helm_chart_installs_the_same_driver"
 EXEC = "tests/e2e/test_realnode.py::test_the_documented_exec_commands_run_in_the_plugin_pod"
+DOCTOR = "tests/e2e/test_realnode.py::test_doctor_in_the_plugin_pod_on_a_sound_node"
 RELEASE = "tests/e2e/test_release.py::test_the_documented_release_commands_run"
 IMAGE = "tests/test_docs.py::test_the_image_build_command_is_the_one_the_real_node_runs"
 PROMTOOL = "tests/e2e/test_monitoring.py::test_the_documented_promtool_commands_run"
@@ -84,7 +85,9 @@ def runner(command: DocCommand) -> str:
     if program == "neuron-dra" or argv[:2] == ["source", "<(neuron-dra"]:
         return CLUSTER if "--kubeconfig" in argv else OFFLINE
     if program == "kubectl":
-        return EXEC if argv[1] == "exec" else CLUSTER
+        if argv[1] != "exec":
+            return CLUSTER
+        return DOCTOR if "doctor" in argv else EXEC
     if program == "helm":
         return HELM_TEST if argv[1] == "test" else HELM
     if program == "scripts/install-dra-driver.sh":

@@ -5,9 +5,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from consts import (
+    ENV_CDI_ROOT,
+    ENV_HEALTHCHECK_ADDRESS,
+    ENV_HEALTHCHECK_PORT,
+    ENV_KUBELET_REGISTRAR_DIRECTORY_PATH,
+)
 from neuron_dra.cli.flags import SubParsers, add_sysfs_root
+
+if TYPE_CHECKING:
+    from neuron_dra.tools.doctor.verdicts import Check
+
+
+def _kubelet_dir() -> Path:
+    """The plugin pod's: its registration directory's parent; else the kubelet's default."""
+    registrar = os.environ.get(ENV_KUBELET_REGISTRAR_DIRECTORY_PATH)
+    return Path(registrar).parent if registrar else Path("/var/lib/kubelet")
 
 
 def add_command(subparsers: SubParsers) -> None:
@@ -15,14 +32,22 @@ def add_command(subparsers: SubParsers) -> None:
         "doctor",
         help="check a node and a cluster for the driver, before and after install",
         description="On a node (the host, or the plugin's pod), the node's checks; with "
-        "--kubeconfig, the cluster's; both where both are given.",
+        "--kubeconfig or --in-cluster, the cluster's; both where both are given.",
     )
     add_sysfs_root(cmd)
     cmd.add_argument(
         "--kubelet-dir",
         type=Path,
-        default=Path("/var/lib/kubelet"),
-        help="the kubelet's --root-dir (default /var/lib/kubelet)",
+        default=_kubelet_dir(),
+        help="the kubelet's --root-dir (default: the parent of "
+        f"${ENV_KUBELET_REGISTRAR_DIRECTORY_PATH}, as in the plugin's pod, or /var/lib/kubelet)",
+    )
+    cmd.add_argument(
+        "--cdi-dir",
+        type=Path,
+        action="append",
+        help=f"a CDI directory, repeated for several (default ${ENV_CDI_ROOT}, as in the "
+        "plugin's pod, or /etc/cdi and /var/run/cdi under --sysfs-root)",
     )
     cmd.add_argument(
         "--containerd-config",
@@ -30,7 +55,19 @@ def add_command(subparsers: SubParsers) -> None:
         default=Path("/etc/containerd/config.toml"),
         help="the container runtime's configuration, for its CDI setting",
     )
-    cmd.add_argument("--kubeconfig", type=Path, help="check this cluster too")
+    cmd.add_argument(
+        "--plugin-probe",
+        metavar="HOST:PORT",
+        help=f"ask the plugin's probes there (default ${ENV_HEALTHCHECK_ADDRESS}:"
+        f"${ENV_HEALTHCHECK_PORT}, as in the plugin's pod; elsewhere not asked)",
+    )
+    cluster = cmd.add_mutually_exclusive_group()
+    cluster.add_argument("--kubeconfig", type=Path, help="check this cluster too")
+    cluster.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="check the cluster too, as the pod's service account (in the plugin's pod)",
+    )
     cmd.add_argument("--no-node", action="store_true", help="skip the node's checks (a laptop, CI)")
     cmd.add_argument(
         "-o",
@@ -42,25 +79,44 @@ def add_command(subparsers: SubParsers) -> None:
     cmd.set_defaults(command=_doctor)
 
 
+def _probe_in_the_pod() -> str | None:
+    host, port = os.environ.get(ENV_HEALTHCHECK_ADDRESS), os.environ.get(ENV_HEALTHCHECK_PORT)
+    if not host or not port:
+        return None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from neuron_dra.tools.doctor import verdicts  # noqa: PLC0415 (on demand, as every command)
 
-    if args.no_node and args.kubeconfig is None:
-        raise ValueError("nothing to check: --no-node needs --kubeconfig")
-    checks = []
+    cluster = args.kubeconfig is not None or args.in_cluster
+    if args.no_node and not cluster:
+        raise ValueError("nothing to check: --no-node needs --kubeconfig or --in-cluster")
+    node: list[Check] = []
     if not args.no_node:
         from neuron_dra.tools.doctor.nodechecks import node_checks  # noqa: PLC0415
 
-        checks += node_checks(args.sysfs_root, args.kubelet_dir, args.containerd_config)
-    if args.kubeconfig is not None:
+        cdi_root = os.environ.get(ENV_CDI_ROOT)
+        cdi_dirs = args.cdi_dir or ([Path(cdi_root)] if cdi_root else None)
+        node += node_checks(args.sysfs_root, args.kubelet_dir, args.containerd_config, cdi_dirs)
+        probe = args.plugin_probe or _probe_in_the_pod()
+        if probe:
+            from neuron_dra.tools.doctor.plugincheck import plugin_probes  # noqa: PLC0415
+
+            node.append(plugin_probes(probe))
+    in_cluster: list[Check] = []
+    if cluster:
         from neuron_dra.agent.apiclient.kube import Kube  # noqa: PLC0415
         from neuron_dra.tools.doctor.clusterchecks import cluster_checks  # noqa: PLC0415
 
         kube = Kube.connect(args.kubeconfig)
         try:
-            checks += cluster_checks(kube.get_sync, kube.list_sync)
+            in_cluster += cluster_checks(kube.get_sync, kube.list_sync)
         finally:
             kube.close()
+    from neuron_dra.tools.doctor.together import together  # noqa: PLC0415
+
+    checks = together(node, in_cluster)
     if args.output == "json":
         print(json.dumps(verdicts.as_json(checks), indent=2))
     else:

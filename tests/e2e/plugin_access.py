@@ -20,12 +20,14 @@ from typing import Any, cast
 
 import pytest
 
+from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.kube import ApiConfig, Kube
 from neuron_dra.agent.slices import features
 from neuron_dra.agent.slices.publisher import SlicePublisher
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, UltraServerDevices, build_slices
+from neuron_dra.tools.doctor.clusterchecks import POLICIES
 from neuron_dra_harness.cluster import Cluster
 
 NAMESPACE = "neuron-dra"
@@ -59,7 +61,7 @@ def object_state(cluster: Cluster, keys: list[Key]) -> dict[Key, tuple[str, int]
 Target = tuple[str, str, str, str]  # group, resource, subresource, namespace ("" cluster scope)
 
 
-def can(cluster: Cluster, verb: str, target: Target) -> bool:
+def can(cluster: Cluster, verb: str, target: Target, name: str = "") -> bool:
     group, resource, sub, namespace = target
     review = {
         "apiVersion": "authorization.k8s.io/v1",
@@ -73,6 +75,7 @@ def can(cluster: Cluster, verb: str, target: Target) -> bool:
                 "resource": resource,
                 "subresource": sub,
                 "namespace": namespace,
+                "name": name,
             },
         },
     }
@@ -102,10 +105,23 @@ CHECKED: list[Target] = [
 ]
 
 
+# What `neuron-dra doctor --in-cluster` reads in the plugin's pod, each object by name.
+NAMED_READS: dict[Target, tuple[str, ...]] = {
+    ("resource.k8s.io", "deviceclasses", "", ""): (DRIVER_NAME, f"neuroncore.{DRIVER_NAME}"),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies", "", ""): POLICIES,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings", "", ""): POLICIES,
+}
+
+
 def check_rbac(cluster: Cluster) -> None:
-    """The ClusterRole and Role grant exactly the calls the plugin makes."""
+    """The ClusterRole and Role grant exactly the calls the plugin makes, and the
+    reads of doctor run in its pod: get of those objects, by name, nothing else."""
     allowed = {k: {v for v in VERBS if can(cluster, v, k)} for k in CHECKED}
     assert allowed == {k: GRANTED.get(k, set()) for k in CHECKED}
+    for target, names in NAMED_READS.items():
+        for name in (*names, "someone-elses"):
+            verbs = {v for v in VERBS if can(cluster, v, target, name)}
+            assert verbs == ({"get"} if name in names else set()), (target, name, verbs)
 
 
 class Reply:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from consts import DRIVER_NAME
 from neuron_dra_harness.build import Binaries
@@ -28,7 +29,9 @@ def cluster(e2e_binaries: Binaries) -> Iterator[Cluster]:
         yield cluster
 
 
-def doctor(cluster: Cluster) -> tuple[int, dict[str, dict[str, Any]]]:
+def doctor(
+    cluster: Cluster, kubeconfig: Path | None = None
+) -> tuple[int, dict[str, dict[str, Any]]]:
     done = subprocess.run(
         [
             sys.executable,
@@ -36,7 +39,7 @@ def doctor(cluster: Cluster) -> tuple[int, dict[str, dict[str, Any]]]:
             "neuron_dra",
             "doctor",
             "--no-node",
-            f"--kubeconfig={cluster.kubeconfig}",
+            f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
             "-o",
             "json",
         ],
@@ -94,3 +97,50 @@ def test_a_node_the_device_plugin_serves_too(cluster: Cluster) -> None:
     check = checks["device plugin"]
     assert check["verdict"] == "fail"
     assert "also serves trn-b" in check["detail"]
+
+
+def test_a_deleted_admission_policy_fails_until_applied_again(cluster: Cluster) -> None:
+    """One policy gone from an install that has the others: a broken install, not one
+    without policies."""
+    cluster.apply_yaml((REPO / "deploy/admission-policy.yaml").read_text())
+    api = "admissionregistration.k8s.io/v1"
+    cluster.delete(api, "ValidatingAdmissionPolicy", "neuron-dra-claim-status")
+    _, checks = doctor(cluster)
+    check = checks["admission policies"]
+    assert check["verdict"] == "fail"
+    assert "validatingadmissionpolicies neuron-dra-claim-status" in check["detail"]
+    assert "apply the chart again" in check["fix"]
+    cluster.apply_yaml((REPO / "deploy/admission-policy.yaml").read_text())
+    _, checks = doctor(cluster)
+    assert checks["admission policies"]["verdict"] == "ok"
+
+
+def test_what_the_account_may_not_read_is_a_warning_that_says_so(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """As a service account granted nothing: the checks it may not read warn that the
+    server forbade them, with the fix; those it may still pass."""
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bare"}})
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "nobody", "namespace": "bare"},
+        }
+    )
+    path = "/api/v1/namespaces/bare/serviceaccounts/nobody/token"
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+    token = cluster.request("POST", path, request)["status"]["token"]
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    kubeconfig = tmp_path / "nobody.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    code, checks = doctor(cluster, kubeconfig)
+    assert code == 0
+    assert checks["kubernetes"]["verdict"] == checks["DRA API"]["verdict"] == "ok"
+    for name in ("device classes", "admission policies", "neuron nodes"):
+        check = checks[name]
+        assert check["verdict"] == "warn", check
+        assert check["detail"].startswith("could not read: 403"), check
+        assert "give the account doctor runs as get on it" in check["fix"]

@@ -30,6 +30,7 @@ from neuron_dra_harness import realcluster, scrape
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.realcluster import INSTANCE_TYPE, NODE, RealCluster
 from tests import doc_commands
+from tests.e2e import realnode_doctor
 from tests.e2e.test_cores import visible
 from tests.e2e.test_examples import load
 from tests.e2e.test_helm import CHART, RELEASE, helm, helm_env, ok, run
@@ -402,6 +403,28 @@ def test_a_reboot_clears_the_previous_boots_specs(real: RealCluster) -> None:
     assert uid not in json.dumps(checkpoint) and fresh in json.dumps(checkpoint)
     real.cluster.delete("v1", "Pod", "after-reboot", ns)
     wait_released(real, ns, "after-reboot", fresh)
+
+
+# `neuron-dra doctor` (realnode_doctor): in the plugin's pod and on the host, sound and
+# broken one way at a time.
+def test_doctor_in_the_plugin_pod_on_a_sound_node(real: RealCluster) -> None:
+    realnode_doctor.check_in_the_pod_on_a_sound_node(real)
+
+
+def test_doctor_on_the_host_broken_one_way_at_a_time(real: RealCluster) -> None:
+    realnode_doctor.check_on_the_host_broken_one_way_at_a_time(real)
+
+
+def test_doctor_on_the_host_fails_without_its_plugin(real: RealCluster) -> None:
+    realnode_doctor.check_on_the_host_without_its_plugin(real)
+
+
+def test_doctor_fails_on_a_deleted_admission_policy(real: RealCluster) -> None:
+    realnode_doctor.check_a_deleted_admission_policy(real)
+
+
+def test_doctor_fails_on_a_plugin_without_its_dra_socket(real: RealCluster) -> None:
+    realnode_doctor.check_a_plugin_without_its_dra_socket(real)
 
 
 def test_the_helm_chart_installs_the_same_driver(

@@ -216,7 +216,7 @@ class KubeletPlugin:
         # checkpoint loaded (start-up is mostly imports); `serve_claims` ends the wait.
         self._dra = DraV1(preparer)
         self.resource_health = ResourceHealth(pool)
-        self.health = Health(self.registration_socket)
+        self.health = Health(self.registration_socket, self.dra_socket)
         self.registration = Registration(self.dra_socket, self.health)
         self.health_port = health_port
         self.health_address = health_address

@@ -47,28 +47,30 @@ CONNECTION_AGE_GRACE_S = 5
 
 class Health:
     """The kubelet's gRPC probes. Liveness (service ""): serving while the DRA socket is
-    up and no long-lived loop of the agent keeps failing. Readiness (service
+    up (served, and `dra_socket` still a socket: the kubelet calls the plugin at that
+    file, and a plugin whose file is gone is restarted, which serves it anew) and no
+    long-lived loop of the agent keeps failing. Readiness (service
     READINESS_SERVICE): serving once the kubelet has registered the plugin, until it
     reports a failed registration or the socket is served anew, while every loop runs
     (see `supervisor`), and while `registration_socket` is a socket: the kubelet finds
     the plugin by that file, so a plugin whose file is gone (removed, replaced, or its
     directory) is not ready, whatever else says so, until it is served again."""
 
-    def __init__(self, registration_socket: Path | None = None) -> None:
+    def __init__(
+        self, registration_socket: Path | None = None, dra_socket: Path | None = None
+    ) -> None:
         self._registration_socket = registration_socket
+        self._dra_socket = dra_socket
         self._serving = dict.fromkeys(HEALTH_SERVICES, False)
         self._down: set[str] = set()  # loops waiting to be started again: not ready
         self._failing: set[str] = set()  # loops failing again and again: not live
 
     def serving(self, service: str = "") -> bool:
-        if service == READINESS_SERVICE and (self._down or not self._socket_served()):
+        if service == READINESS_SERVICE and (self._down or not _present(self._registration_socket)):
             return False
-        if service == "" and self._failing:
+        if service == "" and (self._failing or not _present(self._dra_socket)):
             return False
         return self._serving[service]
-
-    def _socket_served(self) -> bool:
-        return self._registration_socket is None or is_socket(self._registration_socket)
 
     def set_serving(self, serving: bool, service: str = "") -> None:
         self._serving[service] = serving
@@ -93,6 +95,10 @@ class Health:
         return health_pb.HealthCheckResponse(
             status=serving if self.serving(request.service) else not_serving
         )
+
+
+def _present(socket: Path | None) -> bool:
+    return socket is None or is_socket(socket)
 
 
 def probe_server(health: Health) -> grpc.aio.Server:

@@ -40,6 +40,24 @@ def socket_paths(registrar_dir: Path, plugins_dir: Path, pod_uid: str | None) ->
     return registrar_dir / f"{DRIVER_NAME}-reg.sock", plugins_dir / DRIVER_NAME / "dra.sock"
 
 
+def driver_sockets(registrar_dir: Path, plugin_dir: Path) -> tuple[list[Path], list[Path]]:
+    """This driver's (registration, DRA) sockets, of every pod that made them."""
+    return _matching(registrar_dir, _REGISTRATION_NAME), _matching(plugin_dir, _DRA_NAME)
+
+
+def serving(path: Path) -> bool:
+    """Whether something accepts connections on the socket at `path`."""
+    if not is_socket(path):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(STALE_PROBE_TIMEOUT_S)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 def is_socket(path: Path) -> bool:
     """Whether the file at `path` itself (not a link's target) is a socket: one lstat."""
     try:

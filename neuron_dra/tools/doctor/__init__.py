@@ -2,7 +2,8 @@
 
 Each check gives a verdict (ok, warn, fail), what it saw and, where not ok, the fix.
 `nodechecks` reads the node's own files (sysfs, /dev, the kubelet's directories,
-the container runtime's configuration); `clusterchecks` reads the API server
+the container runtime's configuration); `plugincheck` asks the plugin's own probes
+(in its pod); `clusterchecks` reads the API server
 through a get function, so it is tested against a real one. `verdicts` prints
 them and gives the exit status.
 """

@@ -9,30 +9,58 @@ from collections.abc import Callable
 from typing import Any
 
 from consts import DRIVER_NAME
+from neuron_dra.agent.apiclient.errors import ApiError
 from neuron_dra.agent.slices.deviceplugin import plugin_resources
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
 
 Json = dict[str, Any]
-Get = Callable[[str], Json]  # GET a path; raises on an error the check reports
+Get = Callable[[str], Json]  # GET a path; raises ApiError on an error the check reports
 List = Callable[[str], list[Json]]
 
 OLDEST = (1, 34)
 CLASSES = (DRIVER_NAME, f"neuroncore.{DRIVER_NAME}")
 POLICIES = ("neuron-dra-resourceslices", "neuron-dra-claim-status", "neuron-dra-node-labels")
 INSTALL_FIX = "install the driver: helm install neuron-dra deploy/helm/neuron-dra (install.md)"
+POLICY_API = "/apis/admissionregistration.k8s.io/v1"
+FORBIDDEN_FIX = (
+    "give the account doctor runs as get on it (the chart grants the plugin's service "
+    "account what `neuron-dra doctor --in-cluster` reads)"
+)
 
 
 def cluster_checks(get: Get, list_: List) -> list[Check]:
     """Every cluster check, each on its own: one that cannot read says so and the
     others still run."""
     checks = []
-    for check in (_server, _dra_api, _classes, _policies, _nodes):
+    for name, check in (
+        ("kubernetes", _server),
+        ("DRA API", _dra_api),
+        ("device classes", _classes),
+        ("admission policies", _policies),
+        ("neuron nodes", _nodes),
+    ):
         try:
             checks += check(get, list_)
-        except Exception as err:  # an API error, or a server without the resource
-            checks.append(fail(check.__name__.strip("_"), f"not read: {err}", "see the error"))
+        except ApiError as err:
+            if err.status == 403:
+                checks.append(warn(name, f"could not read: {err}", FORBIDDEN_FIX))
+            else:
+                checks.append(fail(name, f"not read: {err}", "see the error"))
+        except Exception as err:  # a malformed answer
+            checks.append(fail(name, f"not read: {err}", "see the error"))
     return checks
+
+
+def _exists(get: Get, path: str) -> bool:
+    """Whether GET `path` finds an object: one by name, which RBAC can grant alone."""
+    try:
+        get(path)
+    except ApiError as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
 
 
 def _server(get: Get, list_: List) -> list[Check]:
@@ -59,27 +87,42 @@ def _dra_api(get: Get, list_: List) -> list[Check]:
 
 
 def _classes(get: Get, list_: List) -> list[Check]:
-    names = {c["metadata"]["name"] for c in list_("/apis/resource.k8s.io/v1/deviceclasses")}
-    missing = [c for c in CLASSES if c not in names]
+    path = "/apis/resource.k8s.io/v1/deviceclasses"
+    missing = [c for c in CLASSES if not _exists(get, f"{path}/{c}")]
     if missing:
         return [fail("device classes", f"missing {', '.join(missing)}", INSTALL_FIX)]
     return [ok("device classes", ", ".join(CLASSES))]
 
 
 def _policies(get: Get, list_: List) -> list[Check]:
-    path = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
-    names = {p["metadata"]["name"] for p in list_(path)}
-    missing = [p for p in POLICIES if p not in names]
-    if missing:
+    """Each policy and its binding (a policy without one enforces nothing). None at
+    all is an install without them (admissionPolicy.enabled=false); some is a broken
+    one."""
+    missing = [
+        f"{kind} {name}"
+        for name in POLICIES
+        for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
+        if not _exists(get, f"{POLICY_API}/{kind}/{name}")
+    ]
+    if len(missing) == 2 * len(POLICIES):
         return [
             warn(
                 "admission policies",
-                f"missing {', '.join(missing)}: a plugin's token could write other nodes' "
+                f"none of {', '.join(POLICIES)}: a plugin's token could write other nodes' "
                 "slices, labels and claims' device status",
                 "install with admissionPolicy.enabled=true (the chart's default)",
             )
         ]
-    return [ok("admission policies", ", ".join(POLICIES))]
+    if missing:
+        return [
+            fail(
+                "admission policies",
+                f"missing {', '.join(missing)}: what it guards is open to every plugin's token",
+                "apply the chart again (helm upgrade, or scripts/install-dra-driver.sh): "
+                "it recreates them",
+            )
+        ]
+    return [ok("admission policies", f"{', '.join(POLICIES)}, each bound")]
 
 
 def _nodes(get: Get, list_: List) -> list[Check]:

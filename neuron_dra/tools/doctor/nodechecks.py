@@ -1,13 +1,18 @@
 """What a node needs for the driver, read from its own files: on the host (`/`), or
-in the plugin's pod, whose mounts put the host's /sys, /dev and kubelet directory
-where `--sysfs-root` and `--kubelet-dir` say."""
+in the plugin's pod, whose mounts put the host's /sys, /dev, the kubelet's plugin
+directories and the CDI directory where `--sysfs-root`, `--kubelet-dir` and
+`--cdi-dir` say. What the pod does not mount (the device plugins' directory, the
+runtime's configuration) is a warning that says so, never an OK."""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from consts import DRIVER_NAME
+from neuron_dra.agent.kubelet.sockets import driver_sockets, serving
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.driverformats import NEWEST_KNOWN, beyond_known
 from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
@@ -15,17 +20,27 @@ from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
 # Sockets the Neuron device plugin registers with the kubelet, by resource name.
 _DEVICE_PLUGIN_SOCKET = re.compile(r"^(aws\.amazon\.com_neuron|neuron).*\.sock$")
 _CDI_DIRS = ("etc/cdi", "var/run/cdi")
+NOT_MOUNTED = "the plugin's pod does not mount it"
+NOT_SERVING = "the driver is not serving this node"
+AS_ROOT = "run doctor as root (sudo): the kubelet's directories are root's alone"
 
 
-def node_checks(root: Path, kubelet_dir: Path, containerd_config: Path) -> list[Check]:
-    """Every node check; `root` is what the node's `/` is here."""
+def node_checks(
+    root: Path,
+    kubelet_dir: Path,
+    containerd_config: Path,
+    cdi_dirs: Sequence[Path] | None = None,
+) -> list[Check]:
+    """Every node check; `root` is what the node's `/` is here, `cdi_dirs` where the
+    CDI directories are (default /etc/cdi and /var/run/cdi under `root`)."""
+    agent = _agent(kubelet_dir)
     return [
         *_neuron_driver(root),
-        _device_plugin(kubelet_dir),
+        _device_plugin(kubelet_dir, driver_serving=agent.verdict == "ok"),
         _kubelet_dirs(kubelet_dir),
-        _cdi_dirs(root),
+        _cdi_dirs(cdi_dirs or [root / d for d in _CDI_DIRS]),
         _containerd_cdi(containerd_config),
-        _agent(kubelet_dir),
+        agent,
     ]
 
 
@@ -61,7 +76,8 @@ def _neuron_driver(root: Path) -> list[Check]:
     missing = [
         f"/dev/neuron{d.index}"
         for d in inventory.devices
-        if not (root / "dev" / f"neuron{d.index}").exists()
+        # os.path's tests, not Path's: those raise on a path this user may not see.
+        if not os.path.exists(root / "dev" / f"neuron{d.index}")  # noqa: PTH110
     ]
     checks.append(
         fail("device nodes", f"missing {', '.join(missing)}", "reload the Neuron driver")
@@ -71,24 +87,52 @@ def _neuron_driver(root: Path) -> list[Check]:
     return checks
 
 
-def _device_plugin(kubelet_dir: Path) -> Check:
+def _denied(path: Path) -> bool:
+    """Whether this process may not look into the directory `path` (or a parent)."""
+    try:
+        with os.scandir(path):
+            return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+
+
+def _device_plugin(kubelet_dir: Path, *, driver_serving: bool) -> Check:
     directory = kubelet_dir / "device-plugins"
+    if _denied(directory):
+        return warn("device plugin socket", f"{directory} not readable here", AS_ROOT)
+    if not directory.is_dir():
+        return warn(
+            "device plugin socket",
+            f"{directory} is not visible here ({NOT_MOUNTED}): a Neuron device plugin "
+            "socket there is not looked for",
+            "the cluster's `device plugin` check (--in-cluster or --kubeconfig) reads each "
+            "node's allocatable instead; or run doctor on the host",
+        )
     try:
         sockets = sorted(p.name for p in directory.iterdir() if _DEVICE_PLUGIN_SOCKET.match(p.name))
-    except OSError:
-        sockets = []
-    if sockets:
-        return warn(
-            "device plugin",
-            f"the Neuron device plugin serves this node ({', '.join(sockets)}): it and the "
-            "driver would give the same devices to two pods",
-            "move the node over as docs/operators/migration.md says: label it, so that the "
-            "device plugin's DaemonSet leaves it, before the driver runs there",
+    except OSError as err:
+        return warn("device plugin socket", f"{directory} not read: {err}", AS_ROOT)
+    if not sockets:
+        return ok("device plugin socket", f"no Neuron device plugin socket in {directory}")
+    detail = f"the Neuron device plugin serves this node ({', '.join(sockets)} in {directory})"
+    fix = (
+        "move the node over as docs/operators/migration.md says: label it, so that the "
+        "device plugin's DaemonSet leaves it, before the driver runs there"
+    )
+    if driver_serving:
+        return fail(
+            "device plugin socket",
+            f"{detail} beside the driver: two pods could get one device",
+            fix,
         )
-    return ok("device plugin", f"no Neuron device plugin socket in {directory}")
+    return warn("device plugin socket", f"{detail}: the driver must not run here beside it", fix)
 
 
 def _kubelet_dirs(kubelet_dir: Path) -> Check:
+    if _denied(kubelet_dir):
+        return warn("kubelet directories", f"{kubelet_dir} not readable here", AS_ROOT)
     missing = [d for d in ("plugins_registry", "plugins") if not (kubelet_dir / d).is_dir()]
     if missing:
         return fail(
@@ -99,12 +143,13 @@ def _kubelet_dirs(kubelet_dir: Path) -> Check:
     return ok("kubelet directories", f"{kubelet_dir}/plugins_registry and plugins")
 
 
-def _cdi_dirs(root: Path) -> Check:
-    present = [f"/{d}" for d in _CDI_DIRS if (root / d).is_dir()]
+def _cdi_dirs(dirs: Sequence[Path]) -> Check:
+    # os.path.isdir: Path.is_dir raises on a directory this user may not see.
+    present = [str(d) for d in dirs if os.path.isdir(d)]  # noqa: PTH112
     if not present:
         return warn(
             "CDI directories",
-            "neither /etc/cdi nor /var/run/cdi exists",
+            f"no {' nor '.join(map(str, dirs))}",
             "the plugin creates /var/run/cdi; the runtime must read it (next check)",
         )
     return ok("CDI directories", ", ".join(present))
@@ -113,6 +158,13 @@ def _cdi_dirs(root: Path) -> Check:
 def _containerd_cdi(config: Path) -> Check:
     try:
         text = config.read_text()
+    except FileNotFoundError:
+        return warn(
+            "runtime CDI",
+            f"no {config} here ({NOT_MOUNTED}): the runtime's CDI setting is unknown",
+            "run doctor on the host with --containerd-config; containerd 2.0 and CRI-O read "
+            "CDI specs by default, containerd 1.7 needs enable_cdi = true",
+        )
     except OSError:
         return warn(
             "runtime CDI",
@@ -138,21 +190,35 @@ def _containerd_cdi(config: Path) -> Check:
 
 
 def _agent(kubelet_dir: Path) -> Check:
-    registration = kubelet_dir / "plugins_registry" / f"{DRIVER_NAME}-reg.sock"
-    dra = kubelet_dir / "plugins" / DRIVER_NAME / "dra.sock"
-    found = [p for p in (registration, dra) if p.is_socket()]
-    if len(found) == 2:
-        return ok("driver sockets", f"{registration} and {dra}")
-    if not found:
+    """The driver's sockets, of any pod (their names carry its UID): one of each kind
+    that accepts connections is a plugin serving the kubelet."""
+    registry, plugin_dir = kubelet_dir / "plugins_registry", kubelet_dir / "plugins" / DRIVER_NAME
+    denied = [str(d) for d in (registry, plugin_dir) if _denied(d)]
+    if denied:
+        return warn("driver sockets", f"{' and '.join(denied)} not readable here", AS_ROOT)
+    registrations, dras = driver_sockets(registry, plugin_dir)
+    if not registrations and not dras:
         return warn(
             "driver sockets",
-            "the driver is not serving this node (no registration or DRA socket)",
+            f"{NOT_SERVING} (no socket of its in {registry} nor {plugin_dir})",
             "before install this is expected; after it, see `kubectl -n neuron-dra logs` "
             "of this node's plugin pod",
         )
-    missing = {registration, dra} - set(found)
-    return fail(
-        "driver sockets",
-        f"only {found[0]}; missing {', '.join(map(str, missing))}",
-        "restart the node's plugin pod; its log says why a socket is gone",
-    )
+    problems, serving_now = [], []
+    for kind, directory, found in (
+        ("registration", registry, registrations),
+        ("DRA", plugin_dir, dras),
+    ):
+        live = [p for p in found if serving(p)]
+        serving_now += live
+        if live:
+            continue
+        dead = f": {', '.join(p.name for p in found)} refuse connections" if found else ""
+        problems.append(f"no {kind} socket serving in {directory}{dead}")
+    if problems:
+        return fail(
+            "driver sockets",
+            "; ".join(problems),
+            "restart the node's plugin pod; its log says why a socket is gone",
+        )
+    return ok("driver sockets", ", ".join(map(str, serving_now)))

@@ -484,6 +484,23 @@ def test_readiness_follows_the_registration_socket(tmp_path: Path, fake_node: Fa
     with_plugin(tmp_path, fake_node("inf2.xlarge"), body, health_port=0)
 
 
+def test_liveness_follows_the_dra_socket(tmp_path: Path, fake_node: FakeNode) -> None:
+    """The kubelet calls the plugin at its DRA socket's file: once that is gone (a
+    cleaned directory), nothing serves it again in the running plugin, so the liveness
+    probe fails and the kubelet restarts the container, which serves it anew."""
+
+    async def body(plugin: KubeletPlugin) -> None:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{plugin.health_port}") as channel:
+            stub = health_grpc.HealthStub(channel)
+            check = await stub.Check(health.HealthCheckRequest())
+            assert check.status == health.HealthCheckResponse.SERVING
+            plugin.dra_socket.unlink()
+            check = await stub.Check(health.HealthCheckRequest())
+            assert check.status == health.HealthCheckResponse.NOT_SERVING
+
+    with_plugin(tmp_path, fake_node("inf2.xlarge"), body, health_port=0)
+
+
 def test_device_health_stream(tmp_path: Path, fake_node: FakeNode) -> None:
     async def body(plugin: KubeletPlugin) -> None:
         plugin.resource_health.update({"neurondevice0": (True, ""), "neurondevice1": (True, "")})
