@@ -205,6 +205,10 @@ ENV_HEALTHCHECK_PORT: Final = "HEALTHCHECK_PORT"
 ENV_HEALTHCHECK_ADDRESS: Final = "HEALTHCHECK_ADDRESS"
 """Address of the gRPC health service: the pod IP in the DaemonSet, which the probe dials."""
 
+ENV_CHART_FULLNAME: Final = "NEURON_DRA_FULLNAME"
+"""The chart's full name (`neuron-dra`, or its fullnameOverride), which names the
+admission policies: `doctor` in the plugin's pod reads them by it."""
+
 ENV_SYSFS_ROOT: Final = "SYSFS_ROOT"
 """Root directory the driver reads /sys, /dev and /opt/aws/neuron under."""
 

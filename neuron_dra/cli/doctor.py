@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from consts import (
     ENV_CDI_ROOT,
+    ENV_CHART_FULLNAME,
     ENV_HEALTHCHECK_ADDRESS,
     ENV_HEALTHCHECK_PORT,
     ENV_KUBELET_REGISTRAR_DIRECTORY_PATH,
@@ -68,6 +69,13 @@ def add_command(subparsers: SubParsers) -> None:
         action="store_true",
         help="check the cluster too, as the pod's service account (in the plugin's pod)",
     )
+    cmd.add_argument(
+        "--fullname",
+        default=os.environ.get(ENV_CHART_FULLNAME, "neuron-dra"),
+        help="the chart's full name, which names its admission policies: neuron-dra, or "
+        f"its fullnameOverride (default ${ENV_CHART_FULLNAME}, as in the plugin's pod, or "
+        "neuron-dra)",
+    )
     cmd.add_argument("--no-node", action="store_true", help="skip the node's checks (a laptop, CI)")
     cmd.add_argument(
         "-o",
@@ -111,7 +119,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
         kube = Kube.connect(args.kubeconfig)
         try:
-            in_cluster += cluster_checks(kube.get_sync, kube.list_sync)
+            in_cluster += cluster_checks(kube.get_sync, kube.list_sync, args.fullname)
         finally:
             kube.close()
     from neuron_dra.tools.doctor.together import together  # noqa: PLC0415

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from consts import ENV_CHART_FULLNAME
+from neuron_dra.tools.doctor.clusterchecks import policies
 from neuron_dra_harness.cluster_api import Obj
 from tests.e2e.test_helm import CHART, IMAGE_VALUES, RELEASE, offline, run, template
 
@@ -56,6 +58,11 @@ def test_fullname_override_renames_every_object(helm_bin: Path, offline: dict[st
     assert policy_user(renamed, "trn-resourceslices") == user
     assert policy_user(renamed, "trn-node-labels") == user
     assert policy_user(renamed, "trn-claim-status") == user
+    # doctor in the pod reads the renamed policies by the name the chart hands it.
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    rendered = {n for kind, n in names(renamed) if kind == "ValidatingAdmissionPolicy"}
+    assert set(policies(env[ENV_CHART_FULLNAME])) <= rendered
     prefixed = template(helm_bin, offline, *IMAGE_VALUES, "--set=nameOverride=accel")
     assert ("DaemonSet", "accel") in names(prefixed)
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from consts import DRIVER_NAME
+from neuron_dra.tools.doctor.clusterchecks import POLICIES
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import Cluster
 
@@ -30,7 +31,7 @@ def cluster(e2e_binaries: Binaries) -> Iterator[Cluster]:
 
 
 def doctor(
-    cluster: Cluster, kubeconfig: Path | None = None
+    cluster: Cluster, kubeconfig: Path | None = None, *extra: str
 ) -> tuple[int, dict[str, dict[str, Any]]]:
     done = subprocess.run(
         [
@@ -42,6 +43,7 @@ def doctor(
             f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
             "-o",
             "json",
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -144,3 +146,27 @@ def test_what_the_account_may_not_read_is_a_warning_that_says_so(
         assert check["verdict"] == "warn", check
         assert check["detail"].startswith("could not read: 403"), check
         assert "give the account doctor runs as get on it" in check["fix"]
+
+
+def test_policies_of_a_renamed_chart_are_read_by_its_name(cluster: Cluster) -> None:
+    """With fullnameOverride the chart names its policies after it: doctor, told the
+    name (--fullname, which the chart hands the plugin's pod), reads those."""
+    policies = (REPO / "deploy/admission-policy.yaml").read_text()
+    renamed = policies.replace("name: neuron-dra-", "name: trn-").replace(
+        "policyName: neuron-dra-", "policyName: trn-"
+    )
+    api = "admissionregistration.k8s.io/v1"
+    for name in POLICIES:
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+            cluster.delete(api, kind, name)
+    cluster.apply_yaml(renamed)
+    try:
+        _, checks = doctor(cluster)
+        assert checks["admission policies"]["verdict"] == "warn"
+        _, checks = doctor(cluster, None, "--fullname=trn")
+        check = checks["admission policies"]
+        assert check["verdict"] == "ok", check
+        bound = "trn-resourceslices, trn-claim-status, trn-node-labels, each bound"
+        assert check["detail"] == bound
+    finally:
+        cluster.apply_yaml(policies)

@@ -4,6 +4,7 @@ driver alone."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,16 @@ List = Callable[[str], list[Json]]
 
 OLDEST = (1, 34)
 CLASSES = (DRIVER_NAME, f"neuroncore.{DRIVER_NAME}")
-POLICIES = ("neuron-dra-resourceslices", "neuron-dra-claim-status", "neuron-dra-node-labels")
+DEFAULT_FULLNAME = "neuron-dra"
+
+
+def policies(fullname: str = DEFAULT_FULLNAME) -> tuple[str, ...]:
+    """The chart's admission policies (each with a binding of the same name), named
+    after its full name: the release's, or its fullnameOverride."""
+    return tuple(f"{fullname}-{p}" for p in ("resourceslices", "claim-status", "node-labels"))
+
+
+POLICIES = policies()
 INSTALL_FIX = "install the driver: helm install neuron-dra deploy/helm/neuron-dra (install.md)"
 POLICY_API = "/apis/admissionregistration.k8s.io/v1"
 FORBIDDEN_FIX = (
@@ -29,15 +39,16 @@ FORBIDDEN_FIX = (
 )
 
 
-def cluster_checks(get: Get, list_: List) -> list[Check]:
+def cluster_checks(get: Get, list_: List, fullname: str = DEFAULT_FULLNAME) -> list[Check]:
     """Every cluster check, each on its own: one that cannot read says so and the
-    others still run."""
+    others still run. `fullname` is the chart's, which names its admission policies."""
     checks = []
+    check: Callable[[Get, List], list[Check]]
     for name, check in (
         ("kubernetes", _server),
         ("DRA API", _dra_api),
         ("device classes", _classes),
-        ("admission policies", _policies),
+        ("admission policies", functools.partial(_policies, names=policies(fullname))),
         ("neuron nodes", _nodes),
     ):
         try:
@@ -94,21 +105,21 @@ def _classes(get: Get, list_: List) -> list[Check]:
     return [ok("device classes", ", ".join(CLASSES))]
 
 
-def _policies(get: Get, list_: List) -> list[Check]:
+def _policies(get: Get, list_: List, names: tuple[str, ...]) -> list[Check]:
     """Each policy and its binding (a policy without one enforces nothing). None at
     all is an install without them (admissionPolicy.enabled=false); some is a broken
     one."""
     missing = [
         f"{kind} {name}"
-        for name in POLICIES
+        for name in names
         for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
         if not _exists(get, f"{POLICY_API}/{kind}/{name}")
     ]
-    if len(missing) == 2 * len(POLICIES):
+    if len(missing) == 2 * len(names):
         return [
             warn(
                 "admission policies",
-                f"none of {', '.join(POLICIES)}: a plugin's token could write other nodes' "
+                f"none of {', '.join(names)}: a plugin's token could write other nodes' "
                 "slices, labels and claims' device status",
                 "install with admissionPolicy.enabled=true (the chart's default)",
             )
@@ -122,7 +133,7 @@ def _policies(get: Get, list_: List) -> list[Check]:
                 "it recreates them",
             )
         ]
-    return [ok("admission policies", f"{', '.join(POLICIES)}, each bound")]
+    return [ok("admission policies", f"{', '.join(names)}, each bound")]
 
 
 def _nodes(get: Get, list_: List) -> list[Check]:
