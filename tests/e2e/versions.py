@@ -67,6 +67,7 @@ class Outcome:
 
 
 UNBUILT = "unbuilt"
+NOT_BUILT = "not built here"
 # A module version the Go module proxy will not serve, as `go` reports it.
 _REFUSED = re.compile(r"(?P<module>[\w./-]+)@(?P<version>v[\w.+-]+): reading \S+: 403 Forbidden")
 
@@ -86,7 +87,7 @@ def unbuildable(combination: Combination) -> str | None:
             build_release(combination.kubelet, kubelet_only=True)
     except RuntimeError as err:
         if refused := refused_modules(str(err)):
-            return "not built here: the Go module proxy refuses " + ", ".join(refused)
+            return f"{NOT_BUILT}: the Go module proxy refuses " + ", ".join(refused)
     return None
 
 
@@ -162,14 +163,15 @@ def table(results: dict[Combination, list[Outcome]]) -> str:
         "| check | " + " | ".join(c.label for c in columns) + " |",
         "| --- |" + " --- |" * len(columns),
     ]
+    unbuilt = {c: o.detail for c in columns for o in results[c] if o.status == UNBUILT}
     for check in checks:
         row = [
-            unbuilt.detail
-            if (unbuilt := next((o for o in results[c] if o.status == UNBUILT), None))
-            else cell([o for o in results[c] if o.check == check])
+            NOT_BUILT if c in unbuilt else cell([o for o in results[c] if o.check == check])
             for c in columns
         ]
         lines.append(f"| {check} | " + " | ".join(row) + " |")
+    # Why a column was not built, once under the table rather than in each of its cells.
+    lines += ["", *(f"{c.label}: {why}." for c, why in unbuilt.items())] if unbuilt else []
     return "\n".join(lines)
 
 
