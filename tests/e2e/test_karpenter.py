@@ -203,3 +203,40 @@ def test_sixteen_of_any_type_times_out(karpenter: KarpenterCluster) -> None:
     )
     assert not karpenter.node_claims()
     assert not karpenter.cluster.get("v1", "Pod", name, "default")["spec"].get("nodeName")
+
+
+def test_consolidation_removes_the_empty_node_and_keeps_the_held_one(
+    karpenter: KarpenterCluster, record_property: Any
+) -> None:
+    """Two nodes of one device each (the second pod comes once the first node is full);
+    one pod deleted; with consolidation after 5 s, its node goes and the node whose
+    device a claim holds stays."""
+    cluster = karpenter.cluster
+    pods = []
+    for _ in range(2):
+        pod, _seconds = run(karpenter, claim_spec(1, cel=DEVICE))
+        pods.append(pod)
+    held, emptied = pods
+    assert held["spec"]["nodeName"] != emptied["spec"]["nodeName"]
+    name = emptied["metadata"]["name"]
+    cluster.delete("v1", "Pod", name, "default", grace_period=0)
+    cluster.delete("resource.k8s.io/v1", "ResourceClaim", name, "default")
+    cluster.wait_for_pod_gone(name)
+    disruption = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s"}
+    cluster.patch("karpenter.sh/v1", "NodePool", NODE_POOL, {"spec": {"disruption": disruption}})
+    try:
+        started = time.monotonic()
+        gone = emptied["spec"]["nodeName"]
+        cluster.wait_for(
+            f"{gone} consolidated away",
+            lambda: gone not in {n["metadata"]["name"] for n in karpenter.nodes()},
+            timeout=120,
+        )
+        record_property("consolidation_seconds", f"{time.monotonic() - started:.1f}")
+        assert [n["metadata"]["name"] for n in karpenter.nodes()] == [held["spec"]["nodeName"]]
+        still = cluster.get("v1", "Pod", held["metadata"]["name"], "default")
+        assert still["status"]["phase"] == "Running"
+        assert still["spec"]["nodeName"] == held["spec"]["nodeName"]
+    finally:
+        never = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}
+        cluster.patch("karpenter.sh/v1", "NodePool", NODE_POOL, {"spec": {"disruption": never}})
