@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,7 +32,7 @@ from consts import LABEL_INSTANCE_TYPE
 from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra_harness.build import Binaries
-from neuron_dra_harness.cluster import Cluster
+from neuron_dra_harness.cluster import DEFAULT_RUNTIME_CONFIG, Cluster
 from neuron_dra_harness.karpenter_build import KarpenterBinary
 from neuron_dra_harness.karpenter_catalog import NODE_CLASS, kwok_instance_types, node_class
 from neuron_dra_harness.nodes import DEVICE_CLASSES, SimulatedNode, simulate_node
@@ -275,12 +275,20 @@ def start_karpenter(
 
 @contextmanager
 def karpenter_cluster(
-    binaries: Binaries, karpenter: KarpenterBinary, *, consolidate_after: str = "Never"
+    binaries: Binaries,
+    karpenter: KarpenterBinary,
+    *,
+    consolidate_after: str = "Never",
+    feature_gates: Mapping[str, bool] | None = None,
+    runtime_config: str = DEFAULT_RUNTIME_CONFIG,
 ) -> Iterator[KarpenterCluster]:
-    """The control plane, Karpenter and the node follower, stopped on exit."""
+    """The control plane (with `feature_gates` and `runtime_config`), Karpenter and the
+    node follower, stopped on exit."""
     follower: NodeFollower | None = None
     try:
-        with Cluster(binaries) as cluster:
+        with Cluster(
+            binaries, feature_gates=feature_gates, runtime_config=runtime_config
+        ) as cluster:
             follower = NodeFollower(cluster)
             yield from _running(cluster, follower, karpenter, consolidate_after)
     finally:

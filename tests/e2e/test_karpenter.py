@@ -5,7 +5,9 @@ the driver's catalog as each instance type's DynamicResources; each node it
 launches is a simulated node running the real plugin (``neuron_dra_harness.karpenter``).
 The cases: the cheapest fitting type for one device and its provisioning time; 4
 connected devices, 16 devices, one NeuronCore and a device-plugin-style pod; two
-8-device pods on one node; a claim no type satisfies; consolidation. Not part of
+8-device pods on one node; what gets no node, with Karpenter's reason (a claim no type
+satisfies, 16 devices of any type, a device-plugin-style pod, an UltraServer gang);
+consolidation. Not part of
 ``make test``: Karpenter needs Go 1.27 to build and the cases take minutes; run with
 ``NEURON_DRA_KARPENTER=1`` (``make test-karpenter``).
 """
@@ -27,6 +29,7 @@ from neuron_dra_harness.karpenter import NODE_POOL_LABEL, KarpenterCluster, karp
 from neuron_dra_harness.karpenter_build import build_karpenter
 from neuron_dra_harness.karpenter_catalog import NODE_POOL, cheapest
 from neuron_dra_harness.workloads import claim_spec, submit
+from tests.e2e.test_gangs import GATES, RUNTIME_CONFIG, load, pods_of
 
 if not os.environ.get("NEURON_DRA_KARPENTER"):
     pytest.skip(
@@ -48,7 +51,11 @@ PROVISIONING_GOAL = 30.0  # seconds from a pod's creation to Running
 def karpenter(e2e_binaries: Binaries) -> Iterator[KarpenterCluster]:
     if shutil.which("go") is None:
         pytest.skip("Karpenter is built from source and needs a Go toolchain")
-    with karpenter_cluster(e2e_binaries, build_karpenter()) as running:
+    if e2e_binaries.minor < 37:
+        pytest.skip(f"the cases need Kubernetes 1.37 (this is 1.{e2e_binaries.minor})")
+    with karpenter_cluster(
+        e2e_binaries, build_karpenter(), feature_gates=GATES, runtime_config=RUNTIME_CONFIG
+    ) as running:
         yield running
 
 
@@ -240,3 +247,19 @@ def test_consolidation_removes_the_empty_node_and_keeps_the_held_one(
     finally:
         never = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}
         cluster.patch("karpenter.sh/v1", "NodePool", NODE_POOL, {"spec": {"disruption": never}})
+
+
+def test_an_ultraserver_gang_gets_no_node(
+    karpenter: KarpenterCluster, record_property: Any
+) -> None:
+    """examples/specs/podgroup/us-4-node-gang.yaml: a PodGroup of 4 pods, each held to its
+    place in the UltraServer by the driver's node label. Karpenter knows no PodGroup and
+    cannot give a node a label only the node publishes once it runs: no node."""
+    docs = load("us-4-node-gang.yaml")
+    for doc in docs:
+        karpenter.cluster.create({**doc, "metadata": {**doc["metadata"], "namespace": "default"}})
+    reasons = {pod: refusal(karpenter, pod) for pod in pods_of(docs)}
+    record_property("reasons", json.dumps(reasons))
+    for reason in reasons.values():
+        assert "neuron.amazonaws.com/ultraserver-node-id-4" in reason, reason
+    assert not karpenter.node_claims()
