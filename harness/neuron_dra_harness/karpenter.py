@@ -165,8 +165,10 @@ class NodeFollower:
             self._power_off(name)
 
     def _pods_on(self, name: str) -> bool:
-        pods = self.cluster.list_objects("v1", "Pod", field_selector=f"spec.nodeName={name}")
-        return bool(pods)
+        """Whether a pod of any namespace is bound to the Node."""
+        query: dict[str, str | int | bool] = {"fieldSelector": f"spec.nodeName={name}", "limit": 1}
+        found: Obj = self.cluster.request("GET", "/api/v1/pods", query=query)
+        return bool(found.get("items"))
 
     def _boot(self, name: str, instance_type: str) -> None:
         with self._lock:
