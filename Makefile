@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: unit fuzz host-packages test test-versions test-counter-rules test-held-long lint demo demo-node bench bench-scale clean
+.PHONY: unit fuzz host-packages test test-versions test-counter-rules test-held-long test-karpenter lint demo demo-node bench bench-scale clean
 
 $(STAMP): pyproject.toml constraints.txt harness/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -99,6 +99,13 @@ test-held-long: $(STAMP)
 		NEURON_DRA_RANDOM_SEED=$(HELD_FIRST_SEED) NEURON_DRA_HELD_SEEDS=$(HELD_SEEDS) \
 		NEURON_DRA_HELD_STEPS=$(HELD_STEPS) \
 		$(BIN)/pytest -m e2e tests/e2e/test_random_held_cores.py
+
+# Real Karpenter (KWOK cloud provider, DRA simulation on) provisioning simulated Neuron
+# nodes for pending pods' claims from the driver's catalog (tests/e2e/test_karpenter.py).
+# Not in `test`: Karpenter builds with Go 1.27 (fetched as GOTOOLCHAIN=go1.27.3, cached
+# beside the Kubernetes binaries) and the cases take minutes.
+test-karpenter: $(STAMP)
+	TMPDIR=$(TEST_TMPDIR) NEURON_DRA_KARPENTER=1 $(BIN)/pytest -m e2e tests/e2e/test_karpenter.py
 
 demo: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) $(BIN)/python scripts/demo.py

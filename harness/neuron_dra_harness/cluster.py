@@ -74,6 +74,7 @@ SERVICE_IP = "10.96.0.1"  # the "kubernetes" Service: the first address of the r
 # Set by the TaintNodesByCondition admission plugin on every new Node; the
 # node lifecycle controller would lift it once the node reports Ready.
 _NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+JSON_PATCH = "application/json-patch+json"
 
 
 def _gates(gates: Mapping[str, bool]) -> str:
@@ -226,18 +227,23 @@ class Cluster(ClusterApi):
 
     # ----------------------------------------------------------------- components
 
-    def start_process(self, name: str, argv: Sequence[str]) -> Component:
+    def start_process(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> Component:
         """Run an extra process (e.g. a DRA plugin) with its output in the
-        cluster's logs; it is stopped, and checked for, by ``stop()``."""
-        return self._spawn(name, list(argv))
+        cluster's logs, `env` added to this one's environment; it is stopped, and
+        checked for, by ``stop()``."""
+        return self._spawn(name, list(argv), env)
 
     def stop_process(self, component: Component, sig: signal.Signals = signal.SIGTERM) -> None:
         """Stop a process started with ``start_process`` before the cluster, with `sig`."""
-        component.stop(sig=sig)
-        self._stopped.append(component)
+        # Out of the checked components first: a check running meanwhile (another
+        # thread's wait) must not take the stopping process for a crashed one.
         self.components.remove(component)
+        self._stopped.append(component)
+        component.stop(sig=sig)
 
-    def _spawn(self, name: str, argv: list[str]) -> Component:
+    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> Component:
         log_dir = self.workdir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{name}.log"
@@ -248,6 +254,7 @@ class Cluster(ClusterApi):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
+                env={**os.environ, **env} if env else None,
                 start_new_session=True,
                 # Safe here: the callback only calls prctl, no locks.
                 preexec_fn=die_with_parent,  # noqa: PLW1509
@@ -490,10 +497,13 @@ class Cluster(ClusterApi):
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": all_labels}}
         )
         resources = {"cpu": "16", "memory": "64Gi", "pods": "110", **(allocatable or {})}
+        return self.mark_ready(name, resources)
+
+    def mark_ready(self, name: str, resources: Mapping[str, str] | None = None) -> Obj:
+        """Report an existing Node Ready, as its kubelet would (with `resources` as its
+        capacity and allocatable; None keeps what it has), and lift the not-ready taint."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        status = {
-            "capacity": resources,
-            "allocatable": resources,
+        status: Obj = {
             "conditions": [
                 {
                     "type": "Ready",
@@ -521,12 +531,25 @@ class Cluster(ClusterApi):
                 "kubeProxyVersion": "",
             },
         }
+        if resources is not None:
+            status |= {"capacity": dict(resources), "allocatable": dict(resources)}
         self.patch("v1", "Node", name, {"status": status}, subresource="status")
+        return self.wait_for(f"{name} without {_NOT_READY_TAINT}", lambda: self._lift(name))
+
+    def _lift(self, name: str) -> Obj:
+        """The Node without the not-ready taint: removed by a JSON patch that fails (and is
+        retried) if its taints changed meanwhile, so a taint another writer removed
+        concurrently (Karpenter's, say) is never written back."""
         node = self.get("v1", "Node", name)
-        taints = node.get("spec", {}).get("taints") or []
-        kept = [t for t in taints if t.get("key") != _NOT_READY_TAINT]
-        if kept != taints:
-            node = self.patch("v1", "Node", name, {"spec": {"taints": kept or None}})
+        for i, taint in enumerate(node.get("spec", {}).get("taints") or []):
+            if taint.get("key") == _NOT_READY_TAINT:
+                ops = [
+                    {"op": "test", "path": f"/spec/taints/{i}", "value": taint},
+                    {"op": "remove", "path": f"/spec/taints/{i}"},
+                ]
+                path = self.path("v1", "Node", name)
+                patched = self.request("PATCH", path, ops, content_type=JSON_PATCH)
+                return cast(Obj, patched)
         return node
 
     def version(self) -> str:

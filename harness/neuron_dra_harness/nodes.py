@@ -164,6 +164,35 @@ def add_simulated_node(
     kubelet_root: Path | None = None,  # `Cluster.start_kubelet_side`'s root_dir
 ) -> SimulatedNode:
     cluster.add_node(name, {LABEL_INSTANCE_TYPE: instance_type})
+    return simulate_node(
+        cluster,
+        name,
+        instance_type,
+        driver_version=driver_version,
+        ultraserver=ultraserver,
+        lnc=lnc,
+        extra_args=extra_args,
+        start=start,
+        counters=counters,
+        kubelet_root=kubelet_root,
+    )
+
+
+def simulate_node(
+    cluster: Cluster,
+    name: str,
+    instance_type: str,
+    *,
+    driver_version: str = DEFAULT_DRIVER_VERSION,
+    ultraserver: FakeUltraServer | None = None,
+    lnc: int | None = None,
+    extra_args: list[str] | None = None,
+    start: bool = True,
+    counters: Counters = Counters.NONE,
+    kubelet_root: Path | None = None,
+) -> SimulatedNode:
+    """The machine behind an existing Ready Node (one someone else created, an
+    autoscaler say): its kubelet side, a fake sysfs of `instance_type` and the plugin."""
     side = cluster.start_kubelet_side(name, root_dir=kubelet_root)
     sysfs = build_fake_node(
         cluster.workdir / "sysfs" / name,

@@ -124,8 +124,9 @@ def node_slices(instance_type: str, layout: Layout, node: str = TEMPLATE_NODE) -
     return build_slices(inventory, options)
 
 
-def templates_of(slices: Iterable[Json]) -> Json:
-    """DynamicResources for one instance type, from the slices of a node of it."""
+def templates_of(slices: Iterable[Json], pool: str) -> Json:
+    """DynamicResources for one instance type, from the slices of a node of it, in `pool`
+    (``pool_name`` of the type)."""
     devices: list[Json] = []
     counters: list[Json] = []
     driver = DRIVER_NAME
@@ -143,7 +144,6 @@ def templates_of(slices: Iterable[Json]) -> Json:
                     seen = shared.setdefault(qualified(key), {})
                     seen.setdefault(_frozen(value), []).append(device["name"])
             devices.append({**device, "attributes": kept})
-    pool = POOL_NAME
     bindings = [
         {
             "devices": [{"driver": driver, "pool": pool, "device": n} for n in names],
@@ -163,8 +163,17 @@ def templates_of(slices: Iterable[Json]) -> Json:
     return {"resourceSliceTemplates": slice_templates, "attributeBindings": bindings}
 
 
-# A template's pool is that of a node not yet made: its name is a placeholder.
-POOL_NAME = "template"
+# A template's pool is that of a node not yet made: its name is a placeholder, one per
+# instance type. Karpenter v1.15.0 caches whether a device matches a request by driver,
+# pool and device name (pkg/scheduling/dynamicresources/allocator.go:543), not by instance
+# type: under one name shared by every type, a selector's answer for the first type's
+# `neurondevice0` would stand for every other type's.
+POOL_PREFIX = "template-"
+
+
+def pool_name(instance_type: str) -> str:
+    """The placeholder pool of `instance_type`'s templates, e.g. template-trn2.48xlarge."""
+    return POOL_PREFIX + instance_type
 
 
 def _frozen(value: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -181,5 +190,6 @@ def templates(
         if instance_type not in INSTANCE_TYPES:
             known = ", ".join(sorted(INSTANCE_TYPES))
             raise TemplateError(f"unknown instance type {instance_type!r}; known: {known}")
-        out[instance_type] = templates_of(node_slices(instance_type, layout))
+        slices = node_slices(instance_type, layout)
+        out[instance_type] = templates_of(slices, pool_name(instance_type))
     return out

@@ -85,6 +85,19 @@ def test_no_template_carries_a_node_name() -> None:
     assert len(json.loads(text)) == len(INSTANCE_TYPES)
 
 
+def test_each_type_has_a_pool_of_its_own() -> None:
+    """Karpenter caches a selector's answer per driver, pool and device name: two types
+    with a device of one name must not share a pool, or one type's answer stands for the
+    other's (a claim pinned to trn2.48xlarge got no node)."""
+    dynamic = templates(sorted(INSTANCE_TYPES), "1.37", None)
+    pools = {
+        instance_type: {t["pool"]["name"] for t in d["resourceSliceTemplates"]}
+        | {ref["pool"] for b in d["attributeBindings"] for ref in b["devices"]}
+        for instance_type, d in dynamic.items()
+    }
+    assert pools == {t: {f"template-{t}"} for t in INSTANCE_TYPES}
+
+
 def test_devicegroups_are_bindings_not_attributes() -> None:
     dynamic = templates(["trn2.48xlarge"], "1.37", None)["trn2.48xlarge"]
     for device in dynamic["resourceSliceTemplates"][0]["devices"]:
