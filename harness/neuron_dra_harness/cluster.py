@@ -38,6 +38,7 @@ from kubernetes import client as k8s_client
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster_api import DEFAULT_NAMESPACE, ClusterApi, ClusterError, Obj
 from neuron_dra_harness.kubeletside import KubeletSide
+from neuron_dra_harness.pki import ADMIN_USER, write_pki
 from neuron_dra_harness.processes import (
     Component,
     cmdline,
@@ -46,8 +47,6 @@ from neuron_dra_harness.processes import (
     http_ok,
     pid_alive,
 )
-
-ADMIN_USER = "e2e-admin"
 
 # resourceclaim-controller turns ResourceClaimTemplates into claims and
 # releases reservations; garbage-collector-controller deletes generated claims
@@ -69,7 +68,6 @@ DEFAULT_CONTROLLERS = (
 DEFAULT_RUNTIME_CONFIG = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
 
 SERVICE_CIDR = "10.96.0.0/24"
-SERVICE_IP = "10.96.0.1"  # the "kubernetes" Service: the first address of the range
 
 # Set by the TaintNodesByCondition admission plugin on every new Node; the
 # node lifecycle controller would lift it once the node reports Ready.
@@ -151,7 +149,7 @@ class Cluster(ClusterApi):
         Cluster.active.append(self)
         self._started = True
         try:
-            self._write_pki()
+            write_pki(self.workdir / "pki", self.ca_file, self.token, self.address)
             self._start_etcd()
             self._start_apiserver(timeout)
             self._write_kubeconfig()
@@ -264,53 +262,6 @@ class Cluster(ClusterApi):
             return comp
         self.components.append(comp)
         return comp
-
-    def _openssl(self, *args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-    def _write_pki(self) -> None:
-        # openssl CLI: the project does not depend on a crypto package.
-        pki = self.workdir / "pki"
-        pki.mkdir(parents=True, exist_ok=True)
-        self._openssl(
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "7",
-            "-subj",
-            "/CN=kube-apiserver",
-            "-addext",
-            f"subjectAltName={self._subject_alt_names()}",
-            "-keyout",
-            str(pki / "serving.key"),
-            "-out",
-            str(self.ca_file),
-        )
-        self._openssl(
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-out",
-            str(pki / "sa.key"),
-        )
-        self._openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
-        (pki / "tokens.csv").write_text(
-            f'{self.token},{ADMIN_USER},e2e-admin-uid,"system:masters"\n'
-        )
-
-    def _subject_alt_names(self) -> str:
-        names = ["IP:127.0.0.1", "DNS:localhost"]
-        if self.address != "127.0.0.1":
-            # In-cluster clients dial the "kubernetes" Service: its ClusterIP and names.
-            names += [f"IP:{self.address}", f"IP:{SERVICE_IP}", "DNS:kubernetes.default.svc"]
-        return ",".join(names)
 
     def _start_etcd(self) -> None:
         client_port, peer_port = free_port(), free_port()
