@@ -25,19 +25,19 @@ import signal
 import ssl
 import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, cast
+from typing import ClassVar
 
 import yaml
 from kubernetes import client as k8s_client
 
 from neuron_dra_harness.build import Binaries
-from neuron_dra_harness.cluster_api import DEFAULT_NAMESPACE, ClusterApi, ClusterError, Obj
+from neuron_dra_harness.cluster_api import DEFAULT_NAMESPACE, ClusterError
 from neuron_dra_harness.kubeletside import KubeletSide
+from neuron_dra_harness.node_objects import NodeObjects
 from neuron_dra_harness.pki import ADMIN_USER, write_pki
 from neuron_dra_harness.processes import (
     Component,
@@ -69,17 +69,12 @@ DEFAULT_RUNTIME_CONFIG = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=t
 
 SERVICE_CIDR = "10.96.0.0/24"
 
-# Set by the TaintNodesByCondition admission plugin on every new Node; the
-# node lifecycle controller would lift it once the node reports Ready.
-_NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-JSON_PATCH = "application/json-patch+json"
-
 
 def _gates(gates: Mapping[str, bool]) -> str:
     return ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(gates.items()))
 
 
-class Cluster(ClusterApi):
+class Cluster(NodeObjects):
     """etcd + kube-apiserver + kube-scheduler + kube-controller-manager."""
 
     # Clusters that are running, for the failure hook that prints logs.
@@ -430,81 +425,6 @@ class Cluster(ClusterApi):
         conf.api_key = {"authorization": self.token}
         conf.api_key_prefix = {"authorization": "Bearer"}
         self._api = k8s_client.ApiClient(conf)
-
-    def add_node(
-        self,
-        name: str,
-        labels: Mapping[str, str] | None = None,
-        allocatable: Mapping[str, str] | None = None,
-    ) -> Obj:
-        """Create a Ready, schedulable Node object (no kubelet behind it)."""
-        all_labels = {
-            "kubernetes.io/hostname": name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            **(labels or {}),
-        }
-        self.create(
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": all_labels}}
-        )
-        resources = {"cpu": "16", "memory": "64Gi", "pods": "110", **(allocatable or {})}
-        return self.mark_ready(name, resources)
-
-    def mark_ready(self, name: str, resources: Mapping[str, str] | None = None) -> Obj:
-        """Report an existing Node Ready, as its kubelet would (with `resources` as its
-        capacity and allocatable; None keeps what it has), and lift the not-ready taint."""
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        status: Obj = {
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "simulated node",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": "127.0.0.1"},
-                {"type": "Hostname", "address": name},
-            ],
-            "nodeInfo": {
-                "kubeletVersion": self.version(),
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-                "containerRuntimeVersion": "kubeletside://0",
-                "machineID": "",
-                "systemUUID": "",
-                "bootID": "",
-                "kernelVersion": "",
-                "osImage": "",
-                "kubeProxyVersion": "",
-            },
-        }
-        if resources is not None:
-            status |= {"capacity": dict(resources), "allocatable": dict(resources)}
-        self.patch("v1", "Node", name, {"status": status}, subresource="status")
-        return self.wait_for(f"{name} without {_NOT_READY_TAINT}", lambda: self._lift(name))
-
-    def _lift(self, name: str) -> Obj:
-        """The Node without the not-ready taint: removed by a JSON patch that fails (and is
-        retried) if its taints changed meanwhile, so a taint another writer removed
-        concurrently (Karpenter's, say) is never written back."""
-        node = self.get("v1", "Node", name)
-        for i, taint in enumerate(node.get("spec", {}).get("taints") or []):
-            if taint.get("key") == _NOT_READY_TAINT:
-                ops = [
-                    {"op": "test", "path": f"/spec/taints/{i}", "value": taint},
-                    {"op": "remove", "path": f"/spec/taints/{i}"},
-                ]
-                path = self.path("v1", "Node", name)
-                patched = self.request("PATCH", path, ops, content_type=JSON_PATCH)
-                return cast(Obj, patched)
-        return node
-
-    def version(self) -> str:
-        return str(cast(Obj, self.request("GET", "/version"))["gitVersion"])
 
     def start_kubelet_side(
         self,
