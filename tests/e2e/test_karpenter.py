@@ -4,9 +4,9 @@ Real Karpenter (its operator and the KWOK cloud provider, DRA simulation on) rea
 the driver's catalog as each instance type's DynamicResources; each node it
 launches is a simulated node running the real plugin (``neuron_dra_harness.karpenter``).
 The cases: the cheapest fitting type for one device and its provisioning time; 4
-connected devices, 16 devices, one NeuronCore and a device-plugin-style pod; two
-8-device pods on one node; what gets no node, with Karpenter's reason (a claim no type
-satisfies, 16 devices of any type, a device-plugin-style pod, an UltraServer gang);
+connected devices, 16 devices, one NeuronCore and a device-plugin-style pod (its node
+never Initialized); two 8-device pods on one node; what gets no node, with Karpenter's
+reason (a claim no type satisfies, 16 devices of any type, an UltraServer gang);
 consolidation. Not part of
 ``make test``: Karpenter needs Go 1.27 to build and the cases take minutes; run with
 ``NEURON_DRA_KARPENTER=1`` (``make test-karpenter``).
@@ -175,25 +175,66 @@ def test_a_claim_no_type_satisfies_provisions_nothing(
     assert not pod["spec"].get("nodeName")
 
 
-def test_a_device_plugin_style_pod_gets_no_node(
+def test_a_device_plugin_style_pod_runs_on_a_node_never_initialized(
     karpenter: KarpenterCluster, record_property: Any
 ) -> None:
-    """Karpenter v1.15.0 knows no DeviceClass extendedResourceName: it looks for
-    aws.amazon.com/neuron in the instance types' capacity, which DRA nodes do not have."""
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "device-plugin-style", "namespace": "default"},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "containers": [{"name": "c", "image": "none", "resources": {"limits": {NEURON: "4"}}}],
-        },
-    }
-    karpenter.cluster.create(pod)
-    reason = refusal(karpenter, "device-plugin-style")
-    record_property("reason", reason)
-    assert NEURON in reason, reason
-    assert not karpenter.node_claims()
+    """`aws.amazon.com/neuron: 4`, no claim: Karpenter v1.15.0 fits it against the
+    instance types' capacity, which the AWS provider (and here the wrapper) gives
+    aws.amazon.com/neuron, and launches the cheapest type with 4 devices. The node's
+    kubelet never registers that resource (no device plugin runs), so the scheduler
+    serves the pod through the DeviceClass whose extendedResourceName it is: a claim of
+    4 devices. Karpenter waits for the resource to be registered: the NodeClaim is
+    never Initialized."""
+    cluster = karpenter.cluster
+    started = time.monotonic()
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "device-plugin-style", "namespace": "default"},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "containers": [
+                    {"name": "c", "image": "none", "resources": {"limits": {NEURON: "4"}}}
+                ],
+            },
+        }
+    )
+    pod = cluster.wait_for_pod_running("device-plugin-style", timeout=PROVISION_TIMEOUT)
+    record_property("provisioning_seconds", f"{time.monotonic() - started:.1f}")
+    assert instance_type(karpenter, pod) == "inf1.6xlarge"
+    node = cluster.get("v1", "Node", pod["spec"]["nodeName"])
+    assert NEURON not in node["status"]["allocatable"]
+
+    status = pod["status"]["extendedResourceClaimStatus"]
+    assert [(m["containerName"], m["resourceName"]) for m in status["requestMappings"]] == [
+        ("c", NEURON)
+    ]
+    claim = cluster.get(
+        "resource.k8s.io/v1", "ResourceClaim", status["resourceClaimName"], "default"
+    )
+    [request] = claim["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "extended-resource-neuron.neuron.aws.com"
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == [f"neurondevice{i}" for i in range(4)]
+    assert {r["pool"] for r in results} == {node["metadata"]["name"]}
+
+    [node_claim] = karpenter.node_claims()
+    assert node_claim["status"]["allocatable"][NEURON] == "4"
+
+    def initialized() -> Obj | None:
+        got = cluster.get("karpenter.sh/v1", "NodeClaim", node_claim["metadata"]["name"])
+        conditions: dict[str, Obj] = {c["type"]: c for c in got["status"].get("conditions", [])}
+        condition = conditions.get("Initialized")
+        if condition and condition.get("reason") == "ResourceNotRegistered":
+            return condition
+        return None
+
+    condition = cluster.wait_for("NodeClaim waiting for its resource", initialized, timeout=60)
+    record_property("initialized", json.dumps(condition))
+    assert condition["status"] == "Unknown"
+    assert condition["message"] == f'Resource "{NEURON}" was requested but not registered'
+    assert "karpenter.sh/initialized" not in node["metadata"]["labels"]
 
 
 def test_sixteen_of_any_type_times_out(karpenter: KarpenterCluster) -> None:

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"unique"
 
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 	"sigs.k8s.io/karpenter/pkg/operator/options"
@@ -109,12 +112,49 @@ func withCatalog(instanceTypes []*cloudprovider.InstanceType, path string) error
 			continue
 		}
 		it.DynamicResources = dynamicResources(entry)
+		if it.Capacity == nil {
+			it.Capacity = corev1.ResourceList{}
+		}
+		maps.Copy(it.Capacity, devicePluginCapacity(entry))
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
 		return fmt.Errorf("catalog instance types with no entry in the instance types file: %v", missing)
 	}
 	return nil
+}
+
+// The Neuron device plugin's resources, which the AWS provider gives every inf and trn
+// instance type from DescribeInstanceTypes' NeuronInfo (karpenter-provider-aws,
+// pkg/providers/instancetype/types.go, computeCapacity: aws.amazon.com/neuron is the
+// number of Neuron devices, aws.amazon.com/neuroncore that times the physical
+// NeuronCores of a device).
+const (
+	resourceNeuron     corev1.ResourceName = "aws.amazon.com/neuron"
+	resourceNeuronCore corev1.ResourceName = "aws.amazon.com/neuroncore"
+)
+
+// devicePluginCapacity is what the AWS provider would give the catalog entry's type:
+// its whole Neuron devices (resourceType neuron_device; never an UltraServer's node
+// device) and their physical cores (each device's "cores" capacity).
+func devicePluginCapacity(entry catalogEntry) corev1.ResourceList {
+	var devices, cores int64
+	for _, s := range entry.ResourceSliceTemplates {
+		for _, d := range s.Devices {
+			kind := d.Attributes["resourceType"].StringValue
+			if kind == nil || *kind != "neuron_device" {
+				continue
+			}
+			devices++
+			if c, ok := d.Capacity["cores"]; ok {
+				cores += c.Value.Value()
+			}
+		}
+	}
+	return corev1.ResourceList{
+		resourceNeuron:     *resource.NewQuantity(devices, resource.DecimalSI),
+		resourceNeuronCore: *resource.NewQuantity(cores, resource.DecimalSI),
+	}
 }
 
 func dynamicResources(entry catalogEntry) cloudprovider.DynamicResources {

@@ -23,7 +23,7 @@ func main() {
 		log.FromContext(ctx).Error(err, "loading the Neuron catalog")
 		panic(err)
 	}
-	undecorated := kwok.NewCloudProvider(ctx, op.GetClient(), instanceTypes)
+	undecorated := kwok.NewCloudProvider(ctx, kubeletView{op.GetClient()}, instanceTypes)
 	cloudProvider := overlay.Decorate(undecorated, op.GetClient(), op.InstanceTypeStore)
 	repairPolicies := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	clusterState := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(repairPolicies))
