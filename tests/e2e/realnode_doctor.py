@@ -32,13 +32,13 @@ POD_WARNINGS = {"device plugin socket", "runtime CDI"}
 def documented(real: RealCluster) -> tuple[str, subprocess.CompletedProcess[str]]:
     """The troubleshooting page's `kubectl exec ... neuron-dra doctor`, run as written."""
     [command] = doc_commands.run_by(doc_commands.DOCTOR)
-    return command.text, _shell(real, command.text)
+    return command.text, shell(real, command.text)
 
 
 def in_the_pod(real: RealCluster, *args: str) -> tuple[int, Checks]:
     """The documented command with `args` (-o json added), exit status and checks."""
     text, _ = documented(real)
-    done = _shell(real, f"{text} -o json {' '.join(args)}")
+    done = shell(real, f"{text} -o json {' '.join(args)}")
     return done.returncode, _parsed(done)
 
 
@@ -71,7 +71,9 @@ def text_verdicts(stdout: str) -> dict[str, str]:
     return found
 
 
-def _shell(real: RealCluster, command: str) -> subprocess.CompletedProcess[str]:
+def shell(real: RealCluster, command: str) -> subprocess.CompletedProcess[str]:
+    """A documented command, as a user types it: the cluster's kubeconfig and its
+    kubectl on the PATH, from the repository's root."""
     return subprocess.run(
         ["bash", "-c", command],
         cwd=REPO,

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -284,19 +282,7 @@ def test_the_documented_exec_commands_run_in_the_plugin_pod(real: RealCluster) -
     ran = doc_commands.run_by(doc_commands.EXEC)
     assert ran
     for command in ran:
-        done = subprocess.run(
-            ["bash", "-c", command.text],
-            cwd=REPO,
-            env={
-                **os.environ,
-                "KUBECONFIG": str(real.cluster.kubeconfig),
-                "PATH": f"{real.cluster.binaries.kubectl.parent}:{os.environ['PATH']}",
-            },
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
+        done = realnode_doctor.shell(real, command.text)
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
         assert done.stdout.strip() == "0 errors, 0 warnings", done.stdout
 

@@ -139,11 +139,11 @@ def test_the_runtime_cdi_setting(node: Node, config: str, verdict: str) -> None:
     assert node.checks()["runtime CDI"].verdict == verdict
 
 
-def test_a_missing_socket_fails_and_the_command_exits_1(node: Node) -> None:
-    (node.kubelet / "plugins" / DRIVER_NAME / f"dra-{POD_UID}.sock").unlink()
-    assert node.checks()["driver sockets"].verdict == "fail"
-    done = subprocess.run(
+def doctor_json(node: Node, *prefix: str) -> subprocess.CompletedProcess[str]:
+    """`neuron-dra doctor -o json` on the node, run after `prefix` (another user, say)."""
+    return subprocess.run(
         [
+            *prefix,
             sys.executable,
             "-m",
             "neuron_dra",
@@ -159,6 +159,12 @@ def test_a_missing_socket_fails_and_the_command_exits_1(node: Node) -> None:
         check=False,
         timeout=60,
     )
+
+
+def test_a_missing_socket_fails_and_the_command_exits_1(node: Node) -> None:
+    (node.kubelet / "plugins" / DRIVER_NAME / f"dra-{POD_UID}.sock").unlink()
+    assert node.checks()["driver sockets"].verdict == "fail"
+    done = doctor_json(node)
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     assert report["failed"] == 1
@@ -179,24 +185,7 @@ def test_not_root_on_the_host_is_told_to_be_root(node: Node) -> None:
     node.config = public / "config.toml"
     # Root reads whatever the modes say: the command runs as nobody there.
     as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    done = subprocess.run(
-        [
-            *(as_user if os.geteuid() == 0 else []),
-            sys.executable,
-            "-m",
-            "neuron_dra",
-            "doctor",
-            f"--sysfs-root={node.root}",
-            f"--kubelet-dir={node.kubelet}",
-            f"--containerd-config={node.config}",
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    done = doctor_json(node, *(as_user if os.geteuid() == 0 else []))
     shutil.rmtree(public)
     assert done.returncode == 0, done.stderr
     checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
