@@ -26,7 +26,7 @@ import ssl
 import subprocess
 import tempfile
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar
@@ -258,29 +258,52 @@ class Cluster(NodeObjects):
         self.components.append(comp)
         return comp
 
+    def _bound(
+        self, start: Callable[[], Component], ready: Callable[[], object], attempts: int = 3
+    ) -> None:
+        """Start a component on ports `start` chooses, then wait for `ready`. Another
+        process (a test run beside this one) may take a port between its choice and the
+        component's bind: the component then exits, and `start` chooses again, up to
+        `attempts` times."""
+        for attempt in range(1, attempts + 1):
+            component = start()
+            try:
+                ready()
+                return
+            except ClusterError:
+                taken = not component.alive() and "address already in use" in component.tail(5)
+                if not taken or attempt == attempts:
+                    raise
+                self.components.remove(component)
+
     def _start_etcd(self) -> None:
-        client_port, peer_port = free_port(), free_port()
-        self.etcd_url = f"http://127.0.0.1:{client_port}"
-        peer = f"http://127.0.0.1:{peer_port}"
-        self._spawn(
-            "etcd",
-            [
-                str(self.binaries.etcd),
-                "--name=e2e",
-                f"--data-dir={self.workdir / 'etcd'}",
-                f"--listen-client-urls={self.etcd_url}",
-                f"--advertise-client-urls={self.etcd_url}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=e2e={peer}",
-                # Durability is pointless for a throw-away store; fsync
-                # dominates request latency otherwise.
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-                *self.extra_args.get("etcd", []),
-            ],
-        )
-        self.wait_for("etcd healthy", lambda: http_ok(self.etcd_url + "/health"), 30.0)
+        def start() -> Component:
+            client_port, peer_port = free_port(), free_port()
+            self.etcd_url = f"http://127.0.0.1:{client_port}"
+            peer = f"http://127.0.0.1:{peer_port}"
+            return self._spawn(
+                "etcd",
+                [
+                    str(self.binaries.etcd),
+                    "--name=e2e",
+                    f"--data-dir={self.workdir / 'etcd'}",
+                    f"--listen-client-urls={self.etcd_url}",
+                    f"--advertise-client-urls={self.etcd_url}",
+                    f"--listen-peer-urls={peer}",
+                    f"--initial-advertise-peer-urls={peer}",
+                    f"--initial-cluster=e2e={peer}",
+                    # Durability is pointless for a throw-away store; fsync
+                    # dominates request latency otherwise.
+                    "--unsafe-no-fsync",
+                    "--log-level=warn",
+                    *self.extra_args.get("etcd", []),
+                ],
+            )
+
+        def ready() -> None:
+            self.wait_for("etcd healthy", lambda: http_ok(self.etcd_url + "/health"), 30.0)
+
+        self._bound(start, ready)
 
     def stop_apiserver(self) -> None:
         """Stop kube-apiserver: every client sees an outage until start_apiserver()."""
@@ -316,8 +339,24 @@ class Cluster(NodeObjects):
         self._start_apiserver(timeout, port=self.apiserver_port)
 
     def _start_apiserver(self, timeout: float, port: int | None = None) -> None:
+        """Start kube-apiserver on `port`, or on a free one (chosen again if taken)."""
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+
+        def ready() -> bool:
+            req = urllib.request.Request(
+                self.server + "/readyz", headers={"Authorization": f"Bearer {self.token}"}
+            )
+            return http_ok(req, ctx)
+
+        self._bound(
+            lambda: self._spawn_apiserver(port or free_port()),
+            lambda: self.wait_for("kube-apiserver /readyz", ready, timeout),
+            attempts=1 if port else 3,
+        )
+
+    def _spawn_apiserver(self, port: int) -> Component:
         pki = self.workdir / "pki"
-        self.apiserver_port = port or free_port()
+        self.apiserver_port = port
         self.server = f"https://{self.address}:{self.apiserver_port}"
         loopback = self.address == "127.0.0.1"
         args = [
@@ -349,16 +388,7 @@ class Cluster(NodeObjects):
         if self.feature_gates:
             args.append(f"--feature-gates={_gates(self.feature_gates)}")
         args += self.extra_args.get("kube-apiserver", [])
-        self._spawn("kube-apiserver", args)
-        ctx = ssl.create_default_context(cafile=str(self.ca_file))
-
-        def ready() -> bool:
-            req = urllib.request.Request(
-                self.server + "/readyz", headers={"Authorization": f"Bearer {self.token}"}
-            )
-            return http_ok(req, ctx)
-
-        self.wait_for("kube-apiserver /readyz", ready, timeout)
+        return self._spawn("kube-apiserver", args)
 
     def _write_kubeconfig(self) -> None:
         config = {

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
+from neuron_dra_harness import cluster as cluster_module
 from neuron_dra_harness.build import BINARIES, Binaries
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
@@ -15,7 +18,7 @@ from neuron_dra_harness.manifests import (
     pod,
     resource_slice,
 )
-from neuron_dra_harness.processes import processes_running
+from neuron_dra_harness.processes import free_port, processes_running
 
 pytestmark = pytest.mark.e2e
 
@@ -161,3 +164,24 @@ def test_stop_leaves_no_process(e2e_binaries: Binaries) -> None:
     assert cluster.stray_processes() == []
     leftovers = [(pid, cmd) for pid, cmd in processes_running(paths) if str(cluster.workdir) in cmd]
     assert leftovers == []
+
+
+@pytest.mark.parametrize("component", ["etcd", "kube-apiserver"])
+def test_a_port_taken_before_its_component_binds_it_is_chosen_again(
+    e2e_binaries: Binaries, monkeypatch: pytest.MonkeyPatch, component: str
+) -> None:
+    """The first port the harness picks for a component is taken by someone else
+    before the component binds it, as by a test run beside this one: the component
+    exits, and the cluster starts on a port chosen again."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # etcd takes the first two ports chosen, kube-apiserver the third.
+        picks = iter([port] if component == "etcd" else [free_port(), free_port(), port])
+        monkeypatch.setattr(cluster_module, "free_port", lambda: next(picks, None) or free_port())
+        with Cluster(e2e_binaries) as cluster:
+            assert port not in (cluster.apiserver_port, int(cluster.etcd_url.rsplit(":", 1)[1]))
+            assert cluster.get("v1", "Namespace", "default")["metadata"]["name"] == "default"
+            [started] = [c for c in cluster.components if c.name == component]
+            assert "address already in use" in started.tail(400)
