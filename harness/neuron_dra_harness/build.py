@@ -258,9 +258,9 @@ def _requirements(module: Path, go: str = "local") -> list[dict[str, str]]:
     return list(json.loads(out).get("Require") or [])
 
 
-def _required_version(module: Path, path: str) -> str:
-    """The version of `path` the module's go.mod requires."""
-    for req in _requirements(module):
+def _required_version(module: Path, path: str, go: str = "local") -> str:
+    """The version of `path` the module's go.mod requires (read with toolchain `go`)."""
+    for req in _requirements(module, go):
         if req["Path"] == path:
             return str(req["Version"])
     raise RuntimeError(f"{module}/go.mod does not require {path}")

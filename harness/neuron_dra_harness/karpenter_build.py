@@ -23,7 +23,7 @@ from neuron_dra_harness.build import (
     _go_env,
     _locked,
     _log,
-    _requirements,
+    _required_version,
     _source_digest,
     cache_root,
     is_fresh,
@@ -64,10 +64,7 @@ class KarpenterBinary:
 
 def karpenter_version() -> str:
     """The Karpenter release ``go/karpenter/go.mod`` pins, e.g. v1.15.0."""
-    for req in _requirements(KARPENTER_MODULE_DIR, KARPENTER_TOOLCHAIN):
-        if req["Path"] == KARPENTER_MODULE:
-            return req["Version"]
-    raise RuntimeError(f"{KARPENTER_MODULE_DIR}/go.mod does not require {KARPENTER_MODULE}")
+    return _required_version(KARPENTER_MODULE_DIR, KARPENTER_MODULE, KARPENTER_TOOLCHAIN)
 
 
 def _module_dir() -> Path:
