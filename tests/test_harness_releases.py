@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from neuron_dra_harness import build
+from neuron_dra_harness import build, standins
 from tests.e2e import versions
 
 NEXT = "v1.38.0-beta.0"
@@ -60,11 +60,11 @@ reading https://proxy.golang.org/sigs.k8s.io/structured-merge-diff/v7/@v/v7.0.1.
 
 
 def test_the_modules_the_proxy_refused_are_named() -> None:
-    assert versions.refused_modules(REFUSED) == [
+    assert standins.refused_modules(REFUSED) == [
         "k8s.io/ktesting@v0.38.0-beta.0",
         "sigs.k8s.io/structured-merge-diff/v7@v7.0.1",
     ]
-    assert versions.refused_modules("go: some other build error") == []
+    assert standins.refused_modules("go: some other build error") == []
 
 
 def test_a_release_that_cannot_be_built_is_a_column_saying_so() -> None:

@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from neuron_dra_harness import standins
+
 K8S_VERSION = "v1.37.2"
 """Default Kubernetes release; ``NEURON_DRA_K8S_VERSION`` overrides it."""
 
@@ -297,8 +299,11 @@ def _source_files(version: str) -> list[Path]:
 
 
 def stamp(version: str, go: str, *, kubelet_only: bool = False) -> str:
-    """Hash of everything that determines the binaries' content."""
-    parts = (_BUILD_FORMAT, version, go, ldflags(version), release_tags(version), str(kubelet_only))
+    """Hash of everything that determines the binaries' content: for a release that
+    may build with stand-ins, their generator's source too."""
+    parts = [_BUILD_FORMAT, version, go, ldflags(version), release_tags(version), str(kubelet_only)]
+    if minor(version) >= standins.FIRST_MINOR:
+        parts.append(Path(standins.__file__).read_text())
     return _source_digest(parts, _source_files(version))
 
 
@@ -373,6 +378,16 @@ def _k8s_module(version: str) -> Iterator[Path]:
         if (pinned / "go.mod").is_file():
             for name in ("go.mod", "go.sum"):
                 shutil.copyfile(pinned / name, module / name)
+            go_mod = subprocess.run(
+                ["go", "mod", "edit", "-json"],
+                cwd=module,
+                env=_go_env(toolchain(version)),
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            local = standins.local_replacements(go_mod)
+            standins.materialize(module, local, staging_version(version))
         else:
             pin_release(module, version)
         yield module
@@ -389,7 +404,22 @@ def pin_release(module: Path, version: str) -> None:
     edits += [f"-replace=k8s.io/{m}=k8s.io/{m}@{staging}" for m in staging_modules(version)]
     _log(f"generating go.mod for Kubernetes {version} in {module}")
     _run(["go", "mod", "edit", *edits], module, go=go)
+    needed = needed_standins(version)
+    for standin in needed:
+        _log(f"stand-in for {standin.module}@{standin.version}, refused: {standin.why}")
+    standins.apply(module, needed, staging, lambda cmd: _run(cmd, module, go=go))
     _run(["go", "mod", "tidy"], module, go=go)
+
+
+def needed_standins(version: str) -> list[standins.StandIn]:
+    """The stand-ins Kubernetes ``version`` needs today: one module proxy probe each."""
+    if minor(version) < standins.FIRST_MINOR:
+        return []
+    go = toolchain(version)
+    k8s_mod = standins.module_file("k8s.io/kubernetes", version, "GoMod", go).read_text()
+    return standins.plan(
+        minor(version), k8s_mod, staging_version(version), standins.go_download(go)
+    )
 
 
 @contextmanager
@@ -684,6 +714,11 @@ def main(argv: list[str] | None = None) -> int:
         help="write go/releases/VERSION/go.mod and go.sum for a release (needs the module proxy)",
     )
     parser.add_argument(
+        "--standins",
+        metavar="VERSION",
+        help="say which refused modules a release's build needs stand-ins for (asks the proxy)",
+    )
+    parser.add_argument(
         "--helm", action="store_true", help="build (or reuse) helm and print its path instead"
     )
     parser.add_argument(
@@ -708,6 +743,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.pin:
         pin(_checked(args.pin))
+        return 0
+    if args.standins:
+        needed = needed_standins(_checked(args.standins))
+        for standin in needed:
+            print(f"{standin.module}@{standin.version}: refused; {standin.why}")
+        print(f"{args.standins}: {len(needed)} stand-in(s) needed")
         return 0
     if args.print_dir:
         print(bin_dir())

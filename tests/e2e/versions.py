@@ -20,7 +20,6 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from neuron_dra_harness.build import (
     RELEASES,
     build_release,
 )
+from neuron_dra_harness.standins import refused_modules
 
 REPO = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- compatibility:begin -->", "<!-- compatibility:end -->"
@@ -68,13 +68,6 @@ class Outcome:
 
 UNBUILT = "unbuilt"
 NOT_BUILT = "not built here"
-# A module version the Go module proxy will not serve, as `go` reports it.
-_REFUSED = re.compile(r"(?P<module>[\w./-]+)@(?P<version>v[\w.+-]+): reading \S+: 403 Forbidden")
-
-
-def refused_modules(go_output: str) -> list[str]:
-    """The module@version pairs `go` reports the module proxy refused."""
-    return sorted({f"{m['module']}@{m['version']}" for m in _REFUSED.finditer(go_output)})
 
 
 def unbuildable(combination: Combination) -> str | None:
