@@ -4,7 +4,12 @@
     python -m tests.e2e.versions --release v1.34.4    # one (repeatable)
     python -m tests.e2e.versions --oldest             # the oldest, as `make test` does
     python -m tests.e2e.versions --table docs/operators/kubernetes-releases.md  # and its table
+    python -m tests.e2e.versions --table-only docs/operators/kubernetes-releases.md
 
+With ``--table``, each release's outcomes are kept in ``bench/results/versions/`` (one
+file a column: the commit that ran, when, where, every test's result), and the table
+is generated from every file there, so one release can be measured again alone and the
+table checked against the raw results (``--table-only`` regenerates it without a run).
 Each release runs in its own pytest process (the binaries are chosen by
 environment); a test's `versions(check=...)` marker names its row, and what it
 recorded as `detail` says how that release did it. A release whose binaries cannot
@@ -17,7 +22,9 @@ release.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import json
 import os
 import platform
 import subprocess
@@ -37,6 +44,7 @@ from neuron_dra_harness.build import (
 from neuron_dra_harness.standins import refused_modules
 
 REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results" / "versions"
 BEGIN, END = "<!-- compatibility:begin -->", "<!-- compatibility:end -->"
 
 
@@ -145,13 +153,20 @@ def cell(results: list[Outcome]) -> str:
     return "ok" + (" (" + "; ".join(details) + ")" if details else "")
 
 
-def table(results: dict[Combination, list[Outcome]]) -> str:
+def table(
+    results: dict[Combination, list[Outcome]], runs: dict[Combination, Run] | None = None
+) -> str:
+    runs = runs or {}
     checks = sorted({o.check for found in results.values() for o in found if o.status != UNBUILT})
     columns = list(results)
-    today = datetime.date.today().isoformat()
+    dates = sorted({runs[c].date for c in columns if c in runs})
+    commits = sorted({runs[c].commit[:12] for c in columns if c in runs})
+    machines = sorted({runs[c].machine for c in columns if c in runs})
     lines = [
-        f"Measured {today} on {platform.machine()} with `make test-versions` "
-        f"({sum(len(v) for v in results.values())} test runs).",
+        f"Measured {' to '.join(dict.fromkeys([dates[0], dates[-1]])) if dates else 'never'} "
+        f"on {', '.join(machines) or platform.machine()} with `make test-versions` "
+        f"({sum(len(v) for v in results.values())} test runs; commit "
+        f"{', '.join(commits) or 'none'}; raw results in `bench/results/versions/`).",
         "",
         "| check | " + " | ".join(c.label for c in columns) + " |",
         "| --- |" + " --- |" * len(columns),
@@ -168,6 +183,73 @@ def table(results: dict[Combination, list[Outcome]]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Run:
+    """Where and from what a column was measured."""
+
+    commit: str
+    dirty: bool
+    date: str
+    machine: str
+    load_average: tuple[float, float, float]
+
+
+def this_run() -> Run:
+    """The checkout and machine running now."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return Run(
+        commit,
+        bool(status.strip()),
+        datetime.date.today().isoformat(),
+        platform.machine(),
+        os.getloadavg(),
+    )
+
+
+def result_file(combination: Combination) -> Path:
+    """bench/results/versions/v1.34.4.json, or v1.33.13-kubelet-v1.34.4.json."""
+    name = combination.control_plane
+    if combination.kubelet != combination.control_plane:
+        name = f"{combination.kubelet}-kubelet-{combination.control_plane}"
+    return RESULTS / f"{name}.json"
+
+
+def keep(combination: Combination, found: list[Outcome], where: Run) -> None:
+    """Write one column's raw results: the run, then every test's outcome."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    body = {
+        "control_plane": combination.control_plane,
+        "kubelet": combination.kubelet,
+        "run": dataclasses.asdict(where),
+        "outcomes": [dataclasses.asdict(o) for o in found],
+    }
+    result_file(combination).write_text(json.dumps(body, indent=1) + "\n")
+
+
+def stored() -> tuple[dict[Combination, list[Outcome]], dict[Combination, Run]]:
+    """Every kept column, in the table's order (``COMBINATIONS``)."""
+    results: dict[Combination, list[Outcome]] = {}
+    runs: dict[Combination, Run] = {}
+    for combination in COMBINATIONS:
+        path = result_file(combination)
+        if not path.is_file():
+            continue
+        body = json.loads(path.read_text())
+        results[combination] = [Outcome(**o) for o in body["outcomes"]]
+        run_ = body["run"]
+        runs[combination] = Run(**{**run_, "load_average": tuple(run_["load_average"])})
+    return results, runs
+
+
 def rewrite(page: Path, text: str) -> None:
     content = page.read_text()
     start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
@@ -178,17 +260,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--release", action="append", help="a control-plane release to run")
     parser.add_argument("--oldest", action="store_true", help="only the oldest release")
-    parser.add_argument("--table", type=Path, help="rewrite the compatibility table in this file")
+    parser.add_argument(
+        "--table",
+        type=Path,
+        help="keep each release's results in bench/results/versions/ and rewrite the "
+        "compatibility table in this file from every release kept there",
+    )
+    parser.add_argument(
+        "--table-only", type=Path, help="rewrite the table from the kept results; run nothing"
+    )
     args, extra = parser.parse_known_args(argv)
+    if args.table_only:
+        rewrite(args.table_only, table(*stored()))
+        return 0
     wanted = [RELEASES[0]] if args.oldest else args.release
     chosen = [c for c in COMBINATIONS if not wanted or c.control_plane in wanted]
     if wanted:
         chosen = [c for c in chosen if c.kubelet == c.control_plane]
     results = {combination: run(combination, extra) for combination in chosen}
-    text = table(results)
-    print(text)
     if args.table:
-        rewrite(args.table, text)
+        for combination, found in results.items():
+            keep(combination, found, this_run())
+        rewrite(args.table, table(*stored()))
+    print(table(results, {c: this_run() for c in results}))
     return 1 if failed(results) else 0
 
 
