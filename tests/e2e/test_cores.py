@@ -414,7 +414,7 @@ def test_a_device_held_whole_withdraws_its_cores_until_released(
     ids=["device", "ultraserver-device", "ultraserver-node"],
 )
 def test_an_admin_claim_waits_for_a_device_in_use_with_counters(
-    nodes: dict[str, SimulatedNode], node_name: str, cel: str, device: str
+    nodes: dict[str, SimulatedNode], node_name: str, cel: str, device: str, record_property: Any
 ) -> None:
     """A monitoring pod (adminAccess) asking for a device another pod holds, with cores
     (and on an UltraServer node, the node device) published. The held device keeps
@@ -432,6 +432,7 @@ def test_an_admin_claim_waits_for_a_device_in_use_with_counters(
     else:
         reason = unschedulable_reason(cluster, name, ADMIN_NAMESPACE)
         assert "cannot allocate all claims" in reason, reason
+        record_property("detail", "admin requests charged for counters")
         release(node, holder, held)
         pod = cluster.wait_for_pod_running(name, ADMIN_NAMESPACE, timeout=60)
     claim = cluster.get("resource.k8s.io/v1", "ResourceClaim", name, ADMIN_NAMESPACE)

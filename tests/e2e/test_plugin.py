@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,6 +194,34 @@ def delete_and_assert_released(node: SimulatedNode, pod_name: str, ns: str, uid:
     assert node.metadata_files() == []
 
 
+V1BETA1 = "resource.k8s.io/v1beta1"
+V1BETA1_REMOVED = 38
+"""The first minor whose API server serves no resource.k8s.io/v1beta1 resource."""
+
+
+def as_applied(cluster: Cluster, spec_file: str, record_property: Any) -> list[Obj]:
+    """An example's documents as its user applies them: as written, where the release
+    serves the version they are written in. On a release that removed it, the server
+    refuses the file as written (`kubectl create`), and the documents are those
+    `neuron-dra convert` writes."""
+    path = SPECS / spec_file
+    docs = list(yaml.safe_load_all(path.read_text()))
+    if cluster.binaries.minor < V1BETA1_REMOVED or all(d["apiVersion"] != V1BETA1 for d in docs):
+        return docs
+    refused = cluster.kubectl("create", "--dry-run=server", "-f", str(path), check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert 'no matches for kind "ResourceClaim' in refused.stderr, refused.stderr
+    assert f'in version "{V1BETA1}"' in refused.stderr, refused.stderr
+    convert = [sys.executable, "-m", "neuron_dra", "convert", str(path)]
+    done = subprocess.run(convert, capture_output=True, text=True, check=True, cwd=REPO)
+    record_property("detail", f"{V1BETA1} refused as written, run as converted to v1")
+    converted = list(yaml.safe_load_all(done.stdout))
+    assert [d["apiVersion"] for d in converted] == [
+        "resource.k8s.io/v1" if d["apiVersion"] == V1BETA1 else d["apiVersion"] for d in docs
+    ]
+    return converted
+
+
 @pytest.mark.versions(check="seed examples")
 @pytest.mark.parametrize(
     ("spec_file", "lnc", "count"),
@@ -203,11 +233,15 @@ def delete_and_assert_released(node: SimulatedNode, pod_name: str, ns: str, uid:
     ],
 )
 def test_example_with_a_pod(
-    nodes: dict[str, SimulatedNode], spec_file: str, lnc: int | None, count: int | None
+    nodes: dict[str, SimulatedNode],
+    spec_file: str,
+    lnc: int | None,
+    count: int | None,
+    record_property: Any,
 ) -> None:
     cluster = cluster_of(nodes)
     ns = namespace(cluster)
-    create_in(cluster, ns, list(yaml.safe_load_all((SPECS / spec_file).read_text())))
+    create_in(cluster, ns, as_applied(cluster, spec_file, record_property))
     run_and_check(nodes, ns, "pod0", lnc, count)
 
 
@@ -225,10 +259,14 @@ def test_example_with_a_pod(
     ],
 )
 def test_template_example(
-    nodes: dict[str, SimulatedNode], spec_file: str, lnc: int | None, count: int | None
+    nodes: dict[str, SimulatedNode],
+    spec_file: str,
+    lnc: int | None,
+    count: int | None,
+    record_property: Any,
 ) -> None:
     cluster = cluster_of(nodes)
-    [template] = list(yaml.safe_load_all((SPECS / spec_file).read_text()))
+    [template] = as_applied(cluster, spec_file, record_property)
     ns = template["metadata"].get("namespace")
     if ns is None:
         ns = namespace(cluster)
