@@ -17,7 +17,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,20 @@ def runs_table(runs: dict[str, Obj], folder: Path = KEPT) -> str:
     return "\n".join(lines)
 
 
+def every_case(orders: Iterable[Iterable[str]]) -> list[str]:
+    """Every case of every layout once, each after the case it follows in the first
+    layout that has it: a case one layout alone measured (the cores' cases, where cores
+    are published) is a row like the rest, not one dropped for the other layouts."""
+    merged: list[str] = []
+    for order in orders:
+        before = -1
+        for case in order:
+            if case not in merged:
+                merged.insert(before + 1, case)
+            before = merged.index(case)
+    return merged
+
+
 def measured_table(runs: dict[str, Obj]) -> str:
     """p50 ms (p99) of each case, by size and fleet state, one column a layout, and the
     driver's layout over whole devices only."""
@@ -106,8 +120,7 @@ def measured_table(runs: dict[str, Obj]) -> str:
     for size in sizes:
         steps = {n: f["sizes"].get(str(size), {}) for n, f in figures.items()}
         for state, label in STATES.items():
-            cases = next((s[state] for s in steps.values() if state in s), None)
-            for case in cases or ():
+            for case in every_case(s.get(state, {}) for s in steps.values()):
                 cells = [cell(steps[n].get(state, {}).get(case)) for n in names]
                 if ratio:
                     a, b = (steps[n].get(state, {}).get(case) for n in RATIO)

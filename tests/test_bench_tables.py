@@ -103,3 +103,33 @@ def test_a_change_is_compared_case_by_case(tmp_path: Path) -> None:
     text = page.read_text()
     assert "| partitions | 10, empty | 1 core | 100 | 150 | 1.50 |" in text
     assert "| partitions | 10, published | kube-apiserver RSS MiB | 1000 | 1100 | 1.10 |" in text
+
+
+def test_every_case_measured_is_a_row_of_the_generated_page(tmp_path: Path) -> None:
+    """A case a run measured in one layout alone (the cores' cases, measured where the
+    layout publishes cores) is a row, with the other layouts' cells empty: a row is
+    dropped for no layout's sake."""
+    page = tmp_path / "page.md"
+    shutil.copy(PAGE, page)
+    done = subprocess.run(
+        [sys.executable, str(TABLES), "--page", str(page), "--results", str(KEPT)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    text = page.read_text()
+    measured = text.split("<!-- table measured:", 1)[1].split("<!-- end table measured", 1)[0]
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]) for line in measured.splitlines()}
+    labels = {"full": "90% full", "core-full-1": "90% full of 1-core claims"}
+    labels |= {"core-full-4": "90% full of 4-core claims", "empty": "empty", "mixed": "mixed"}
+    missing = []
+    for path in sorted(KEPT.glob("fleet-*.json")):
+        for layout, figures in json.loads(path.read_text())["layouts"].items():
+            for size, step in figures["sizes"].items():
+                for state, label in labels.items():
+                    for case in step.get(state, {}):
+                        if (f"{int(size):,}, {label}", case) not in rows:
+                            missing.append((path.name, layout, size, state, case))
+    assert not missing, f"{len(missing)} measured cases are no row: {missing}"
