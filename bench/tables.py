@@ -72,6 +72,16 @@ def cell(figures: Obj | None) -> str:
     return f"{figures['p50_ms']:.0f}{p99}"
 
 
+def commit_cell(run: Obj) -> str:
+    """The commit a run ran, `+` where its tree had changes no commit holds (`"dirty":
+    true`, or the `+changes` of runs kept before that field), and said where the commit
+    is not in the repository (`commit_missing`)."""
+    meta = run["run"]
+    dirty = meta.get("dirty") or meta["commit"].endswith("+changes")
+    missing = ", not in the repository" if run.get("commit_missing") else ""
+    return f"`{meta['commit'][:12]}{'+' if dirty else ''}`{missing}"
+
+
 def runs_table(runs: dict[str, Obj], folder: Path = KEPT) -> str:
     lines = [
         "| file (bytes) | layouts | command | machine | commit | date | Kubernetes | took |",
@@ -83,7 +93,7 @@ def runs_table(runs: dict[str, Obj], folder: Path = KEPT) -> str:
         lines.append(
             f"| `{name}` ({size:,}) | {', '.join(run['layouts'])} | `{meta['command']}` | "
             f"{machine['arch']}, {machine['cores']} cores, {machine['ram_gib']} GiB | "
-            f"`{meta['commit'][:12]}{'+' if meta['commit'].endswith('+changes') else ''}` | "
+            f"{commit_cell(run)} | "
             f"{meta['date'][:16].replace('T', ' ')} | {meta['kubernetes']} | "
             f"{meta.get('runtime_s', 0) / 60:.0f} min |"
         )
