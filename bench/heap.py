@@ -29,7 +29,10 @@ _ROW = re.compile(
 _TOTAL = re.compile(r"of (?P<total>[\d.]+)MB total")
 _MEMSTAT = re.compile(r"^# (?P<name>HeapAlloc|HeapInuse|HeapIdle|HeapReleased|Sys|NextGC) = (\d+)")
 MIB = 2**20
-MB = 1e6
+# `go tool pprof -unit=MB` prints mebibytes: pprof's "MB" is 1 << 20 bytes
+# (github.com/google/pprof internal/measurement/measurement.go, UnitTypes:
+# {"MB", []string{"mb", "mbyte", "megabyte"}, float64(1 << 20)}), so its figures are
+# MiB as printed.
 
 
 def heap(cluster: Cluster, out: Path) -> Obj:
@@ -61,7 +64,7 @@ def _get(cluster: Cluster, path: str) -> bytes:
     return body
 
 
-def _top(cluster: Cluster, profile: Path, order: str) -> tuple[list[list[Any]], float]:
+def _top(cluster: Cluster, profile: Path, order: str) -> tuple[list[list[Any]], int]:
     """pprof's top rows in `order` as [function, flat MiB, cum MiB], and the total."""
     text = subprocess.run(
         [
@@ -80,10 +83,16 @@ def _top(cluster: Cluster, profile: Path, order: str) -> tuple[list[list[Any]], 
         text=True,
         check=True,
     ).stdout
+    return parse_top(text)
+
+
+def parse_top(text: str) -> tuple[list[list[Any]], int]:
+    """The rows of `go tool pprof -top -unit=MB` as [function, flat MiB, cum MiB], and
+    the total it shows, rounded to the MiB: pprof's MB is a MiB already."""
     rows = [
-        [m["name"].strip(), round(float(m["flat"]) * MB / MIB), round(float(m["cum"]) * MB / MIB)]
+        [m["name"].strip(), round(float(m["flat"])), round(float(m["cum"]))]
         for line in text.splitlines()
         if (m := _ROW.match(line))
     ]
     total = _TOTAL.search(text)
-    return rows, round(float(total["total"]) * MB / MIB) if total else 0.0
+    return rows, round(float(total["total"])) if total else 0

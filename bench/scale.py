@@ -37,8 +37,10 @@ allocated it.
 
 It takes tens of minutes and much of the machine's memory; `make bench-scale` runs
 it. Progress goes to stdout, figures to bench/results/scale.json (or `--out`), with
-what the run was: its command, machine, commit, date and Kubernetes release;
-`python bench/tables.py` makes the docs' tables of the results kept.
+what the run was: its command, machine, full commit, driver version, load average at
+start and end, date and Kubernetes release (bench/provenance.py). A tree with changes
+no commit holds is refused unless `--allow-dirty`, which the result records as
+`"dirty": true`. `python bench/tables.py` makes the docs' tables of the results kept.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from fleet import LAYOUTS, NAMESPACE, Api, Fleet, Layout, core_capacity_class
 from heap import heap
 from observe import Metrics, PodWatch, SchedulerMetrics
 from pods import CASES, STEADY, Scheduling
+from provenance import DirtyTreeError, at_end, at_start
 from stats import percentile
 
 from consts import DRIVER_NAME
@@ -283,15 +286,9 @@ def say(text: str) -> None:
     print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", flush=True)
 
 
-def git(*argv: str) -> str:
-    return subprocess.run(
-        ["git", *argv], cwd=REPO, capture_output=True, text=True, check=False
-    ).stdout.strip()
-
-
-def metadata(argv: list[str]) -> Obj:
-    """What a run was: its command, machine, commit, date and Kubernetes release."""
-    commit = git("rev-parse", "HEAD")
+def metadata(argv: list[str], allow_dirty: bool) -> Obj:
+    """What a run was: its command, machine, commit (refused from a tree with changes
+    unless `allow_dirty`), driver version, load average, date and Kubernetes release."""
     return {
         "command": " ".join(["python bench/scale.py", *argv]),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -301,8 +298,7 @@ def metadata(argv: list[str]) -> Obj:
             "ram_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**30,
             "python": platform.python_version(),
         },
-        "commit": commit
-        + ("+changes" if git("status", "--porcelain", "--", "bench", "neuron_dra") else ""),
+        **at_start(REPO, allow_dirty),
         "kubernetes": build().version,
     }
 
@@ -348,12 +344,22 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_API_VERSIONS,
         help="kube-apiserver's --runtime-config (default: the API server's own defaults)",
     )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help='run from a tree with uncommitted changes, recorded as "dirty": true',
+    )
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",")})
-    started = time.monotonic()
+    began = time.monotonic()
+    try:
+        run = metadata(argv, args.allow_dirty)
+    except DirtyTreeError as refused:
+        print(f"bench/scale.py: {refused}", file=sys.stderr)
+        return 2
     result: Obj = {
-        "run": metadata(argv),
+        "run": run,
         "sizes": sizes,
         "pods_per_case": args.pods,
         "ultraserver_share": args.ultraserver_share,
@@ -373,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["layouts"][name + suffix] = run_layout(
                     LAYOUTS[name], sizes, args, Path(tmp), binaries
                 )
-                result["run"]["runtime_s"] = time.monotonic() - started
+                result["run"] = at_end(result["run"])
+                result["run"]["runtime_s"] = time.monotonic() - began
                 out.write_text(json.dumps(rounded(result), indent=1) + "\n")
     say(f"done in {result['run']['runtime_s']:.0f} s: {out} ({out.stat().st_size} bytes)")
     return 0

@@ -17,7 +17,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,16 @@ def cell(figures: Obj | None) -> str:
     return f"{figures['p50_ms']:.0f}{p99}"
 
 
+def commit_cell(run: Obj) -> str:
+    """The commit a run ran, `+` where its tree had changes no commit holds (`"dirty":
+    true`, or the `+changes` of runs kept before that field), and said where the commit
+    is not in the repository (`commit_missing`)."""
+    meta = run["run"]
+    dirty = meta.get("dirty") or meta["commit"].endswith("+changes")
+    missing = ", not in the repository" if run.get("commit_missing") else ""
+    return f"`{meta['commit'][:12]}{'+' if dirty else ''}`{missing}"
+
+
 def runs_table(runs: dict[str, Obj], folder: Path = KEPT) -> str:
     lines = [
         "| file (bytes) | layouts | command | machine | commit | date | Kubernetes | took |",
@@ -83,11 +93,25 @@ def runs_table(runs: dict[str, Obj], folder: Path = KEPT) -> str:
         lines.append(
             f"| `{name}` ({size:,}) | {', '.join(run['layouts'])} | `{meta['command']}` | "
             f"{machine['arch']}, {machine['cores']} cores, {machine['ram_gib']} GiB | "
-            f"`{meta['commit'][:12]}{'+' if meta['commit'].endswith('+changes') else ''}` | "
+            f"{commit_cell(run)} | "
             f"{meta['date'][:16].replace('T', ' ')} | {meta['kubernetes']} | "
             f"{meta.get('runtime_s', 0) / 60:.0f} min |"
         )
     return "\n".join(lines)
+
+
+def every_case(orders: Iterable[Iterable[str]]) -> list[str]:
+    """Every case of every layout once, each after the case it follows in the first
+    layout that has it: a case one layout alone measured (the cores' cases, where cores
+    are published) is a row like the rest, not one dropped for the other layouts."""
+    merged: list[str] = []
+    for order in orders:
+        before = -1
+        for case in order:
+            if case not in merged:
+                merged.insert(before + 1, case)
+            before = merged.index(case)
+    return merged
 
 
 def measured_table(runs: dict[str, Obj]) -> str:
@@ -106,8 +130,7 @@ def measured_table(runs: dict[str, Obj]) -> str:
     for size in sizes:
         steps = {n: f["sizes"].get(str(size), {}) for n, f in figures.items()}
         for state, label in STATES.items():
-            cases = next((s[state] for s in steps.values() if state in s), None)
-            for case in cases or ():
+            for case in every_case(s.get(state, {}) for s in steps.values()):
                 cells = [cell(steps[n].get(state, {}).get(case)) for n in names]
                 if ratio:
                     a, b = (steps[n].get(state, {}).get(case) for n in RATIO)
