@@ -10,20 +10,7 @@ after a collection: the first prints as 64MB, the second as 9.54MB.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from tests.bench_modules import load
 
 heap = load("heap")
 

@@ -4,35 +4,21 @@ says it does not."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from consts import DRA_DRIVER_VERSION
+from tests.bench_modules import load
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 KEPT = BENCH / "results"
 PAGE = REPO / "docs" / "contributors" / "fleet-scale.md"
-
-
-def load(name: str) -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
 
 
 provenance = load("provenance")
