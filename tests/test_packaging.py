@@ -210,8 +210,8 @@ users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, com
 
 
 def test_the_image_set_runs_the_agent_and_the_cli(agent_venv: Path, tmp_path: Path) -> None:
-    """What the image installs runs the agent and the offline CLI (`lint -` reading
-    stdin), and says what to install where a kubeconfig needs `kubernetes`."""
+    """What the image installs runs the agent and the offline CLI (`lint -` and
+    `convert -` reading stdin), and says what to install where a kubeconfig needs `kubernetes`."""
     env = {"PATH": f"{agent_venv}:/usr/bin:/bin", "HOME": str(tmp_path)}
 
     def run(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -234,6 +234,10 @@ def test_the_image_set_runs_the_agent_and_the_cli(agent_venv: Path, tmp_path: Pa
     assert "needs the kubernetes package: pip install 'neuron-dra[tools]'" in needs.stderr
     linted = run("neuron-dra", "lint", "-", stdin=Path(SPEC).read_text())
     assert linted.returncode == 0, linted.stderr
+    beta = REPO / "examples" / "specs" / "v1beta1" / "xl-trn2.yaml"
+    converted = run("neuron-dra", "convert", "-", stdin=beta.read_text())
+    assert converted.returncode == 0, converted.stderr
+    assert "apiVersion: resource.k8s.io/v1\n" in converted.stdout
     simulated = run("neuron-dra", "simulate", SPEC, "--node=inf2.48xlarge=1")
     assert simulated.returncode == 0, simulated.stderr
     completion = run("neuron-dra", "completion", "bash")

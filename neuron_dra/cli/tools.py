@@ -1,4 +1,5 @@
-"""`neuron-dra simulate` and `neuron-dra lint`: check claim templates before applying them.
+"""`neuron-dra simulate`, `lint` and `convert`: check claim templates before applying them,
+and rewrite beta ones as resource.k8s.io/v1.
 
 The tools and their dependencies (the `tools` extra) are imported only when
 one of these commands runs; without the extra, the command says how to get it.
@@ -98,6 +99,25 @@ def add_commands(subparsers: SubParsers) -> None:
     cmd.set_defaults(command=_lint)
 
     cmd = subparsers.add_parser(
+        "convert",
+        help="rewrite ResourceClaim(Template)s and DeviceClasses of resource.k8s.io/v1beta1 "
+        "or v1beta2 as v1, offline (Kubernetes 1.38 removes v1beta1, 1.39 v1beta2)",
+    )
+    cmd.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="YAML files; other objects pass through unchanged (-: stdin)",
+    )
+    cmd.add_argument(
+        "--in-place",
+        action="store_true",
+        help="rewrite the files that change instead of printing every file on stdout",
+    )
+    cmd.set_defaults(command=_convert)
+
+    cmd = subparsers.add_parser(
         "templates",
         help="print what a node of each instance type publishes, as Karpenter's "
         "DynamicResources (JSON)",
@@ -182,12 +202,17 @@ def _tools_extra(command: str) -> Iterator[None]:
 
 def _simulate(args: argparse.Namespace) -> int:
     with _tools_extra("simulate"):
-        from neuron_dra.tools import picture, simulate  # noqa: PLC0415
+        from neuron_dra.tools import convert, picture, simulate  # noqa: PLC0415
         from neuron_dra.tools.counted import counted  # noqa: PLC0415
 
     # The files first: a bad one fails before minutes of building nodes.
     documents = simulate.load_documents(args.files)
     simulate.check_documents(documents)
+    for where, doc in documents:
+        if convert.beta(doc):
+            name = (doc.get("metadata") or {}).get("name") or "?"
+            note = convert.removal(str(doc["apiVersion"]), where.rpartition(":")[0])
+            print(f"{where}: warning: {doc['kind']} {name}: {note}", file=sys.stderr)
     if args.kubeconfig is not None:
         live = simulate.live_cluster(args.kubeconfig)
         cluster = simulate.Cluster(live.nodes, live.classes)
@@ -282,3 +307,36 @@ def _lint(args: argparse.Namespace) -> int:
             print(finding)
         print(lint.summary(findings))
     return 1 if any(f.error for f in findings) else 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    with _tools_extra("convert"):
+        from neuron_dra.tools import convertyaml  # noqa: PLC0415
+
+    if args.in_place and any(str(f) == "-" for f in args.files):
+        raise ValueError("convert: --in-place rewrites files; standard input (-) is not one")
+    results = [(path, convertyaml.convert_file(path)) for path in args.files]
+    for _, result in results:
+        for finding in result.findings:
+            print(finding, file=sys.stderr)
+    if any(
+        result.failed for _, result in results
+    ):  # nothing written: half a conversion applied is worse than none
+        return 1
+    if not args.in_place:
+        sys.stdout.write(convertyaml.joined([r.text for _, r in results]))
+        return 0
+    for path, result in results:
+        if result.changed:
+            _replace(path, result.text)
+            print(f"{path}: converted to resource.k8s.io/v1", file=sys.stderr)
+    return 0
+
+
+def _replace(path: Path, text: str) -> None:
+    """`path`'s content replaced whole, keeping its mode: a crash leaves the old file or
+    the new one, never half of it."""
+    scratch = path.with_name(f".{path.name}.convert")
+    scratch.write_text(text)
+    scratch.chmod(path.stat().st_mode & 0o7777)
+    scratch.replace(path)

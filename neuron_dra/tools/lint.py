@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from neuron_dra.tools import apischema, manifests
+from neuron_dra.tools import apischema, convert, manifests
 from neuron_dra.tools.counted import counted
 from neuron_dra.tools.plugin_pods import pod_warnings
 from neuron_dra.tools.pod_claims import shared_cores_warnings
@@ -34,7 +34,6 @@ __all__ = ["Finding", "findings_json", "lint_document", "lint_files", "summary"]
 
 Json = dict[str, Any]
 
-BETA_VERSIONS = ("resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2")
 KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 
 
@@ -121,12 +120,8 @@ def lint_document(
     metadata = doc.get("metadata")
     if not name and not (isinstance(metadata, Mapping) and metadata.get("generateName")):
         checker.error("metadata.name is missing")
-    version = str(doc.get("apiVersion"))
-    if version in BETA_VERSIONS:
-        checker.warn(
-            f"apiVersion {version}: Kubernetes 1.34 serves it only when enabled "
-            f"(--runtime-config={version}=true); use resource.k8s.io/v1"
-        )
+    if convert.beta(doc):
+        checker.warn(convert.removal(str(doc.get("apiVersion")), file))
     spec = checker.mapping(doc.get("spec"), "spec")
     if kind == "DeviceClass":
         checker.device_class(parse_device_class({"metadata": {"name": name}, "spec": spec}))

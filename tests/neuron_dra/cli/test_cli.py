@@ -363,6 +363,8 @@ complete_line() {
 complete_line "neuron-dra li"
 echo --
 complete_line "neuron-dra lint -o "
+echo --
+complete_line "neuron-dra conv"
 """
     )
     env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
@@ -370,6 +372,7 @@ complete_line "neuron-dra lint -o "
         ["bash", str(script)], capture_output=True, text=True, env=env, check=False, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    first, second = done.stdout.split("--\n")
+    first, second, third = done.stdout.split("--\n")
     assert first.split() == ["lint"]
     assert sorted(second.split()) == ["json", "text"]
+    assert third.split() == ["convert"]

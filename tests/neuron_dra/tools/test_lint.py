@@ -77,7 +77,12 @@ def test_every_example_lints_clean(path: Path) -> None:
     assert messages(findings, error=True) == []
     if "v1beta1" in path.parts:
         [warning] = messages(findings, error=False)
-        assert warning.startswith("apiVersion resource.k8s.io/v1beta1: Kubernetes 1.34 serves it")
+        assert warning.startswith(
+            "apiVersion resource.k8s.io/v1beta1 is served only when enabled "
+            "(--runtime-config=resource.k8s.io/v1beta1=true) from Kubernetes 1.34, and "
+            "removed in 1.38"
+        )
+        assert warning.endswith(f"`neuron-dra convert {path}` prints it as resource.k8s.io/v1")
     elif path.name == "device-plugin-style-neuron.yaml":
         [warning] = messages(findings, error=False)
         assert warning.startswith("aws.amazon.com/neuron: 4 is served through extended resources")
