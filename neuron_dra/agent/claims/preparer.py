@@ -36,7 +36,7 @@ from neuron_dra.agent.claims import cdi
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.exclusive import check_exclusive
-from neuron_dra.agent.claims.metadatafiles import MetadataFiles, with_metadata
+from neuron_dra.agent.claims.metadatafiles import MetadataFiles, metadata_claim, with_metadata
 from neuron_dra.agent.claims.plan import ClaimError, Holding, PreparedClaim, plan
 from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
@@ -215,14 +215,16 @@ class Preparer:
                 self.refresh()
                 inventory = self._inventory()
                 prepared = plan(ref, obj, inventory, self._pool)
+                writes_metadata = self._metadata is not None and self._metadata.enabled
+                meta_claim = metadata_claim(prepared, obj) if writes_metadata else None
                 self._hold(prepared, inventory)
                 try:
                     self._after_step("after-plan")
                     cdi.write_spec(self._cdi_root, prepared)
                     self._after_step("after-cdi-write")
                     record = _record(prepared)
-                    if self._metadata is not None and self._metadata.enabled:
-                        ids = self._metadata.write(prepared, obj)
+                    if self._metadata is not None and meta_claim is not None:
+                        ids = self._metadata.write(prepared, meta_claim)
                         self._after_step("after-metadata-write")
                         record = with_metadata(record, ids)
                     phase = self._phase("cdi", phase)

@@ -126,6 +126,26 @@ def test_prepare_writes_a_file_per_request_and_unprepare_removes_them(node: Node
     assert node.left() == []
 
 
+@pytest.mark.parametrize(
+    "value", ["../../../../../etc", "", "a/b", "Cores", "-cores", "c" * 64, "cores\n"]
+)
+def test_a_pod_claim_name_that_is_no_dns_label_fails_the_prepare(node: Node, value: str) -> None:
+    """The annotation names a directory of the container's mount (upstream declares
+    podClaimName a `k8s-short-name`): anything but a DNS label is refused before any
+    file is written, the claim alone failing."""
+    ref = node.add(UID, {"neurons": ["neurondevice1"]}, annotations={POD_CLAIM_ANNOTATION: value})
+    preparer = node.preparer()
+    outcome = prepare(preparer, ref)
+    assert outcome.devices == () and outcome.reason == "claim"
+    assert POD_CLAIM_ANNOTATION in outcome.error and "DNS label" in outcome.error
+    assert node.left() == [] and cdi.spec_uids(node.cdi_root) == set()
+    assert preparer.prepared == {}
+    fine = node.add(
+        OTHER, {"neurons": ["neurondevice1"]}, annotations={POD_CLAIM_ANNOTATION: "c" * 63}
+    )
+    assert prepare(preparer, fine).error == ""
+
+
 def test_a_subrequest_names_its_file_by_its_request(node: Node) -> None:
     ref = node.add(UID, {"neurons/large": ["neurondevice5"]})
     outcome = prepare(node.preparer(), ref)
