@@ -301,6 +301,27 @@ def test_two_classes_with_one_extended_resource_name_are_refused(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize("create", ["true", "false"])
+def test_the_namespaces_default_service_account_is_refused(
+    helm_bin: Path, offline: dict[str, str], create: str
+) -> None:
+    """Every pod of the namespace that names no account runs as `default`: the plugin's
+    grants must not go to it, whether the chart makes the account or not. A check of
+    the template, for its message (the schema's would only say `not` failed): lint
+    mentions it, rendering fails."""
+    values = ["--set=serviceAccount.name=default", f"--set=serviceAccount.create={create}"]
+    message = "serviceAccount.name: default is refused: every pod of the namespace"
+    result = run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES, *values], offline)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    result = run([str(helm_bin), "lint", str(CHART), *IMAGE_VALUES, *values], offline)
+    assert message in result.stderr + result.stdout
+    named = "--set=serviceAccount.name=neuron-dra-plugin"
+    objects = template(helm_bin, offline, *IMAGE_VALUES, named)
+    pod = by_key(objects)[("DaemonSet", "neuron-dra")]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "neuron-dra-plugin"
+    assert ("ServiceAccount", "neuron-dra-plugin") in by_key(objects)
+
+
 def test_an_old_cluster_is_refused(helm_bin: Path, offline: dict[str, str]) -> None:
     args = [str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES, "--kube-version=1.33.0"]
     result = run(args, offline)
