@@ -36,6 +36,7 @@ from tests.e2e.claim_status_access import (
     check_own_nodes_claim_status,
     check_rbac_for_claim_status,
 )
+from tests.e2e.node_event_access import check_own_nodes_events
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -354,8 +355,8 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
             "Service",
             "DaemonSet",
             *["DeviceClass"] * 5,
-            *["ValidatingAdmissionPolicy"] * 4,
-            *["ValidatingAdmissionPolicyBinding"] * 4,
+            *["ValidatingAdmissionPolicy"] * 5,
+            *["ValidatingAdmissionPolicyBinding"] * 5,
             "NetworkPolicy",
             # The `helm test` pod's claim template.
             "ResourceClaimTemplate",
@@ -546,7 +547,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 22, keys
+    assert len(keys) == 24, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
         assert {name: labels.get(name) for name in STANDARD_LABELS} == STANDARD_LABELS, k
@@ -787,6 +788,12 @@ def test_plugin_writes_device_status_only_of_its_own_nodes_claims(
 ) -> None:
     check_rbac_for_claim_status(cluster)
     check_own_nodes_claim_status(cluster, *policy_nodes, "helm-status")
+
+
+def test_plugin_creates_events_only_about_its_own_node(
+    cluster: Cluster, policy_nodes: tuple[str, str]
+) -> None:
+    check_own_nodes_events(cluster, *policy_nodes)
 
 
 # --------------------------------------------------------------- uninstall
