@@ -205,3 +205,56 @@ def check_own_nodes_claim_status(cluster: Cluster, own: str, other: str, ns: str
     cleared = apply(cluster, mine, [], node=own)
     assert cleared.status == 200, cleared.message
     assert [e["driver"] for e in cleared.body["status"]["devices"]] == [OTHER_DRIVER]
+    check_other_pools_entries_kept(cluster, mine, own, other)
+
+
+def check_other_pools_entries_kept(cluster: Cluster, mine: str, own: str, other: str) -> None:
+    """An entry of this driver in another node's pool (on a claim of its own node, written
+    by an administrator): the plugin may not remove or change it, and writes its own
+    entries beside it."""
+    theirs = entry("neurondevice1", other)
+    by_admin = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": mine.split("/")[-2], "namespace": mine.split("/")[-4]},
+        "status": {"devices": [theirs]},
+    }
+    cluster.request(
+        "PATCH",
+        f"{mine}?fieldManager=cluster-admin",
+        by_admin,
+        content_type="application/apply-patch+yaml",
+    )
+
+    now = cluster_devices(cluster, mine)
+    removed = [d for d in now if d["pool"] != other]
+    changed = [d | {"data": {"spoofed": True}} if d["pool"] == other else d for d in now]
+    refused = f"may write status.devices entries only of pool '{own}'"
+    for devices in (removed, changed):
+        denied = as_plugin(
+            cluster,
+            "PATCH",
+            mine,
+            {"status": {"devices": devices}},
+            node=own,
+            content_type="application/merge-patch+json",
+        )
+        assert denied.status == 403, denied.message
+        assert refused in denied.message and "neither add, change nor remove" in denied.message
+    written = apply(cluster, mine, [entry("neurondevice0", own)], node=own)
+    assert written.status == 200, written.message
+    assert {(e["driver"], e["pool"]) for e in written.body["status"]["devices"]} == {
+        (DRIVER, own),
+        (DRIVER, other),
+        (OTHER_DRIVER, own),
+    }
+    cleared = apply(cluster, mine, [], node=own)
+    assert cleared.status == 200, cleared.message
+    assert {e["pool"] for e in cleared.body["status"]["devices"] if e["driver"] == DRIVER} == {
+        other
+    }
+
+
+def cluster_devices(cluster: Cluster, path: str) -> list[Obj]:
+    found: list[Obj] = cluster.request("GET", path)["status"].get("devices") or []
+    return found

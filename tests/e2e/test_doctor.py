@@ -166,7 +166,7 @@ def test_policies_of_a_renamed_chart_are_read_by_its_name(cluster: Cluster) -> N
         _, checks = doctor(cluster, None, "--fullname=trn")
         check = checks["admission policies"]
         assert check["verdict"] == "ok", check
-        bound = "trn-resourceslices, trn-claim-status, trn-node-labels, each bound"
+        bound = "trn-resourceslices, trn-claim-status, trn-node-labels, trn-node-events, each bound"
         assert check["detail"] == bound
     finally:
         cluster.apply_yaml(policies)

@@ -36,6 +36,7 @@ from tests.e2e.claim_status_access import (
     check_own_nodes_claim_status,
     check_rbac_for_claim_status,
 )
+from tests.e2e.node_event_access import check_own_nodes_events
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -301,6 +302,27 @@ def test_two_classes_with_one_extended_resource_name_are_refused(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize("create", ["true", "false"])
+def test_the_namespaces_default_service_account_is_refused(
+    helm_bin: Path, offline: dict[str, str], create: str
+) -> None:
+    """Every pod of the namespace that names no account runs as `default`: the plugin's
+    grants must not go to it, whether the chart makes the account or not. A check of
+    the template, for its message (the schema's would only say `not` failed): lint
+    mentions it, rendering fails."""
+    values = ["--set=serviceAccount.name=default", f"--set=serviceAccount.create={create}"]
+    message = "serviceAccount.name: default is refused: every pod of the namespace"
+    result = run([str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES, *values], offline)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    result = run([str(helm_bin), "lint", str(CHART), *IMAGE_VALUES, *values], offline)
+    assert message in result.stderr + result.stdout
+    named = "--set=serviceAccount.name=neuron-dra-plugin"
+    objects = template(helm_bin, offline, *IMAGE_VALUES, named)
+    pod = by_key(objects)[("DaemonSet", "neuron-dra")]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "neuron-dra-plugin"
+    assert ("ServiceAccount", "neuron-dra-plugin") in by_key(objects)
+
+
 def test_an_old_cluster_is_refused(helm_bin: Path, offline: dict[str, str]) -> None:
     args = [str(helm_bin), "template", RELEASE, str(CHART), *IMAGE_VALUES, "--kube-version=1.33.0"]
     result = run(args, offline)
@@ -333,8 +355,8 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
             "Service",
             "DaemonSet",
             *["DeviceClass"] * 5,
-            *["ValidatingAdmissionPolicy"] * 4,
-            *["ValidatingAdmissionPolicyBinding"] * 4,
+            *["ValidatingAdmissionPolicy"] * 5,
+            *["ValidatingAdmissionPolicyBinding"] * 5,
             "NetworkPolicy",
             # The `helm test` pod's claim template.
             "ResourceClaimTemplate",
@@ -525,7 +547,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 22, keys
+    assert len(keys) == 24, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
         assert {name: labels.get(name) for name in STANDARD_LABELS} == STANDARD_LABELS, k
@@ -766,6 +788,12 @@ def test_plugin_writes_device_status_only_of_its_own_nodes_claims(
 ) -> None:
     check_rbac_for_claim_status(cluster)
     check_own_nodes_claim_status(cluster, *policy_nodes, "helm-status")
+
+
+def test_plugin_creates_events_only_about_its_own_node(
+    cluster: Cluster, policy_nodes: tuple[str, str]
+) -> None:
+    check_own_nodes_events(cluster, *policy_nodes)
 
 
 # --------------------------------------------------------------- uninstall

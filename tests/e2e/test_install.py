@@ -34,6 +34,7 @@ from tests.e2e.claim_status_access import (
     check_own_nodes_claim_status,
     check_rbac_for_claim_status,
 )
+from tests.e2e.node_event_access import check_own_nodes_events
 from tests.e2e.plugin_access import (
     NAMESPACE,
     Key,
@@ -438,6 +439,12 @@ def test_plugin_writes_device_status_only_of_its_own_nodes_claims(
 ) -> None:
     check_rbac_for_claim_status(cluster)
     check_own_nodes_claim_status(cluster, *policy_nodes, "install-status")
+
+
+def test_plugin_creates_events_only_about_its_own_node(
+    cluster: Cluster, policy_nodes: tuple[str, str]
+) -> None:
+    check_own_nodes_events(cluster, *policy_nodes)
 
 
 def test_plugin_patches_only_its_own_nodes_ultraserver_labels(

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from neuron_dra.agent.claims import cdi
+from neuron_dra.agent.claims.answer import claim_record
 from neuron_dra.agent.claims.checkpoint import encode
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.plan import plan
-from neuron_dra.agent.claims.preparer import Outcome, _record
+from neuron_dra.agent.claims.preparer import Outcome
 from neuron_dra.agent.files.dirs import CDI_DIR_MODE, PLUGIN_DIR_MODE
 from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.discovery import discover
@@ -97,7 +98,7 @@ def add_cores(disk: Disk, i: int, devices: range) -> ClaimRef:
 def size_of(disk: Disk, *refs: ClaimRef) -> int:
     """The checkpoint's size once `refs` are prepared."""
     prepared = (plan(r, disk.claims[r.name], disk.inventory, POOL) for r in refs)
-    return len(encode(BOOT, {p.claim.uid: _record(p) for p in prepared}))
+    return len(encode(BOOT, {p.claim.uid: claim_record(p) for p in prepared}))
 
 
 def assert_no_space(outcome: Outcome, path: Path) -> None:

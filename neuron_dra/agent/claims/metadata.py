@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,8 @@ DIR_MODE = 0o755
 CDI_KIND = f"{DRIVER_NAME}/metadata"
 CDI_PREFIX = f"{DRIVER_NAME}_metadata_"
 FILE_NAME = "metadata.json"
+MAX_LABEL = 63
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
 
 Attribute = Mapping[str, int | bool | str]
 """One attribute as the API encodes it: {"int": 2}, {"string": "x"}, {"version": "1.0.0"}."""
@@ -62,6 +65,23 @@ class MetadataClaim:
     uid: str
     pod_claim_name: str | None
     """The pod's name for the claim when a template made it (the claim's annotation)."""
+
+    def __post_init__(self) -> None:
+        # It names a directory of the container's mount path: a DNS label, never a path.
+        if self.pod_claim_name is not None:
+            check_short_name(self.pod_claim_name)
+
+
+def check_short_name(value: str) -> str:
+    """`value` if it is a DNS label (RFC 1123: at most 63 lower-case letters, digits and
+    '-', starting and ending with a letter or digit), as the API declares a pod's claim
+    name and the file's `podClaimName` (`k8s-short-name`); ValueError otherwise."""
+    if len(value) > MAX_LABEL or not _DNS_LABEL.fullmatch(value):
+        raise ValueError(
+            f"{value[:80]!r} is not a DNS label (at most {MAX_LABEL} lower-case letters, "
+            "digits and '-', starting and ending with a letter or digit)"
+        )
+    return value
 
 
 def go_json(value: Any) -> bytes:

@@ -37,7 +37,7 @@ from neuron_dra.agent.claims import metadata as md
 from neuron_dra.agent.claims.cdi import check_uid
 from neuron_dra.agent.claims.checkpoint import ClaimRecord
 from neuron_dra.agent.claims.claimref import ClaimRef
-from neuron_dra.agent.claims.plan import PreparedClaim
+from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim
 from neuron_dra.agent.files.atomicfile import atomic_write
 
 log = logging.getLogger(__name__)
@@ -58,12 +58,9 @@ class MetadataFiles:
     # Off: nothing is written; what an earlier run wrote is still removed.
     enabled: bool = True
 
-    def write(self, prepared: PreparedClaim, obj: Mapping[str, Any]) -> dict[str, str]:
+    def write(self, prepared: PreparedClaim, claim: md.MetadataClaim) -> dict[str, str]:
         """Write each request's metadata spec and file; the CDI id to give per request."""
-        meta = obj.get("metadata") or {}
-        pod_claim = (meta.get("annotations") or {}).get(POD_CLAIM_ANNOTATION)
         ref = prepared.claim
-        claim = md.MetadataClaim(ref.namespace, ref.name, ref.uid, pod_claim)
         by_request: dict[str, list[md.MetadataDevice]] = {}
         for device in prepared.devices:
             attributes = self.attributes(device.device)
@@ -124,6 +121,22 @@ class MetadataFiles:
         for directory in _dirs(root):
             _remove_if_empty(directory)
         return removed
+
+
+def metadata_claim(prepared: PreparedClaim, obj: Mapping[str, Any]) -> md.MetadataClaim:
+    """The claim as its metadata names it. ClaimError when its pod claim name (the
+    annotation) is no DNS label: it becomes a directory of the container's mount path,
+    and any user who may create a claim may set it. Called before any file is written."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    pod_claim = annotations.get(POD_CLAIM_ANNOTATION)
+    ref = prepared.claim
+    if pod_claim is not None and not isinstance(pod_claim, str):
+        raise ClaimError(f"claim {ref}: annotation {POD_CLAIM_ANNOTATION} is not a string")
+    try:
+        return md.MetadataClaim(ref.namespace, ref.name, ref.uid, pod_claim)
+    except ValueError as err:
+        raise ClaimError(f"claim {ref}: annotation {POD_CLAIM_ANNOTATION}: {err}") from None
 
 
 def _dirs(root: Path) -> list[Path]:

@@ -2,8 +2,10 @@
 
 Order of effects for prepare: API read, plan (pure), CDI spec write, device
 metadata writes (`metadatafiles`, which unprepare removes first), checkpoint
-write. A crash anywhere leaves a state that the kubelet's retry
-repairs: the CDI file name is derived from the claim UID, so a retried prepare
+write (the record is the kubelet's answer, `answer`). A checkpoint write that
+fails (a full disk) fails the prepare, and the files it wrote are removed again:
+nothing of a claim not prepared stays. A crash anywhere leaves a state that the
+kubelet's retry repairs: the CDI file name is derived from the claim UID, so a retried prepare
 overwrites it with identical content and an unprepare deletes it whether or
 not the checkpoint ever heard of the claim. Claims run concurrently; the same
 claim is serialized by its own lock; checkpoint writes from concurrent claims
@@ -33,10 +35,11 @@ from typing import Any, Literal, get_args
 
 from neuron_dra.agent.apiclient.errors import ApiError
 from neuron_dra.agent.claims import cdi
+from neuron_dra.agent.claims.answer import claim_record
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.exclusive import check_exclusive
-from neuron_dra.agent.claims.metadatafiles import MetadataFiles, with_metadata
+from neuron_dra.agent.claims.metadatafiles import MetadataFiles, metadata_claim, with_metadata
 from neuron_dra.agent.claims.plan import ClaimError, Holding, PreparedClaim, plan
 from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
@@ -215,18 +218,24 @@ class Preparer:
                 self.refresh()
                 inventory = self._inventory()
                 prepared = plan(ref, obj, inventory, self._pool)
+                writes_metadata = self._metadata is not None and self._metadata.enabled
+                meta_claim = metadata_claim(prepared, obj) if writes_metadata else None
                 self._hold(prepared, inventory)
                 try:
                     self._after_step("after-plan")
                     cdi.write_spec(self._cdi_root, prepared)
                     self._after_step("after-cdi-write")
-                    record = _record(prepared)
-                    if self._metadata is not None and self._metadata.enabled:
-                        ids = self._metadata.write(prepared, obj)
+                    record = claim_record(prepared)
+                    if self._metadata is not None and meta_claim is not None:
+                        ids = self._metadata.write(prepared, meta_claim)
                         self._after_step("after-metadata-write")
                         record = with_metadata(record, ids)
                     phase = self._phase("cdi", phase)
-                    self._commit({ref.uid: record})
+                    try:
+                        self._commit({ref.uid: record})
+                    except Exception:
+                        self._remove_written(ref)
+                        raise
                 finally:
                     # Committed, `_claims` holds the devices now; failed, nothing does.
                     with self._mutex:
@@ -245,6 +254,24 @@ class Preparer:
                 extra=extra | {"devices": ",".join(d.device for d in record.devices)},
             )
             return Outcome(record.devices)
+
+    def _remove_written(self, ref: ClaimRef) -> None:
+        """Remove what a prepare wrote whose checkpoint write failed (a full disk): the
+        claim is not prepared, so nothing of it may stay for a container to use, nor on
+        a disk already full. Metadata first, as unprepare does; a failing removal is
+        logged and left to the kubelet's retry or unprepare, or the start sweep."""
+        try:
+            if self._metadata is not None:
+                self._metadata.remove(ref)
+            cdi.remove_spec(self._cdi_root, ref.uid)
+        except OSError as err:
+            log.warning(
+                "files of a claim not prepared could not be removed: %s",
+                err,
+                extra={"claim": ref.uid},
+            )
+        else:
+            log.info("files of a claim not prepared removed", extra={"claim": ref.uid})
 
     def _unprepare_one(self, ref: ClaimRef) -> Outcome:
         with self._lock(ref.uid):
@@ -345,65 +372,3 @@ class Preparer:
                 changed, self._claims = claims != self._claims, claims
         if changed:
             self._on_change()
-
-
-def _record(prepared: PreparedClaim) -> ClaimRecord:
-    """The claim's record, whose devices are the kubelet's answer.
-
-    The kubelet gives a container the CDI ids of each answered device whose request
-    names hold the request the container references, or of every device for a
-    container of the whole claim. It also lists the first id of each in the
-    container's health status, where the API server refuses one listed twice
-    (kubelets before 1.36 list every entry of the claim for every container), so
-    entries do not share a first id where that can be helped.
-    """
-    ref = prepared.claim
-    answer = _split_answer(prepared) if prepared.request_env else _one_env_answer(prepared)
-    return ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=answer)
-
-
-def _one_env_answer(prepared: PreparedClaim) -> tuple[RecordedDevice, ...]:
-    """Every container gets the spec's env: one entry per device, naming all its requests."""
-    merged: dict[tuple[str, str], RecordedDevice] = {}
-    for d in prepared.devices:
-        seen = merged.get((d.pool, d.device))
-        if seen is None:
-            ids = (cdi.device_id(prepared.claim.uid, d.device),)
-            merged[d.pool, d.device] = RecordedDevice(
-                d.request_names, d.pool, d.device, ids, d.admin_access
-            )
-        else:
-            more = tuple(n for n in d.request_names if n not in seen.request_names)
-            merged[d.pool, d.device] = RecordedDevice(
-                seen.request_names + more,
-                d.pool,
-                d.device,
-                seen.cdi_device_ids,
-                seen.admin_access and d.admin_access,
-            )
-    return tuple(merged.values())
-
-
-def _split_answer(prepared: PreparedClaim) -> tuple[RecordedDevice, ...]:
-    """Requests differ in devices: each result also names its request's env.
-
-    One more entry, with the request name "" that no container can reference (pods
-    name requests by DNS labels), names the env of every device. Only a container of
-    the whole claim gets it, last, so its value replaces the requests'. Its first id
-    is its own; its device, the claim's last, is what the kubelet looks its health up by.
-    """
-    uid = prepared.claim.uid
-    answer = [
-        RecordedDevice(
-            d.request_names,
-            d.pool,
-            d.device,
-            (cdi.device_id(uid, d.device), cdi.request_device_id(uid, d.request_names[0])),
-            d.admin_access,
-        )
-        for d in prepared.devices
-    ]
-    last = prepared.devices[-1]
-    ids = (cdi.claim_device_id(uid),)
-    answer.append(RecordedDevice(("",), last.pool, last.device, ids, last.admin_access))
-    return tuple(answer)

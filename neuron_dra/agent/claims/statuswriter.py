@@ -9,8 +9,11 @@ none of it. So a write that fails (an API server outage, the RBAC of an older
 chart) never fails or slows a prepare: it is logged with the claim, counted in
 `neuron_dra_claim_status_errors_total{reason}` and tried again with backoff until it
 succeeds, or until the claim is gone or no longer holds the devices (retrying cannot
-help those). One write per claim is pending at a time: a later one replaces
-it, so an unprepare that comes first clears instead of writing.
+help those). Each claim backs off on its own (1 s doubling to 60 s): a claim whose
+write keeps failing (refused by a policy, say) never holds back another claim's,
+which is written as soon as it is prepared. One write per claim is pending at a
+time: a later one replaces it, and is tried at once, so an unprepare that comes
+first clears instead of writing.
 
 Unprepare reads the claim first and clears only what is there: once a claim is
 deallocated the API server drops every entry itself. Where the API server does not
@@ -28,14 +31,15 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.backoff import Backoff
 from neuron_dra.agent.apiclient.errors import ApiError
-from neuron_dra.agent.apiclient.kube import Json, Kube
+from neuron_dra.agent.apiclient.kube import Json
 from neuron_dra.agent.claims import devicestatus
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim, plan
@@ -45,6 +49,24 @@ from neuron_dra.hardware.inventory import NodeInventory
 log = logging.getLogger(__name__)
 
 ERRORS_METRIC = "neuron_dra_claim_status_errors_total"
+
+
+class ClaimStatusApi(Protocol):
+    """The API server's calls the writer makes (`Kube`'s)."""
+
+    def get_resource_claim(self, namespace: str, name: str) -> Json: ...
+
+    async def apply_claim_status(
+        self, namespace: str, name: str, body: Json, manager: str
+    ) -> Json: ...
+
+
+@dataclass
+class _Retry:
+    """A claim whose last write failed: its own backoff, and when it is tried again."""
+
+    backoff: Backoff
+    due: float
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,19 +85,23 @@ class StatusWriter:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: ClaimStatusApi,
         metrics: Metrics,
         inventory: Callable[[], NodeInventory],
         pool: str,
-        backoff: Backoff | None = None,
+        *,
+        backoff: Backoff | None = None,  # each claim's steps, copied per claim
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._kube = kube
         self._inventory = inventory
         self._pool = pool
         self._metrics = metrics
-        self._backoff = backoff or Backoff(initial_s=1.0, max_s=60.0)
+        self._steps = backoff or Backoff(initial_s=1.0, max_s=60.0)
+        self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._pending: dict[str, _Write] = {}  # by claim UID; touched on the loop only
+        self._retries: dict[str, _Retry] = {}  # by claim UID, of pending writes that failed
         self._wake = asyncio.Event()
         self.served = True  # until an apply's answer shows the field is not served
 
@@ -100,31 +126,45 @@ class StatusWriter:
         def put() -> None:
             if replace or write.claim.uid not in self._pending:
                 self._pending[write.claim.uid] = write
+                self._retries.pop(write.claim.uid, None)  # a new write is tried at once
             self._wake.set()
 
         with contextlib.suppress(RuntimeError):  # the loop closed: the agent is stopping
             self._loop.call_soon_threadsafe(put)
 
     async def run(self) -> None:
-        """Until cancelled: each pending write, again after a backoff while any fails."""
+        """Until cancelled: each pending write as it comes, a failed one again when its
+        own backoff is over."""
         while True:
-            await self._wake.wait()
             self._wake.clear()
-            failed = False
-            for uid, write in list(self._pending.items()):
-                try:
-                    await self._write(write)
-                except Exception as err:
-                    failed = True
-                    self._failed(write.claim, err)
-                    continue
-                if self._pending.get(uid) is write:
-                    del self._pending[uid]
-            if failed:
-                await asyncio.sleep(self._backoff.delay())
-                self._wake.set()
-            else:
-                self._backoff.reset()
+            delay = await self.write_due()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def write_due(self) -> float | None:
+        """Try each pending write that is not waiting out a backoff, once; the seconds
+        until the next retry is due, None when no write waits for one."""
+        for uid, write in list(self._pending.items()):
+            retry = self._retries.get(uid)
+            if retry is not None and retry.due > self._clock():
+                continue
+            try:
+                await self._write(write)
+            except Exception as err:
+                self._failed(write.claim, err)
+                if self._pending.get(uid) is write:  # not replaced meanwhile
+                    backoff = retry.backoff if retry is not None else self._backoff()
+                    self._retries[uid] = _Retry(backoff, self._clock() + backoff.delay())
+                continue
+            if self._pending.get(uid) is write:
+                del self._pending[uid]
+                self._retries.pop(uid, None)
+        if not self._retries:
+            return None
+        return max(0.0, min(r.due for r in self._retries.values()) - self._clock())
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self._steps.initial_s, self._steps.max_s, self._steps.rng)
 
     def _failed(self, claim: ClaimRef, err: Exception) -> None:
         status = err.status if isinstance(err, ApiError) else -1

@@ -15,9 +15,10 @@ driver that moved them) is unwatched: logged once, counted in `unwatched`. Besid
 - the device's sysfs directory or /dev node vanishing;
 - the kernel's records of `NEURON_HW_ERR=<KIND>` in /dev/kmsg, as the Neuron
   runtime writes them through the driver (`kernellog` says which records count); a
-  record naming a device (its serial number, else its index `nd-id=`, else
-  neuronN) affects that device, a record naming none affects every device, one
-  naming a device this node does not have (an unknown serial number) none;
+  record naming a device (its serial number, else its index `nd-id=`, else its
+  only neuronN) affects that device; one naming no device, several, or a device
+  this node does not have (an unknown serial number) affects none, logged, since
+  any process holding a Neuron device can have the driver print such a record;
 - optionally, `healthcheck_heartbeat` standing still for `heartbeat_timeout_s`.
 What keeps a device in service yet is worth knowing (no health file, corrected ECC
 errors, a slow heartbeat) is the `notices` monitor's, driven by this poll.
@@ -369,14 +370,23 @@ class HealthMonitor:
         return found
 
     def _named(self, error: kernellog.HardwareError) -> Sequence[int]:
-        named = kernellog.devices_named(error, self._devices, self._serials)
-        if named is None:
+        named = kernellog.device_named(error, self._devices, self._serials)
+        if named is not None:
+            return [named]
+        if error.serial is not None or error.index is not None:
             self._report_once(
                 f"unmatched {error.serial}/{error.index}",
                 f"a hardware error names no device of this node (serial-num={error.serial}, "
                 f"nd-id={error.index}): no device taken out of service: {error.detail}",
             )
-        return named or []
+        else:
+            listed = ",".join(f"neuron{d}" for d in sorted(error.devices)) or "none named"
+            self._report_once(
+                f"unnamed {error.kind}",
+                f"a hardware error names no single device of this node ({listed}): "
+                f"no device taken out of service: {error.detail}",
+            )
+        return []
 
     def _report_once(self, source: str, message: str) -> None:
         if source not in self._failing_sources:

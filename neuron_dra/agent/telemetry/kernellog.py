@@ -25,6 +25,13 @@ A record counts only when both hold:
 
 What no rule here can tell apart: a process that holds a Neuron device may call the
 same ioctl with any text; such a record is the kernel's and has the runtime's shape.
+The ioctl marks nothing: it is served on any open /dev/neuronN (write-only opens
+included) with no capability check, prints the caller's string alone (a bare
+`printk`, which `pr_fmt` does not prefix), and ignores the struct's `action` field;
+nor does the record say which device's node the caller opened. So a record counts
+only for the one device it names (`device_named`), and one naming no device, or
+several, counts for none: a holder can still name any device of the node, one
+record each.
 """
 
 from __future__ import annotations
@@ -65,10 +72,6 @@ class HardwareError:
     # `nd-id=`: the device's index as the runtime numbers them, which is the driver's
     # neuronN: the container sees the host's /dev/neuronN, CDI passes them unchanged.
     index: int | None = None
-
-    @property
-    def names_a_device(self) -> bool:
-        return self.serial is not None or self.index is not None or bool(self.devices)
 
 
 @dataclass(frozen=True)
@@ -127,18 +130,20 @@ def serial_numbers(serials: Mapping[int, str | None]) -> dict[int, str]:
     return {d: s.lower().removeprefix("0x") for d, s in serials.items() if s}
 
 
-def devices_named(
+def device_named(
     error: HardwareError, devices: Sequence[int], serials: Mapping[int, str]
-) -> Sequence[int] | None:
-    """The devices of `devices` an error names: by serial number (`serials`, from
-    `serial_numbers`), else by index (`nd-id=`), else as neuronN; a record that names
-    none, every device; None when it names only devices not here."""
+) -> int | None:
+    """The one device of `devices` an error names: by serial number (`serials`, from
+    `serial_numbers`), else by index (`nd-id=`), else as its only `neuronN`. None when
+    it names no device, several as `neuronN`, or only a device not here: any process
+    that can open a /dev/neuronN can have the driver print such a record, so a record
+    counts for the device it names or for none, never for every device."""
     if error.serial is not None:
         by_serial = [d for d in devices if serials.get(d) == error.serial]
-        if by_serial:
-            return by_serial
+        if len(by_serial) == 1:
+            return by_serial[0]
     if error.index is not None and error.index in devices:
-        return [error.index]
-    if error.devices:
-        return [d for d in devices if d in error.devices] or None
-    return None if error.names_a_device else devices
+        return error.index
+    if len(error.devices) == 1 and (device := next(iter(error.devices))) in devices:
+        return device
+    return None

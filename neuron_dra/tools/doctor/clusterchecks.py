@@ -27,7 +27,8 @@ DEFAULT_FULLNAME = "neuron-dra"
 def policies(fullname: str = DEFAULT_FULLNAME) -> tuple[str, ...]:
     """The chart's admission policies (each with a binding of the same name), named
     after its full name: the release's, or its fullnameOverride."""
-    return tuple(f"{fullname}-{p}" for p in ("resourceslices", "claim-status", "node-labels"))
+    kinds = ("resourceslices", "claim-status", "node-labels", "node-events")
+    return tuple(f"{fullname}-{p}" for p in kinds)
 
 
 POLICIES = policies()

@@ -108,13 +108,30 @@ def test_kernel_error_lines(fake_node: FakeNode) -> None:
     with (root / "dev/kmsg").open("a") as kmsg:
         kmsg.write("3,1236,5680,-;NEURON_HW_ERR=DMA_ERROR neuron7\n")  # named the old way
     assert [(c.device, c.problem and c.problem.kind) for c in health.poll()] == [(7, "DMA_ERROR")]
-    with (root / "dev/kmsg").open("a") as kmsg:
-        kmsg.write(hw_error("DMA_ERROR", nd_id=None))  # no device: all of them
-    changes = health.poll()
-    assert sorted(c.device for c in changes) == sorted(set(range(16)) - {7})  # 3: new kind
-    assert {c.problem.kind for c in changes if c.problem} == {"DMA_ERROR"}
     clock.now += 30
-    assert len(health.poll()) == 16 and health.problems == {}
+    assert len(health.poll()) == 2 and health.problems == {}
+
+
+def test_a_record_counts_for_the_one_device_it_names_or_for_none(
+    fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any process that can open a /dev/neuronN can have the driver print a record of
+    the runtime's shape (NEURON_IOCTL_PRINTK): one naming no device, or several, must
+    not take every device of the node out of service."""
+    root = fake_node("trn2.48xlarge")
+    health = monitor(root, Clock())
+    every = " ".join(f"neuron{d}" for d in range(16))
+    with caplog.at_level(logging.WARNING), (root / "dev/kmsg").open("a") as kmsg:
+        kmsg.write(hw_error("DMA_ERROR", nd_id=None))  # names no device
+        kmsg.write("3,1237,5681,-;NEURON_HW_ERR=DMA_ERROR\n")
+        kmsg.write(f"3,1238,5682,-;NEURON_HW_ERR=DMA_ERROR {every}\n")  # names them all
+        kmsg.flush()
+        assert health.poll() == [] and health.problems == {}
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("names no single device of this node" in m for m in messages) == 1
+    with (root / "dev/kmsg").open("a") as kmsg:
+        kmsg.write(hw_error("DMA_ERROR", serial(root, 6), nd_id=None))
+    assert [c.device for c in health.poll()] == [6] and set(health.problems) == {6}
 
 
 def test_a_runtime_error_names_its_device_by_index_when_its_serial_is_not_known(

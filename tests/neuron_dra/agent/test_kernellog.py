@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from neuron_dra.agent.telemetry.kernellog import HardwareError, Record, hardware_error, record, scan
+from neuron_dra.agent.telemetry.kernellog import (
+    HardwareError,
+    Record,
+    device_named,
+    hardware_error,
+    record,
+    scan,
+)
 
 GENUINE = (
     "NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR instance-id=i-0592464924bd45322 "
@@ -59,3 +66,18 @@ def test_a_scan_skips_continuations_and_counts_lines_that_are_not_records() -> N
     result = scan(text)
     assert [e.kind for e in result.errors] == ["SRAM_UNCORRECTABLE_ERROR"]
     assert result.not_records == 1
+
+
+def test_a_record_counts_for_one_named_device_or_none() -> None:
+    def named(text: str) -> int | None:
+        error = hardware_error(Record(0, 3, text))
+        assert error is not None
+        return device_named(error, range(16), {5: "19fcda00f5ff6eb9"})
+
+    assert named(GENUINE) == 5  # the serial number wins over nd-id=0
+    assert named(GENUINE.replace("19FC", "29FC").replace("nd-id=0", "nd-id=9")) == 9
+    assert named(GENUINE.replace("19FC", "29FC").replace(" nd-id=0", "")) is None
+    assert named("NEURON_HW_ERR=DMA_ERROR neuron3") == 3
+    assert named("NEURON_HW_ERR=DMA_ERROR") is None
+    assert named("NEURON_HW_ERR=DMA_ERROR neuron3 neuron4") is None
+    assert named("NEURON_HW_ERR=DMA_ERROR neuron40") is None

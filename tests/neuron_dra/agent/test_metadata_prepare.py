@@ -21,6 +21,7 @@ from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.slices import SliceOptions, build_slices
 from tests.claim_objects import allocated_claim
 from tests.neuron_dra.agent.test_preparer import BOOT, OTHER_BOOT, POOL, UID, Api, Crash, uid
+from tests.reliability.test_corruption import FullDisk
 from tests.sysfs_tree import FakeNode
 
 OTHER = uid(7)
@@ -124,6 +125,51 @@ def test_prepare_writes_a_file_per_request_and_unprepare_removes_them(node: Node
 
     assert unprepare(preparer, ref) == Outcome()
     assert node.left() == []
+
+
+@pytest.mark.parametrize(
+    "value", ["../../../../../etc", "", "a/b", "Cores", "-cores", "c" * 64, "cores\n"]
+)
+def test_a_pod_claim_name_that_is_no_dns_label_fails_the_prepare(node: Node, value: str) -> None:
+    """The annotation names a directory of the container's mount (upstream declares
+    podClaimName a `k8s-short-name`): anything but a DNS label is refused before any
+    file is written, the claim alone failing."""
+    ref = node.add(UID, {"neurons": ["neurondevice1"]}, annotations={POD_CLAIM_ANNOTATION: value})
+    preparer = node.preparer()
+    outcome = prepare(preparer, ref)
+    assert outcome.devices == () and outcome.reason == "claim"
+    assert POD_CLAIM_ANNOTATION in outcome.error and "DNS label" in outcome.error
+    assert node.left() == [] and cdi.spec_uids(node.cdi_root) == set()
+    assert preparer.prepared == {}
+    fine = node.add(
+        OTHER, {"neurons": ["neurondevice1"]}, annotations={POD_CLAIM_ANNOTATION: "c" * 63}
+    )
+    assert prepare(preparer, fine).error == ""
+
+
+def test_a_prepare_the_checkpoint_refuses_leaves_none_of_its_files(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk fails the checkpoint's fsync (the specs and metadata files are not
+    fsynced): the claim is not prepared, so its CDI specs and metadata files go too,
+    and another claim's stay."""
+    other = node.add(OTHER, {"neurons": ["neurondevice0"]})
+    ref = node.add(UID, {"train": ["neurondevice8"], "infer": ["neurondevice9"]})
+    preparer = node.preparer()
+    assert prepare(preparer, other).error == ""
+    kept = node.left()
+    full = FullDisk(monkeypatch, "fsync", node.plugin_dir)
+
+    outcome = prepare(preparer, ref)
+
+    assert full.failures == 1
+    assert outcome.reason == "io" and "No space left on device" in outcome.error
+    assert node.left() == kept and cdi.spec_uids(node.cdi_root) == {OTHER}
+    assert set(preparer.prepared) == {OTHER}
+    full.full = False
+    assert prepare(preparer, ref).error == ""
+    assert unprepare(preparer, ref) == unprepare(preparer, other) == Outcome()
+    assert node.left() == [] and cdi.spec_uids(node.cdi_root) == set()
 
 
 def test_a_subrequest_names_its_file_by_its_request(node: Node) -> None:

@@ -39,7 +39,12 @@ that the CLI and dashboards find the plugin by, stay app.kubernetes.io/name=neur
 {{ .Values.namespaceOverride | default .Release.Namespace }}
 {{- end }}
 
+{{/* Never the namespace's `default` account: every pod of the namespace that names no
+account runs as it, and would get the plugin's grants. */}}
 {{- define "neuron-dra.serviceAccountName" -}}
+{{- if eq .Values.serviceAccount.name "default" -}}
+{{- fail "serviceAccount.name: default is refused: every pod of the namespace that names no account runs as it and would get the plugin's permissions (ResourceSlices, claim status, Node labels, Events); name an account of the plugin's own" }}
+{{- end -}}
 {{- if .Values.serviceAccount.create -}}
 {{ .Values.serviceAccount.name | default (include "neuron-dra.fullname" .) }}
 {{- else -}}
