@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -90,3 +91,36 @@ def test_a_release_that_cannot_be_built_is_a_column_saying_so() -> None:
     assert versions.failed(
         {oldest: [versions.Outcome("(build)", "(build)", versions.UNBUILT, why)]}
     )
+
+
+def test_the_compatibility_table_is_the_kept_results() -> None:
+    """docs/operators/kubernetes-releases.md's table is generated from the raw results in
+    bench/results/versions/ (`python -m tests.e2e.versions --table-only PAGE`), and every
+    release of `make test-versions` has its column there."""
+    page = (versions.REPO / "docs/operators/kubernetes-releases.md").read_text()
+    shown = page[page.index(versions.BEGIN) + len(versions.BEGIN) : page.index(versions.END)]
+    results, runs = versions.stored()
+    assert shown.strip() == versions.table(results, runs)
+    assert list(results) == list(versions.COMBINATIONS)
+
+
+def test_every_kept_column_ran_from_a_commit_that_exists() -> None:
+    _, runs = versions.stored()
+    for combination, run in runs.items():
+        assert not run.dirty, f"{combination.label} ran on a tree with uncommitted changes"
+        found = subprocess.run(
+            ["git", "cat-file", "-e", f"{run.commit}^{{commit}}"],
+            cwd=versions.REPO,
+            capture_output=True,
+            check=False,
+        )
+        assert found.returncode == 0, f"{combination.label}: commit {run.commit} is not here"
+
+
+def test_a_module_skipped_whole_is_no_row_but_a_failure_still_fails() -> None:
+    oldest = versions.Combination(build.RELEASES[0], build.RELEASES[0])
+    skipped = versions.Outcome(versions.UNMARKED, "tests.e2e.test_karpenter", "skipped", "")
+    results = {oldest: [versions.Outcome("health", "t1", "passed", ""), skipped]}
+    assert versions.UNMARKED not in versions.table(results)
+    broken = versions.Outcome(versions.UNMARKED, "tests.e2e.test_x", "failed", "import error")
+    assert versions.failed({oldest: [broken]})
