@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from neuron_dra.cli import extra
 from neuron_dra.cli.flags import SubParsers
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources.slices import UltraServerDevices
@@ -194,10 +195,7 @@ def _tools_extra(command: str) -> Iterator[None]:
     except ModuleNotFoundError as err:
         if (err.name or "").partition(".")[0] in {"neuron_dra", "api", "consts"}:
             raise  # a broken install of the driver itself, not a missing extra
-        raise ValueError(
-            f"`neuron-dra {command}` needs the tools extra ({err.name} is not installed): "
-            "pip install 'neuron-dra[tools]'"
-        ) from err
+        raise ValueError(extra.missing(f"`neuron-dra {command}`", err.name)) from err
 
 
 def _simulate(args: argparse.Namespace) -> int:

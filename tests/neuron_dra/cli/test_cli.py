@@ -14,9 +14,11 @@ import pytest
 import yaml
 
 from neuron_dra import cli
-from neuron_dra.cli import main
+from neuron_dra.cli import extra, main
 from neuron_dra.cli.tools import Progress
 from tests.sysfs_tree import write
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -376,3 +378,40 @@ complete_line "neuron-dra conv"
     assert first.split() == ["lint"]
     assert sorted(second.split()) == ["json", "text"]
     assert third.split() == ["convert"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "blocked"),
+    [
+        (["lint", "examples/specs/single-device.yaml"], "celpy"),
+        (["simulate", "examples/specs/single-device.yaml", "--node", "inf2.xlarge=1"], "celpy"),
+        (["completion", "bash"], "argcomplete"),
+    ],
+)
+def test_a_missing_extra_names_the_ways_that_install_it(argv: list[str], blocked: str) -> None:
+    """Without the tools extra the command says how to get it: a clone, a release's wheel
+    or the plugin pod, never a package name the index does not have."""
+    code = (
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "from neuron_dra.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=REPO
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"({blocked} is not installed)" in done.stderr
+    assert "pip install -e '.[tools]'" in done.stderr
+    assert "neuron_dra-<version>-py3-none-any.whl[tools]" in done.stderr
+    assert "kubectl exec -i -n neuron-dra ds/neuron-dra -- neuron-dra lint -" in done.stderr
+    assert "neuron-dra[tools]" not in done.stderr
+
+
+def test_the_plugin_pod_named_is_the_charts() -> None:
+    daemonset = next(
+        d
+        for d in yaml.safe_load_all((REPO / "deploy/daemonset.yaml").read_text())
+        if d and d["kind"] == "DaemonSet"
+    )
+    meta = daemonset["metadata"]
+    assert f"-n {meta['namespace']} ds/{meta['name']}" == extra.PLUGIN_POD
