@@ -132,6 +132,25 @@ def _cores_fit(
     ]
 
 
+def beyond_largest(part: str, count: int, types: Sequence[str]) -> Problem | None:
+    """`count` devices where the selectors allow `types`: more than the largest of them has
+    never fits, whichever of them the scheduler tries."""
+    most = max((INSTANCE_TYPES[t].devices for t in types), default=count)
+    if count <= most:
+        return None
+    largest = sorted(t for t in types if INSTANCE_TYPES[t].devices == most)
+    named = ", ".join(largest[:3]) + (f" and {len(largest) - 3} more" if len(largest) > 3 else "")
+    which = (
+        "Neuron instance type" if set(types) == set(INSTANCE_TYPES) else "type the selectors allow"
+    )
+    return Problem(
+        True,
+        f"count {count}: no {which} has more than {counted(most, 'device')} (the largest: "
+        f"{named}), so no node ever fits it",
+        part,
+    )
+
+
 def device_count(part: str, count: int, instance_type: str, groups: Sequence[str]) -> list[Problem]:
     """`count` devices on `instance_type`, constrained to share the group attributes `groups`."""
     spec = INSTANCE_TYPES[instance_type]

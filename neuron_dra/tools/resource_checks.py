@@ -284,7 +284,11 @@ class Checker:
             return
         if alt.all and matching_kinds((*usable_base, *own)) >= BOTH_KINDS:
             self.report(fits.all_of_both_kinds(part))
-        if alt.all or not pinned:
+        if alt.all:
+            return
+        if not pinned:
+            # Not pinned to a type, yet bounded by the largest the selectors allow.
+            self.report(fits.beyond_largest(part, alt.count, types))
             return
         groups = [
             c.attribute
