@@ -9,6 +9,9 @@ carry the offline tools already (the chart's DaemonSet, `neuron-dra` in namespac
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 # The chart's defaults (deploy/daemonset.yaml): its namespace and DaemonSet.
 PLUGIN_POD = "-n neuron-dra ds/neuron-dra"
 
@@ -22,3 +25,14 @@ def missing(what: str, module: str | None) -> str:
         "or run it in a plugin pod, which has it: "
         f"`kubectl exec -i {PLUGIN_POD} -- neuron-dra lint - < FILE`"
     )
+
+
+@contextlib.contextmanager
+def needed(command: str) -> Iterator[None]:
+    """Imports of the tools; a missing `tools` extra becomes a one-line error."""
+    try:
+        yield
+    except ModuleNotFoundError as err:
+        if (err.name or "").partition(".")[0] in {"neuron_dra", "api", "consts"}:
+            raise  # a broken install of the driver itself, not a missing extra
+        raise ValueError(missing(f"`neuron-dra {command}`", err.name)) from err

@@ -26,10 +26,39 @@ from neuron_dra.tools.published import (
     published,
     usable,
 )
+from neuron_dra.tools.releases import FIRST_GATED_CORES, FIRST_WITH_CORES, Release, named
 from neuron_dra.tools.simulate import CORE_CLASS, Alternative, ClaimSpec
 
 # What selectors that can only get logical NeuronCores match.
 CORES = frozenset({RESOURCE_TYPE_CORE})
+
+
+def cores_note(requests: Sequence[str], release: Release | None) -> Problem | None:
+    """That `requests` (alternatives) get NeuronCores only where partitionable devices are
+    served: on every release but those that serve them when `release` is None."""
+    if not requests or (release is not None and release >= FIRST_WITH_CORES):
+        return None
+    plural = len(requests) > 1
+    head = (
+        f"request{'s' if plural else ''} {', '.join(requests)} "
+        f"ask{'' if plural else 's'} for NeuronCores, which the driver publishes only where "
+        "the API server serves partitionable devices"
+    )
+    if release is None:
+        return Problem(
+            False,
+            f"{head} (Kubernetes 1.36+ by default, 1.35 with the DRAPartitionableDevices "
+            "feature gate, not 1.34); elsewhere the claim stays pending",
+            "",
+        )
+    if release >= FIRST_GATED_CORES:
+        return Problem(
+            False,
+            f"{head}: {named(release)} serves them only with the DRAPartitionableDevices "
+            "feature gate; without it the claim stays pending",
+            "",
+        )
+    return Problem(True, f"{head}, which {named(release)} never does: the claim stays pending", "")
 
 
 def all_of_both_kinds(part: str) -> Problem:

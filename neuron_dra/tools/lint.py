@@ -15,6 +15,10 @@ cores are published only where partitionable devices are served, and the
 rules of cores: no LNC of their own, at most 32 to a claim, no more of one
 device than it has. Pods (and the pod templates of workloads) are read for the
 device plugin's extended resources only (`plugin_pods`).
+
+What differs between Kubernetes releases (cores, extended resources, the beta APIs'
+removal) is said for every release unless one is given (`--kubernetes-version`); then
+only what holds on it, an error where the claim never works there.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from neuron_dra.tools import apischema, convert, manifests
 from neuron_dra.tools.counted import counted
 from neuron_dra.tools.plugin_pods import pod_warnings
 from neuron_dra.tools.pod_claims import shared_cores_warnings
+from neuron_dra.tools.releases import Release, named, parse_version
 from neuron_dra.tools.resource_checks import Checker, Finding
 from neuron_dra.tools.simulate import DeviceClass, default_classes, parse_device_class
 
@@ -37,8 +42,11 @@ Json = dict[str, Any]
 KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 
 
-def lint_files(files: Sequence[Path], instance_types: Sequence[str] = ()) -> list[Finding]:
-    """Every finding of every file, file by file in the order given, by line within one."""
+def lint_files(
+    files: Sequence[Path], instance_types: Sequence[str] = (), release: Release | None = None
+) -> list[Finding]:
+    """Every finding of every file, file by file in the order given, by line within one;
+    on `release` only what applies there, on every release when None."""
     documents, problems = manifests.read_all(files)
     classes = {c.name: c for c in default_classes()}
     for document in documents:
@@ -50,7 +58,7 @@ def lint_files(files: Sequence[Path], instance_types: Sequence[str] = ()) -> lis
     findings = [Finding(p.file, "", p.message, True, p.line) for p in problems]
     for document in documents:
         findings += lint_document(
-            document.file, document.body, classes, instance_types, document.line
+            document.file, document.body, classes, instance_types, document.line, release=release
         )
     findings += [
         Finding(document.file, where, message, False, document.line)
@@ -106,22 +114,31 @@ def lint_document(
     classes: Mapping[str, DeviceClass],
     instance_types: Sequence[str] = (),
     line: int | None = None,
+    *,
+    release: Release | None = None,
 ) -> list[Finding]:
     kind = str(doc.get("kind"))
     if not _resource(doc):
-        warnings = pod_warnings(f"{kind} {_name(doc) or '?'}", doc)
+        warnings = pod_warnings(f"{kind} {_name(doc) or '?'}", doc, release)
         return [Finding(file, where, message, False, line) for where, message in warnings]
     if kind not in KINDS:
         return []
     name = _name(doc)
-    checker = Checker(file, f"{kind} {name or '?'}", classes, instance_types, line)
+    checker = Checker(file, f"{kind} {name or '?'}", classes, instance_types, line, release=release)
     for problem in apischema.problems(doc):
         checker.error(problem)
     metadata = doc.get("metadata")
     if not name and not (isinstance(metadata, Mapping) and metadata.get("generateName")):
         checker.error("metadata.name is missing")
     if convert.beta(doc):
-        checker.warn(convert.removal(str(doc.get("apiVersion")), file))
+        version = str(doc.get("apiVersion"))
+        removed = parse_version(convert.REMOVED_IN[version])
+        if release is not None and release >= removed:
+            checker.error(
+                f"{named(release)} no longer serves {version}: {convert.removal(version, file)}"
+            )
+        else:
+            checker.warn(convert.removal(version, file))
     spec = checker.mapping(doc.get("spec"), "spec")
     if kind == "DeviceClass":
         checker.device_class(parse_device_class({"metadata": {"name": name}, "spec": spec}))

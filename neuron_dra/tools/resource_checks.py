@@ -26,6 +26,7 @@ from neuron_dra.tools.published import (
     unpublished,
     usable,
 )
+from neuron_dra.tools.releases import FIRST_GATED_CORES, Release
 from neuron_dra.tools.simulate import (
     MAX_CLAIM_DEVICES,
     Alternative,
@@ -66,8 +67,11 @@ class Checker:
         classes: Mapping[str, DeviceClass],
         instance_types: Sequence[str],
         line: int | None = None,
+        *,
+        release: Release | None = None,
     ) -> None:
         self.file = file
+        self.release = release
         self.line = line
         self.where = where
         self.classes = classes
@@ -196,25 +200,11 @@ class Checker:
         for request in claim.requests:
             for alt in request.alternatives:
                 self.request(claim, alt)
-        if self.cores:
+        note = fits.cores_note(self.cores, self.release)
+        if note is not None:
             # One note for the claim, ahead of what its requests were found to get wrong.
-            plural = len(self.cores) > 1
             self.findings.insert(
-                start,
-                Finding(
-                    self.file,
-                    self.where,
-                    (
-                        f"request{'s' if plural else ''} {', '.join(self.cores)} "
-                        f"ask{'' if plural else 's'} for NeuronCores, which the driver "
-                        "publishes only where the API server serves partitionable devices "
-                        "(Kubernetes 1.36+ by default, 1.35 with the "
-                        "DRAPartitionableDevices feature gate, not 1.34); elsewhere the "
-                        "claim stays pending"
-                    ),
-                    False,
-                    self.line,
-                ),
+                start, Finding(self.file, self.where, note.message, note.error, self.line)
             )
         counts = [min(a.count for a in r.alternatives) for r in claim.requests]
         if sum(counts) > MAX_CLAIM_DEVICES >= max(counts, default=0):
@@ -282,7 +272,8 @@ class Checker:
             sizes = matching_cores((*usable_base, *own))
             self.report(*fits.core_count(claim, alt, sizes, pinned))
             return
-        if alt.all and matching_kinds((*usable_base, *own)) >= BOTH_KINDS:
+        both = matching_kinds((*usable_base, *own)) >= BOTH_KINDS
+        if alt.all and both and (self.release is None or self.release >= FIRST_GATED_CORES):
             self.report(fits.all_of_both_kinds(part))
         if alt.all:
             return

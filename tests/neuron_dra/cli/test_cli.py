@@ -147,7 +147,7 @@ def test_a_broken_pipe_other_than_stdout_is_not_hidden(
     def lose_a_connection(_: object) -> int:
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr("neuron_dra.cli.tools._lint", lose_a_connection)
+    monkeypatch.setattr("neuron_dra.cli.lint._lint", lose_a_connection)
     with pytest.raises(BrokenPipeError):
         main(["lint", str(tmp_path / "any.yaml")])
 
