@@ -415,3 +415,21 @@ def test_the_plugin_pod_named_is_the_charts() -> None:
     )
     meta = daemonset["metadata"]
     assert f"-n {meta['namespace']} ds/{meta['name']}" == extra.PLUGIN_POD
+
+
+def test_every_help_names_the_options_defaults() -> None:
+    """`--help` of each command names every option's default where it has one: the value,
+    or what the help says it is (an environment variable, the chart's setting)."""
+    top = cli.parser()
+    [commands] = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
+    checked = 0
+    for name, command in {"neuron-dra": top, **commands.choices}.items():
+        formatter = command._get_formatter()
+        for action in command._actions:
+            if not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS):
+                continue
+            text = formatter._get_help_string(action) or ""
+            assert "default" in text, (name, action.option_strings, text)
+            checked += 1
+    assert checked >= 30
+    assert "(default: text)" in " ".join(commands.choices["lint"].format_help().split())
