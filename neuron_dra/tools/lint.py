@@ -45,8 +45,9 @@ KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 def lint_files(
     files: Sequence[Path], instance_types: Sequence[str] = (), release: Release | None = None
 ) -> list[Finding]:
-    """Every finding of every file, file by file in the order given, by line within one;
-    on `release` only what applies there, on every release when None."""
+    """Every finding of every file, file by file in the order given, object by object
+    within one (each finding at its field's line); on `release` only what applies there,
+    on every release when None."""
     documents, problems = manifests.read_all(files)
     classes = {c.name: c for c in default_classes()}
     for document in documents:
@@ -55,18 +56,29 @@ def lint_files(
             device_class = _device_class(doc)
             if device_class is not None:
                 classes[device_class.name] = device_class
-    findings = [Finding(p.file, "", p.message, True, p.line) for p in problems]
+    # Each finding with the line of what it is in: the object's, or the file problem's.
+    found = [(p.line, Finding(p.file, "", p.message, True, p.line)) for p in problems]
     for document in documents:
-        findings += lint_document(
-            document.file, document.body, classes, instance_types, document.line, release=release
+        found += (
+            (document.line, finding)
+            for finding in lint_document(
+                document.file,
+                document.body,
+                classes,
+                instance_types,
+                document.line,
+                release=release,
+                lines=document.lines,
+            )
         )
-    findings += [
-        Finding(document.file, where, message, False, document.line)
+    found += (
+        (document.line, Finding(document.file, where, message, False, document.line))
         for document, where, message in shared_cores_warnings(documents, classes)
-    ]
+    )
     order = {manifests.file_name(path): i for i, path in enumerate(files)}
     # Stable: the findings of one object keep the order they were found in.
-    return sorted(findings, key=lambda f: (order.get(f.file, 0), f.line or 0))
+    found.sort(key=lambda pair: (order.get(pair[1].file, 0), pair[0] or 0))
+    return [finding for _, finding in found]
 
 
 def summary(findings: Sequence[Finding]) -> str:
@@ -116,6 +128,7 @@ def lint_document(
     line: int | None = None,
     *,
     release: Release | None = None,
+    lines: Mapping[manifests.Path, int] | None = None,
 ) -> list[Finding]:
     kind = str(doc.get("kind"))
     if not _resource(doc):
@@ -124,7 +137,17 @@ def lint_document(
     if kind not in KINDS:
         return []
     name = _name(doc)
-    checker = Checker(file, f"{kind} {name or '?'}", classes, instance_types, line, release=release)
+    spec_path: manifests.Path = ("spec", "spec") if kind == "ResourceClaimTemplate" else ("spec",)
+    checker = Checker(
+        file,
+        f"{kind} {name or '?'}",
+        classes,
+        instance_types,
+        line,
+        release=release,
+        lines=lines,
+        spec=spec_path,
+    )
     for problem in apischema.problems(doc):
         checker.error(problem)
     metadata = doc.get("metadata")

@@ -5,6 +5,7 @@ out, so the checks that do not depend on it still run."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,10 +13,13 @@ from typing import Any
 from consts import DRIVER_NAME, RESOURCE_TYPE_DEVICE, RESOURCE_TYPE_NODE
 from neuron_dra.tools import fits, opaque
 from neuron_dra.tools.cel import CelCompileError, compile_selector
+from neuron_dra.tools.celhints import equals_for_assignment, guarded
+from neuron_dra.tools.manifests import Path as FieldPath
 from neuron_dra.tools.opaque import Problem
 from neuron_dra.tools.plugin_pods import GROUP_PREFIX
 from neuron_dra.tools.published import (
     OUR_DOMAINS,
+    lacking,
     matching_cores,
     matching_kinds,
     matching_types,
@@ -41,6 +45,10 @@ from neuron_dra.tools.simulate import (
 Json = dict[str, Any]
 BOTH_KINDS = frozenset({RESOURCE_TYPE_DEVICE, RESOURCE_TYPE_NODE})
 RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
+# The parts findings name: `request NAME`, `request NAME: selectors[I]`, a class's
+# `selectors[I]`, `constraints[I]`.
+_SELECTOR_PART = re.compile(r"(?:request (\S+?))?(?:(?:: )?selectors\[(\d+)\])?")
+_CONSTRAINT_PART = re.compile(r"constraints\[(\d+)\]")
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,7 @@ class Finding:
     where: str  # kind/name and the part of it; empty for the file as a whole
     message: str
     error: bool
-    line: int | None = None  # where the object (or the file's problem) starts
+    line: int | None = None  # the field's, else where the object (or file's problem) starts
 
     def __str__(self) -> str:
         level = "error" if self.error else "warning"
@@ -69,9 +77,14 @@ class Checker:
         line: int | None = None,
         *,
         release: Release | None = None,
+        lines: Mapping[FieldPath, int] | None = None,
+        spec: FieldPath = ("spec",),
     ) -> None:
         self.file = file
         self.release = release
+        self.lines = lines or {}
+        self.spec = spec  # where the claim's (or the class's) spec is in the object
+        self.request_paths: dict[str, FieldPath] = {}  # request (alternative) -> its fields
         self.line = line
         self.where = where
         self.classes = classes
@@ -84,10 +97,33 @@ class Checker:
         self.cores: list[str] = []  # requests (alternatives) that can only get NeuronCores
 
     def error(self, message: str, part: str = "") -> None:
-        self.findings.append(Finding(self.file, self._at(part), message, True, self.line))
+        line = self._line(part, message)
+        self.findings.append(Finding(self.file, self._at(part), message, True, line))
 
     def warn(self, message: str, part: str = "") -> None:
-        self.findings.append(Finding(self.file, self._at(part), message, False, self.line))
+        line = self._line(part, message)
+        self.findings.append(Finding(self.file, self._at(part), message, False, line))
+
+    def _line(self, part: str, message: str) -> int | None:
+        """The line of the field `part` names (and, for a count, of the count), where
+        the YAML reader saw it; else the object's."""
+        path: FieldPath | None = None
+        if not part:
+            pass  # the object as a whole
+        elif found := _SELECTOR_PART.fullmatch(part):
+            name, index = found.groups()
+            base = self.request_paths.get(name) if name else self.spec
+            if base is not None:
+                path = (*base, "selectors", int(index), "cel", "expression") if index else base
+                if not index and message.startswith("count "):
+                    path = (*path, "count")
+        elif found := _CONSTRAINT_PART.fullmatch(part):
+            path = (*self.spec, "devices", "constraints", int(found.group(1)))
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.line
 
     def _at(self, part: str) -> str:
         return f"{self.where}: {part}" if part else self.where
@@ -126,7 +162,9 @@ class Checker:
             try:
                 compile_selector(expression)
             except CelCompileError as err:
-                self.error(f"CEL {err}", at)
+                fixed = equals_for_assignment(expression)
+                tip = f"; did you mean {fixed!r} (== compares, = is not CEL)?" if fixed else ""
+                self.error(f"CEL {err}{tip}", at)
                 clean = False
                 continue
             missing = unpublished(expression)
@@ -134,6 +172,9 @@ class Checker:
             if missing:
                 clean = False
             else:
+                # The scheduler stops at the first selector a device fails: only devices
+                # the class's and the earlier selectors accept ever evaluate this one.
+                self._unguarded(expression, (*accepted, *own), at)
                 own.append(expression)
         accepted += own
         types = matching_types(tuple(accepted))
@@ -144,6 +185,21 @@ class Checker:
             tip = f"; did you mean {hint!r}?" if hint else ""
             self.error(f"attribute {domain}/{name} is never published by the driver{tip}", at)
         return types, clean, tuple(own)
+
+    def _unguarded(self, expression: str, before: tuple[str, ...], at: str) -> None:
+        """An attribute read bare where some device `before` accepts lacks it."""
+        missing = lacking(expression, before)
+        if not missing or node_specific((expression,)):
+            return  # node-specific attributes get a warning of their own
+        fixed = guarded(expression, missing)
+        names = ", ".join(f"{d}/{n}" for d, n in sorted(missing))
+        tip = f"; did you mean {fixed!r}?" if fixed else ""
+        self.warn(
+            f"{names} is not published on every device the class and the earlier selectors "
+            "accept: on one without "
+            f"it the selector is a CEL runtime error, which fails the pod's scheduling{tip}",
+            at,
+        )
 
     # --- device classes -------------------------------------------------------
 
@@ -166,6 +222,7 @@ class Checker:
             if not name:
                 self.error(f"requests[{i}] has no name")
                 continue
+            self._request_paths(str(name), entry, (*self.spec, "devices", "requests", i))
             try:
                 # One request at a time, so one malformed request hides no other.
                 requests.extend(parse_claim_spec({"devices": {"requests": [entry]}}, "-").requests)
@@ -190,6 +247,14 @@ class Checker:
             constraints.append(Constraint(listed, qualified))
         config = tuple(devices.get("config") or ())
         return ClaimSpec(tuple(requests), tuple(constraints), config)
+
+    def _request_paths(self, name: str, entry: Mapping[str, Any], path: FieldPath) -> None:
+        """Where the request's fields are: under `exactly` in v1, the request itself in
+        the betas, and each of its `firstAvailable` subrequests."""
+        self.request_paths[name] = (*path, "exactly") if "exactly" in entry else path
+        for j, sub in enumerate(entry.get("firstAvailable") or ()):
+            if isinstance(sub, Mapping) and sub.get("name"):
+                self.request_paths[f"{name}/{sub['name']}"] = (*path, "firstAvailable", j)
 
     def claim(self, claim: ClaimSpec) -> None:
         names = {r.name for r in claim.requests} | {

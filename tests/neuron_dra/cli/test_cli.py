@@ -328,7 +328,7 @@ def test_lint_reads_standard_input_and_writes_json() -> None:
     report = json.loads(done.stdout)
     assert (report["errors"], report["warnings"]) == (1, 0)
     [finding] = report["findings"]
-    assert finding["file"] == "<stdin>" and finding["line"] == 1
+    assert finding["file"] == "<stdin>" and finding["line"] == 10  # the selectors' line
     assert finding["level"] == "error"
     assert finding["message"] == "attribute neuron.aws.com/nope is never published by the driver"
     text = subprocess.run(
@@ -339,7 +339,7 @@ def test_lint_reads_standard_input_and_writes_json() -> None:
         check=False,
         timeout=120,
     )
-    assert text.stdout.startswith("<stdin>:1: error: ResourceClaim x: request a: selectors[0]")
+    assert text.stdout.startswith("<stdin>:10: error: ResourceClaim x: request a: selectors[0]")
 
 
 def test_bash_completes_commands_and_flags(tmp_path: Path) -> None:

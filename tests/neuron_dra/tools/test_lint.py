@@ -287,8 +287,8 @@ def test_broken_file_exits_one(tmp_path: Path, capsys: pytest.CaptureFixture[str
     path.write_text(ROW.replace(".instanceType ==", ".instancetype =="))
     assert cli.main(["lint", str(path)]) == 1
     out = capsys.readouterr().out
-    # The file and the line the object starts on, as compilers name them.
-    assert f"{path}:2: error: ResourceClaimTemplate 1x4-connected-neurons" in out
+    # The file and the line of the selector's expression, as compilers name them.
+    assert f"{path}:17: error: ResourceClaimTemplate 1x4-connected-neurons" in out
     assert out.endswith("1 error, 0 warnings\n")
 
 
