@@ -154,3 +154,19 @@ def test_the_prepare_path_names_each_function_where_it_starts() -> None:
         name = dotted.rpartition(".")[2]
         source = (REPO / path).read_text().splitlines()[int(line) - 1]
         assert re.match(rf"\s*(async )?(def|class) {name}\b", source), (name, path, line, source)
+
+
+def test_the_readmes_first_screen_says_what_a_new_user_needs() -> None:
+    """Before the set-up commands: where the driver has run, the AWS driver it replaces,
+    that nothing is published, and the Go that `make demo` builds with."""
+    text = (REPO / "README.md").read_text()
+    screen = text[: text.index("```sh\nmake demo")]
+    assert "not yet on Neuron hardware" in screen
+    assert "`neuron-dra doctor`" in screen
+    assert "`neuron.aws.com`" in screen and "docs/operators/migration.md" in screen
+    assert "build the image" in screen and "docs/operators/install.md" in screen
+    # `make demo` builds the k8s and etcd modules with the local Go (GOTOOLCHAIN=local).
+    modules = (REPO / "harness/go/k8s/go.mod", REPO / "harness/go/etcd/go.mod")
+    versions = [re.findall(r"^go (\d+)\.(\d+)", m.read_text(), re.MULTILINE)[0] for m in modules]
+    needed = max((int(major), int(minor)) for major, minor in versions)
+    assert f"Go {needed[0]}.{needed[1]} or later" in screen

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from neuron_dra.cli import agent, logs
+from neuron_dra.cli import agent, flags, logs
 
 STARTED = time.monotonic()  # start-up time is measured from the first import
 
@@ -97,7 +97,11 @@ def _command(argv: Sequence[str]) -> str | None:
 
 
 def parser(*, only_run: bool = False) -> argparse.ArgumentParser:
-    command_line = argparse.ArgumentParser(prog="neuron-dra", description=__doc__.splitlines()[0])
+    command_line = argparse.ArgumentParser(
+        prog="neuron-dra",
+        description=__doc__.splitlines()[0],
+        formatter_class=flags.DefaultsFormatter,
+    )
     command_line.add_argument(
         "--version",
         action=_VersionAction,
@@ -109,9 +113,11 @@ def parser(*, only_run: bool = False) -> argparse.ArgumentParser:
         "--log-format",
         default="text",
         choices=["text", "json"],
-        help="json: one object a line, with claim, device and node fields (the chart's default)",
+        help="json: one object a line, with claim, device and node fields (the chart's choice)",
     )
-    commands = command_line.add_subparsers(required=True, metavar="COMMAND")
+    commands = command_line.add_subparsers(
+        required=True, metavar="COMMAND", parser_class=flags.CommandParser
+    )
     if only_run:
         agent.add_command(commands)
         return command_line

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
+from neuron_dra.cli import extra
+
 SHELLS = ("bash", "zsh", "fish", "tcsh", "powershell")
 
 
@@ -29,10 +31,7 @@ def _argcomplete() -> Any:
         import argcomplete  # noqa: PLC0415 (the tools extra)
         import argcomplete.shell_integration  # noqa: PLC0415
     except ModuleNotFoundError as err:
-        raise ValueError(
-            "shell completion needs the tools extra (argcomplete is not installed): "
-            "pip install 'neuron-dra[tools]'"
-        ) from err
+        raise ValueError(extra.missing("shell completion", err.name)) from err
     return argcomplete
 
 

@@ -94,6 +94,20 @@ def _probe_in_the_pod() -> str | None:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _source(kubeconfig: Path | None) -> str:
+    """Where the server's address came from: the kubeconfig's current context, or the
+    pod's service account."""
+    if kubeconfig is None:
+        return "the pod's service account"
+    import yaml  # noqa: PLC0415 (read, as the client did, only when asked)
+
+    try:
+        context = (yaml.safe_load(kubeconfig.read_text()) or {}).get("current-context")
+    except (OSError, yaml.YAMLError, AttributeError):
+        context = None  # the client read it; this is only its name
+    return f"context {context} of {kubeconfig}" if context else str(kubeconfig)
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from neuron_dra.tools.doctor import verdicts  # noqa: PLC0415 (on demand, as every command)
 
@@ -114,12 +128,15 @@ def _doctor(args: argparse.Namespace) -> int:
             node.append(plugin_probes(probe))
     in_cluster: list[Check] = []
     if cluster:
+        from neuron_dra.agent.apiclient.config import load  # noqa: PLC0415
         from neuron_dra.agent.apiclient.kube import Kube  # noqa: PLC0415
         from neuron_dra.tools.doctor.clusterchecks import cluster_checks  # noqa: PLC0415
 
-        kube = Kube.connect(args.kubeconfig)
+        config = load(args.kubeconfig)
+        kube = Kube(config)
+        server = f"{config.server} ({_source(args.kubeconfig)})"
         try:
-            in_cluster += cluster_checks(kube.get_sync, kube.list_sync, args.fullname)
+            in_cluster += cluster_checks(kube.get_sync, kube.list_sync, args.fullname, server)
         finally:
             kube.close()
     from neuron_dra.tools.doctor.together import together  # noqa: PLC0415

@@ -49,7 +49,7 @@ def add_commands(subparsers: SubParsers) -> None:
         type=CounterLayout,
         default=CounterLayout.OWN_SLICE,
         choices=list(CounterLayout),
-        help="where shared counters go: own-slice (Kubernetes 1.35 and later, the default) or "
+        help="where shared counters go: own-slice (Kubernetes 1.35 and later) or "
         "beside-devices (1.34); the running driver asks its API server",
     )
     cmd.add_argument(

@@ -1,5 +1,6 @@
-"""`neuron-dra simulate`, `lint` and `convert`: check claim templates before applying them,
-and rewrite beta ones as resource.k8s.io/v1.
+"""`neuron-dra simulate`, `convert` and `templates`: allocate claim templates before
+applying them, rewrite beta ones as resource.k8s.io/v1, and print what each instance type
+publishes (`lint`, registered among them, is in its own module).
 
 The tools and their dependencies (the `tools` extra) are imported only when
 one of these commands runs; without the extra, the command says how to get it.
@@ -8,14 +9,14 @@ one of these commands runs; without the extra, the command says how to get it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from neuron_dra.cli import extra, lint
 from neuron_dra.cli.flags import SubParsers
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources.slices import UltraServerDevices
@@ -76,27 +77,7 @@ def add_commands(subparsers: SubParsers) -> None:
     cmd.add_argument("--picture", type=Path, metavar="FILE.svg", help="draw the allocation")
     cmd.set_defaults(command=_simulate)
 
-    cmd = subparsers.add_parser(
-        "lint", help="check ResourceClaim(Template)s against what the driver publishes"
-    )
-    cmd.add_argument(
-        "files", nargs="+", type=Path, metavar="FILE", help="YAML files to check (-: stdin)"
-    )
-    cmd.add_argument(
-        "--instance-type",
-        action="append",
-        default=[],
-        choices=sorted(INSTANCE_TYPES),
-        help="instance types the claims are meant for (default: what selectors pin)",
-    )
-    cmd.add_argument(
-        "-o",
-        "--output",
-        default="text",
-        choices=["text", "json"],
-        help="text: a line a finding and a summary; json: the same as data, for CI",
-    )
-    cmd.set_defaults(command=_lint)
+    lint.add_command(subparsers)
 
     cmd = subparsers.add_parser(
         "convert",
@@ -186,22 +167,8 @@ class Progress:
         self.stream.flush()
 
 
-@contextlib.contextmanager
-def _tools_extra(command: str) -> Iterator[None]:
-    """Imports of the tools; a missing `tools` extra becomes a one-line error."""
-    try:
-        yield
-    except ModuleNotFoundError as err:
-        if (err.name or "").partition(".")[0] in {"neuron_dra", "api", "consts"}:
-            raise  # a broken install of the driver itself, not a missing extra
-        raise ValueError(
-            f"`neuron-dra {command}` needs the tools extra ({err.name} is not installed): "
-            "pip install 'neuron-dra[tools]'"
-        ) from err
-
-
 def _simulate(args: argparse.Namespace) -> int:
-    with _tools_extra("simulate"):
+    with extra.needed("simulate"):
         from neuron_dra.tools import convert, picture, simulate  # noqa: PLC0415
         from neuron_dra.tools.counted import counted  # noqa: PLC0415
 
@@ -283,11 +250,12 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _templates(args: argparse.Namespace) -> int:
     from neuron_dra.tools import templates  # noqa: PLC0415
+    from neuron_dra.tools.releases import ReleaseError  # noqa: PLC0415
 
     types = args.instance_type or sorted(INSTANCE_TYPES)
     try:
         out = templates.templates(types, args.kubernetes_version, args.neuron_cores)
-    except templates.TemplateError as err:
+    except ReleaseError as err:  # TemplateError among them
         print(f"neuron-dra templates: {err}", file=sys.stderr)
         return 2
     json.dump(out, sys.stdout, indent=2, sort_keys=True)
@@ -295,22 +263,8 @@ def _templates(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lint(args: argparse.Namespace) -> int:
-    with _tools_extra("lint"):
-        from neuron_dra.tools import lint  # noqa: PLC0415
-
-    findings = lint.lint_files(args.files, args.instance_type)
-    if args.output == "json":
-        print(json.dumps(lint.findings_json(findings), indent=2))
-    else:
-        for finding in findings:
-            print(finding)
-        print(lint.summary(findings))
-    return 1 if any(f.error for f in findings) else 0
-
-
 def _convert(args: argparse.Namespace) -> int:
-    with _tools_extra("convert"):
+    with extra.needed("convert"):
         from neuron_dra.tools import convertyaml  # noqa: PLC0415
 
     if args.in_place and any(str(f) == "-" for f in args.files):

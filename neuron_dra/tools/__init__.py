@@ -2,5 +2,5 @@
 
 Owns: CEL device selectors with Kubernetes DRA semantics, `simulate` (claims
 allocated the way the scheduler does), `lint`, and topology pictures. May use
-every layer below; needs the `tools` extra (`pip install 'neuron-dra[tools]'`).
+every layer below; needs the `tools` extra (`pip install -e '.[tools]'` in a clone).
 """

@@ -26,10 +26,39 @@ from neuron_dra.tools.published import (
     published,
     usable,
 )
+from neuron_dra.tools.releases import FIRST_GATED_CORES, FIRST_WITH_CORES, Release, named
 from neuron_dra.tools.simulate import CORE_CLASS, Alternative, ClaimSpec
 
 # What selectors that can only get logical NeuronCores match.
 CORES = frozenset({RESOURCE_TYPE_CORE})
+
+
+def cores_note(requests: Sequence[str], release: Release | None) -> Problem | None:
+    """That `requests` (alternatives) get NeuronCores only where partitionable devices are
+    served: on every release but those that serve them when `release` is None."""
+    if not requests or (release is not None and release >= FIRST_WITH_CORES):
+        return None
+    plural = len(requests) > 1
+    head = (
+        f"request{'s' if plural else ''} {', '.join(requests)} "
+        f"ask{'' if plural else 's'} for NeuronCores, which the driver publishes only where "
+        "the API server serves partitionable devices"
+    )
+    if release is None:
+        return Problem(
+            False,
+            f"{head} (Kubernetes 1.36+ by default, 1.35 with the DRAPartitionableDevices "
+            "feature gate, not 1.34); elsewhere the claim stays pending",
+            "",
+        )
+    if release >= FIRST_GATED_CORES:
+        return Problem(
+            False,
+            f"{head}: {named(release)} serves them only with the DRAPartitionableDevices "
+            "feature gate; without it the claim stays pending",
+            "",
+        )
+    return Problem(True, f"{head}, which {named(release)} never does: the claim stays pending", "")
 
 
 def all_of_both_kinds(part: str) -> Problem:
@@ -130,6 +159,25 @@ def _cores_fit(
             False, f"{text}: only nodes at LNC {at} fit it; elsewhere the claim stays pending", part
         )
     ]
+
+
+def beyond_largest(part: str, count: int, types: Sequence[str]) -> Problem | None:
+    """`count` devices where the selectors allow `types`: more than the largest of them has
+    never fits, whichever of them the scheduler tries."""
+    most = max((INSTANCE_TYPES[t].devices for t in types), default=count)
+    if count <= most:
+        return None
+    largest = sorted(t for t in types if INSTANCE_TYPES[t].devices == most)
+    named = ", ".join(largest[:3]) + (f" and {len(largest) - 3} more" if len(largest) > 3 else "")
+    which = (
+        "Neuron instance type" if set(types) == set(INSTANCE_TYPES) else "type the selectors allow"
+    )
+    return Problem(
+        True,
+        f"count {count}: no {which} has more than {counted(most, 'device')} (the largest: "
+        f"{named}), so no node ever fits it",
+        part,
+    )
 
 
 def device_count(part: str, count: int, instance_type: str, groups: Sequence[str]) -> list[Problem]:

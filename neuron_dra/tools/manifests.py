@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import difflib
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path as FilePath
 from typing import Any
 
 import yaml
@@ -69,11 +69,17 @@ KIND_CUTOFF = 0.8  # difflib ratio from which an unknown kind is taken for a mis
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+Path = tuple[str | int, ...]  # keys and list indices from the object's root: ("spec", 0)
+
+
 @dataclass(frozen=True)
 class Document:
     file: str
     line: int  # 1-based, where the object starts
     body: Json
+    # The line of each field and list item (its key's, or its dash's), where the YAML
+    # reader saw one: findings point at the field, not the object.
+    lines: Mapping[Path, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def where(self) -> str:
@@ -96,7 +102,7 @@ def supported_versions() -> tuple[str, ...]:
     return tuple(f"{RESOURCE_GROUP}/{v}" for v in apischema.versions())
 
 
-def read_all(paths: Iterable[Path]) -> tuple[list[Document], list[Problem]]:
+def read_all(paths: Iterable[FilePath]) -> tuple[list[Document], list[Problem]]:
     documents: list[Document] = []
     problems: list[Problem] = []
     for path in paths:
@@ -106,12 +112,12 @@ def read_all(paths: Iterable[Path]) -> tuple[list[Document], list[Problem]]:
     return documents, problems
 
 
-def file_name(path: Path) -> str:
+def file_name(path: FilePath) -> str:
     """How findings name `path`: `<stdin>` for `-`."""
     return "<stdin>" if str(path) == STDIN else str(path)
 
 
-def read(path: Path) -> tuple[list[Document], list[Problem]]:
+def read(path: FilePath) -> tuple[list[Document], list[Problem]]:
     """The objects of `path` (`-`: standard input) the tools read, and why any part of
     it cannot be read."""
     file = file_name(path)
@@ -190,12 +196,13 @@ class _Reader:
             lines = [i.start_mark.line + 1 for i in items.value] if items else []
             if len(lines) != len(body["items"]):  # no node of them found: the List's line
                 lines = [line] * len(body["items"])
-            for item, item_line in zip(body["items"], lines, strict=True):
-                self.object(item, item_line)
+            item_nodes = items.value if items and len(items.value) == len(body["items"]) else []
+            for i, (item, item_line) in enumerate(zip(body["items"], lines, strict=True)):
+                self.object(item, item_line, item_nodes[i] if item_nodes else None)
             return
-        self.object(body, line)
+        self.object(body, line, node)
 
-    def object(self, body: object, line: int) -> None:
+    def object(self, body: object, line: int, node: yaml.Node | None = None) -> None:
         if not isinstance(body, dict):
             self.problem(line, "a List item that is not a Kubernetes object")
             return
@@ -226,7 +233,29 @@ class _Reader:
                 )
             self.others.add(kind)
             return  # another Kubernetes object: not for these tools
-        self.documents.append(Document(self.file, line, body))
+        self.documents.append(Document(self.file, line, body, _lines(node) if node else {}))
+
+
+def _lines(node: yaml.Node) -> dict[Path, int]:
+    """The 1-based line of every field (its key) and list item under `node`."""
+    found: dict[Path, int] = {}
+    pending: list[tuple[Path, yaml.Node]] = [((), node)]
+    seen: set[int] = set()  # an alias is the same node: walked once
+    while pending:
+        path, current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, yaml.MappingNode):
+            for key, value in current.value:
+                if isinstance(key, yaml.ScalarNode):
+                    found.setdefault((*path, key.value), key.start_mark.line + 1)
+                    pending.append(((*path, key.value), value))
+        elif isinstance(current, yaml.SequenceNode):
+            for i, item in enumerate(current.value):
+                found[(*path, i)] = item.start_mark.line + 1
+                pending.append(((*path, i), item))
+    return found
 
 
 def _misspelt(kind: str) -> str | None:

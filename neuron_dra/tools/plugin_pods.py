@@ -15,6 +15,7 @@ from typing import Any
 
 from consts import ATTR_DEVICE_ID, DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN
 from neuron_dra.tools.counted import counted
+from neuron_dra.tools.releases import FIRST_EXTENDED, Release, named
 from neuron_dra.tools.simulate import CORE_CLASS, CORE_RESOURCE, MAX_CLAIM_DEVICES, pod_specs
 
 GROUP_PREFIX = f"{GROUP_ATTRIBUTE_DOMAIN}/devicegroup"
@@ -22,8 +23,11 @@ GROUP_PREFIX = f"{GROUP_ATTRIBUTE_DOMAIN}/devicegroup"
 DEVICE_RESOURCES = ("aws.amazon.com/neuron", "aws.amazon.com/neurondevice")
 
 
-def pod_warnings(subject: str, doc: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(where, message) for each device-plugin resource a container of the pod asks."""
+def pod_warnings(
+    subject: str, doc: Mapping[str, Any], release: Release | None = None
+) -> list[tuple[str, str]]:
+    """(where, message) for each device-plugin resource a container of the pod asks, as on
+    `release` (on every release when None)."""
     warnings: list[tuple[str, str]] = []
     for where, spec in pod_specs(doc):
         for field in ("initContainers", "containers"):
@@ -36,7 +40,7 @@ def pod_warnings(subject: str, doc: Mapping[str, Any]) -> list[tuple[str, str]]:
                 )
                 asked = _extended_resources(container)
                 for name, amount in asked.items():
-                    warnings.extend((at, message) for message in _messages(name, amount))
+                    warnings.extend((at, message) for message in _messages(name, amount, release))
                 claims = _claims(container)
                 if asked and claims:
                     warnings.append((at, _MIXED.format(", ".join(asked), ", ".join(claims))))
@@ -60,19 +64,25 @@ def _claims(container: Mapping[str, Any]) -> list[str]:
     return [str(c.get("name")) for c in claims or [] if isinstance(c, Mapping) and c.get("name")]
 
 
-def _messages(name: str, amount: str) -> list[str]:
+def _messages(name: str, amount: str, release: Release | None) -> list[str]:
+    if release is not None and release < FIRST_EXTENDED:
+        return [
+            f"{name}: {amount}: {named(release)} does not serve extended resources from DRA "
+            "drivers, so only nodes running the Neuron device plugin serve it"
+        ]
+    served = "on Kubernetes 1.36+ (DRA nodes)" if release is None else "on DRA nodes"
     if name in DEVICE_RESOURCES:
         devices = counted(amount, "device")
         return [
-            f"{name}: {amount} is served through extended resources on Kubernetes 1.36+ (DRA "
-            f"nodes) and carries no connected-set constraint: any {devices} of the node, "
+            f"{name}: {amount} is served through extended resources {served} and carries no "
+            f"connected-set constraint: any {devices} of the node, "
             "not a connected group; for a connected set use a ResourceClaimTemplate with a "
             f"{GROUP_PREFIX}N_id matchAttribute"
         ]
     cores = counted(amount, "NeuronCore")
     messages = [
-        f"{name}: {amount} is served through extended resources on Kubernetes 1.36+ (DRA "
-        f"nodes) and carries no constraint: any {cores} of the node, which may "
+        f"{name}: {amount} is served through extended resources {served} and carries no "
+        f"constraint: any {cores} of the node, which may "
         "span Neuron devices; for cores of one device use a ResourceClaimTemplate of "
         f"DeviceClass {CORE_CLASS} with a {DRIVER_NAME}/{ATTR_DEVICE_ID} matchAttribute"
     ]

@@ -179,6 +179,28 @@ def matching_types(expressions: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @cache
+def lacking(expression: str, base: tuple[str, ...]) -> frozenset[tuple[str, str]]:
+    """Attributes `expression` reads that some device `base` selects (any instance type)
+    does not carry, where reading them there is a CEL runtime error."""
+    selector = compile_selector(expression)
+    accepted = [compile_selector(e) for e in base]
+    named = cel_attributes(expression)
+    missing: set[tuple[str, str]] = set()
+    for views in published().devices.values():
+        for view in views:
+            try:
+                if not all(s.matches(view) for s in accepted):
+                    continue
+            except CelEvalError:
+                continue
+            try:
+                selector.matches(view)
+            except CelEvalError:
+                missing |= {(d, n) for d, n in named if n not in view.attributes.get(d, {})}
+    return frozenset(missing)
+
+
+@cache
 def matching_kinds(expressions: tuple[str, ...]) -> frozenset[str]:
     """The resourceTypes of the devices, of any instance type, every expression accepts."""
     selectors = [compile_selector(e) for e in expressions]

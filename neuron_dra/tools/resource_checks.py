@@ -5,6 +5,7 @@ out, so the checks that do not depend on it still run."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,10 +13,13 @@ from typing import Any
 from consts import DRIVER_NAME, RESOURCE_TYPE_DEVICE, RESOURCE_TYPE_NODE
 from neuron_dra.tools import fits, opaque
 from neuron_dra.tools.cel import CelCompileError, compile_selector
+from neuron_dra.tools.celhints import equals_for_assignment, guarded
+from neuron_dra.tools.manifests import Path as FieldPath
 from neuron_dra.tools.opaque import Problem
 from neuron_dra.tools.plugin_pods import GROUP_PREFIX
 from neuron_dra.tools.published import (
     OUR_DOMAINS,
+    lacking,
     matching_cores,
     matching_kinds,
     matching_types,
@@ -26,6 +30,7 @@ from neuron_dra.tools.published import (
     unpublished,
     usable,
 )
+from neuron_dra.tools.releases import FIRST_GATED_CORES, Release
 from neuron_dra.tools.simulate import (
     MAX_CLAIM_DEVICES,
     Alternative,
@@ -40,6 +45,10 @@ from neuron_dra.tools.simulate import (
 Json = dict[str, Any]
 BOTH_KINDS = frozenset({RESOURCE_TYPE_DEVICE, RESOURCE_TYPE_NODE})
 RESULTS_LIMIT = "resource.k8s.io AllocationResultsMaxSize"
+# The parts findings name: `request NAME`, `request NAME: selectors[I]`, a class's
+# `selectors[I]`, `constraints[I]`.
+_SELECTOR_PART = re.compile(r"(?:request (\S+?))?(?:(?:: )?selectors\[(\d+)\])?")
+_CONSTRAINT_PART = re.compile(r"constraints\[(\d+)\]")
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class Finding:
     where: str  # kind/name and the part of it; empty for the file as a whole
     message: str
     error: bool
-    line: int | None = None  # where the object (or the file's problem) starts
+    line: int | None = None  # the field's, else where the object (or file's problem) starts
 
     def __str__(self) -> str:
         level = "error" if self.error else "warning"
@@ -66,8 +75,16 @@ class Checker:
         classes: Mapping[str, DeviceClass],
         instance_types: Sequence[str],
         line: int | None = None,
+        *,
+        release: Release | None = None,
+        lines: Mapping[FieldPath, int] | None = None,
+        spec: FieldPath = ("spec",),
     ) -> None:
         self.file = file
+        self.release = release
+        self.lines = lines or {}
+        self.spec = spec  # where the claim's (or the class's) spec is in the object
+        self.request_paths: dict[str, FieldPath] = {}  # request (alternative) -> its fields
         self.line = line
         self.where = where
         self.classes = classes
@@ -80,10 +97,33 @@ class Checker:
         self.cores: list[str] = []  # requests (alternatives) that can only get NeuronCores
 
     def error(self, message: str, part: str = "") -> None:
-        self.findings.append(Finding(self.file, self._at(part), message, True, self.line))
+        line = self._line(part, message)
+        self.findings.append(Finding(self.file, self._at(part), message, True, line))
 
     def warn(self, message: str, part: str = "") -> None:
-        self.findings.append(Finding(self.file, self._at(part), message, False, self.line))
+        line = self._line(part, message)
+        self.findings.append(Finding(self.file, self._at(part), message, False, line))
+
+    def _line(self, part: str, message: str) -> int | None:
+        """The line of the field `part` names (and, for a count, of the count), where
+        the YAML reader saw it; else the object's."""
+        path: FieldPath | None = None
+        if not part:
+            pass  # the object as a whole
+        elif found := _SELECTOR_PART.fullmatch(part):
+            name, index = found.groups()
+            base = self.request_paths.get(name) if name else self.spec
+            if base is not None:
+                path = (*base, "selectors", int(index), "cel", "expression") if index else base
+                if not index and message.startswith("count "):
+                    path = (*path, "count")
+        elif found := _CONSTRAINT_PART.fullmatch(part):
+            path = (*self.spec, "devices", "constraints", int(found.group(1)))
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.line
 
     def _at(self, part: str) -> str:
         return f"{self.where}: {part}" if part else self.where
@@ -122,7 +162,9 @@ class Checker:
             try:
                 compile_selector(expression)
             except CelCompileError as err:
-                self.error(f"CEL {err}", at)
+                fixed = equals_for_assignment(expression)
+                tip = f"; did you mean {fixed!r} (== compares, = is not CEL)?" if fixed else ""
+                self.error(f"CEL {err}{tip}", at)
                 clean = False
                 continue
             missing = unpublished(expression)
@@ -130,6 +172,9 @@ class Checker:
             if missing:
                 clean = False
             else:
+                # The scheduler stops at the first selector a device fails: only devices
+                # the class's and the earlier selectors accept ever evaluate this one.
+                self._unguarded(expression, (*accepted, *own), at)
                 own.append(expression)
         accepted += own
         types = matching_types(tuple(accepted))
@@ -140,6 +185,21 @@ class Checker:
             tip = f"; did you mean {hint!r}?" if hint else ""
             self.error(f"attribute {domain}/{name} is never published by the driver{tip}", at)
         return types, clean, tuple(own)
+
+    def _unguarded(self, expression: str, before: tuple[str, ...], at: str) -> None:
+        """An attribute read bare where some device `before` accepts lacks it."""
+        missing = lacking(expression, before)
+        if not missing or node_specific((expression,)):
+            return  # node-specific attributes get a warning of their own
+        fixed = guarded(expression, missing)
+        names = ", ".join(f"{d}/{n}" for d, n in sorted(missing))
+        tip = f"; did you mean {fixed!r}?" if fixed else ""
+        self.warn(
+            f"{names} is not published on every device the class and the earlier selectors "
+            "accept: on one without "
+            f"it the selector is a CEL runtime error, which fails the pod's scheduling{tip}",
+            at,
+        )
 
     # --- device classes -------------------------------------------------------
 
@@ -162,6 +222,7 @@ class Checker:
             if not name:
                 self.error(f"requests[{i}] has no name")
                 continue
+            self._request_paths(str(name), entry, (*self.spec, "devices", "requests", i))
             try:
                 # One request at a time, so one malformed request hides no other.
                 requests.extend(parse_claim_spec({"devices": {"requests": [entry]}}, "-").requests)
@@ -187,6 +248,14 @@ class Checker:
         config = tuple(devices.get("config") or ())
         return ClaimSpec(tuple(requests), tuple(constraints), config)
 
+    def _request_paths(self, name: str, entry: Mapping[str, Any], path: FieldPath) -> None:
+        """Where the request's fields are: under `exactly` in v1, the request itself in
+        the betas, and each of its `firstAvailable` subrequests."""
+        self.request_paths[name] = (*path, "exactly") if "exactly" in entry else path
+        for j, sub in enumerate(entry.get("firstAvailable") or ()):
+            if isinstance(sub, Mapping) and sub.get("name"):
+                self.request_paths[f"{name}/{sub['name']}"] = (*path, "firstAvailable", j)
+
     def claim(self, claim: ClaimSpec) -> None:
         names = {r.name for r in claim.requests} | {
             a.name for r in claim.requests for a in r.alternatives
@@ -196,25 +265,11 @@ class Checker:
         for request in claim.requests:
             for alt in request.alternatives:
                 self.request(claim, alt)
-        if self.cores:
+        note = fits.cores_note(self.cores, self.release)
+        if note is not None:
             # One note for the claim, ahead of what its requests were found to get wrong.
-            plural = len(self.cores) > 1
             self.findings.insert(
-                start,
-                Finding(
-                    self.file,
-                    self.where,
-                    (
-                        f"request{'s' if plural else ''} {', '.join(self.cores)} "
-                        f"ask{'' if plural else 's'} for NeuronCores, which the driver "
-                        "publishes only where the API server serves partitionable devices "
-                        "(Kubernetes 1.36+ by default, 1.35 with the "
-                        "DRAPartitionableDevices feature gate, not 1.34); elsewhere the "
-                        "claim stays pending"
-                    ),
-                    False,
-                    self.line,
-                ),
+                start, Finding(self.file, self.where, note.message, note.error, self.line)
             )
         counts = [min(a.count for a in r.alternatives) for r in claim.requests]
         if sum(counts) > MAX_CLAIM_DEVICES >= max(counts, default=0):
@@ -282,9 +337,14 @@ class Checker:
             sizes = matching_cores((*usable_base, *own))
             self.report(*fits.core_count(claim, alt, sizes, pinned))
             return
-        if alt.all and matching_kinds((*usable_base, *own)) >= BOTH_KINDS:
+        both = matching_kinds((*usable_base, *own)) >= BOTH_KINDS
+        if alt.all and both and (self.release is None or self.release >= FIRST_GATED_CORES):
             self.report(fits.all_of_both_kinds(part))
-        if alt.all or not pinned:
+        if alt.all:
+            return
+        if not pinned:
+            # Not pinned to a type, yet bounded by the largest the selectors allow.
+            self.report(fits.beyond_largest(part, alt.count, types))
             return
         groups = [
             c.attribute

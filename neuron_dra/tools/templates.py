@@ -30,6 +30,12 @@ from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, build_slices
+from neuron_dra.tools.releases import (
+    FIRST_OWN_SLICE,
+    FIRST_WITH_CORES,
+    ReleaseError,
+    parse_version,
+)
 from neuron_dra.tools.simnode import simulated_inventory
 
 Json = dict[str, Any]
@@ -53,11 +59,9 @@ NODE_SPECIFIC_QUALIFIED = frozenset(
 )
 # Each value is unique per device: no two devices share it, so no binding says anything.
 UNBOUND = frozenset({ATTR_SERIAL_NUMBER})
-FIRST_WITH_CORES = (1, 36)  # partitionable devices served (the agent publishes cores)
-FIRST_OWN_SLICE = (1, 35)  # counters in a slice of their own
 
 
-class TemplateError(ValueError):
+class TemplateError(ReleaseError):
     """A bad option: the message says which and what is accepted."""
 
 
@@ -65,19 +69,6 @@ class TemplateError(ValueError):
 class Layout:
     counter_layout: CounterLayout
     cores: bool
-
-
-def parse_version(text: str) -> tuple[int, int]:
-    parts = text.removeprefix("v").split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        raise TemplateError(
-            f"--kubernetes-version {text!r}: expected MAJOR.MINOR, e.g. 1.36"
-        ) from None
-    if (major, minor) < (1, 34):
-        raise TemplateError(f"--kubernetes-version {text}: the driver needs Kubernetes 1.34+")
-    return major, minor
 
 
 def layout_for(version: tuple[int, int], neuron_cores: str | None) -> Layout:

@@ -284,7 +284,7 @@ def _library_config(path: Path) -> ApiConfig:
     except ImportError:
         raise ConfigError(
             f"{path}: its user runs an exec plugin, an auth provider or a password, which "
-            "needs the kubernetes package: pip install 'neuron-dra[tools]' (in a cluster, "
+            "needs the kubernetes package: pip install kubernetes (in a cluster, "
             "the plugin uses its service account and never needs it)"
         ) from None
 

@@ -34,7 +34,7 @@ expression length. Runtime cost limits are not enforced.
 Owns: CEL device selectors with Kubernetes DRA semantics, the two evaluation
 paths, the static checker, and the attribute references `lint` reads. May use:
 nothing else of the driver; needs cel-python (and its lark parser) from the
-`tools` extra (`pip install 'neuron-dra[tools]'`).
+`tools` extra (`pip install -e '.[tools]'` in a clone).
 
 Modules, each importing only those before it: `values` (Semver, Quantity, the
 errors), `device` (DeviceView), `functions` (the shared semantics and the

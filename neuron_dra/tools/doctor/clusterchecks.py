@@ -33,6 +33,11 @@ def policies(fullname: str = DEFAULT_FULLNAME) -> tuple[str, ...]:
 
 POLICIES = policies()
 INSTALL_FIX = "install the driver: helm install neuron-dra deploy/helm/neuron-dra (install.md)"
+UNREACHABLE_FIX = (
+    "check that the context is the cluster meant and that its server is reachable from "
+    "here (a VPN, a bastion, the cluster's endpoint access); `kubectl get --raw /version` "
+    "tries the same"
+)
 POLICY_API = "/apis/admissionregistration.k8s.io/v1"
 FORBIDDEN_FIX = (
     "give the account doctor runs as get on it (the chart grants the plugin's service "
@@ -40,9 +45,13 @@ FORBIDDEN_FIX = (
 )
 
 
-def cluster_checks(get: Get, list_: List, fullname: str = DEFAULT_FULLNAME) -> list[Check]:
+def cluster_checks(
+    get: Get, list_: List, fullname: str = DEFAULT_FULLNAME, server: str = "the API server"
+) -> list[Check]:
     """Every cluster check, each on its own: one that cannot read says so and the
-    others still run. `fullname` is the chart's, which names its admission policies."""
+    others still run. `fullname` is the chart's, which names its admission policies.
+    A server that cannot be reached is one failure naming `server` (its address and
+    where it came from), not one per check: the rest would fail the same way."""
     checks = []
     check: Callable[[Get, List], list[Check]]
     for name, check in (
@@ -55,6 +64,9 @@ def cluster_checks(get: Get, list_: List, fullname: str = DEFAULT_FULLNAME) -> l
         try:
             checks += check(get, list_)
         except ApiError as err:
+            if err.status == 0:
+                checks.append(fail("API server", f"{server}: {err}", UNREACHABLE_FIX))
+                break
             if err.status == 403:
                 checks.append(warn(name, f"could not read: {err}", FORBIDDEN_FIX))
             else:

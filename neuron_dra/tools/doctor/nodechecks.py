@@ -13,8 +13,9 @@ from pathlib import Path
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.kubelet.sockets import driver_sockets, serving
-from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.discovery import CLASS_DIR, DEVICES_DIR, discover
 from neuron_dra.hardware.driverformats import NEWEST_KNOWN, beyond_known
+from neuron_dra.hardware.instance_types import lookup
 from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
 
 # Sockets the Neuron device plugin registers with the kubelet, by resource name.
@@ -22,6 +23,7 @@ _DEVICE_PLUGIN_SOCKET = re.compile(r"^(aws\.amazon\.com_neuron|neuron).*\.sock$"
 _CDI_DIRS = ("etc/cdi", "var/run/cdi")
 NOT_MOUNTED = "the plugin's pod does not mount it"
 NOT_SERVING = "the driver is not serving this node"
+NOT_NEURON = "neuron node"  # the one check off a Neuron node
 AS_ROOT = "run doctor as root (sudo): the kubelet's directories are root's alone"
 
 
@@ -33,9 +35,12 @@ def node_checks(
 ) -> list[Check]:
     """Every node check; `root` is what the node's `/` is here, `cdi_dirs` where the
     CDI directories are (default /etc/cdi and /var/run/cdi under `root`)."""
+    neuron = _neuron_driver(root)
+    if neuron[0].name == NOT_NEURON:
+        return neuron  # the rest would be noise on a laptop or a CI runner
     agent = _agent(kubelet_dir)
     return [
-        *_neuron_driver(root),
+        *neuron,
         _device_plugin(kubelet_dir, driver_serving=agent.verdict == "ok"),
         _kubelet_dirs(kubelet_dir),
         _cdi_dirs(cdi_dirs or [root / d for d in _CDI_DIRS]),
@@ -48,6 +53,17 @@ def _neuron_driver(root: Path) -> list[Check]:
     found = discover(root)
     inventory = found.inventory
     problems = "; ".join(f"{f.path}: {f.message}" for f in found.findings)
+    if not inventory.devices and not _neuron_traces(root, inventory.instance_type):
+        return [
+            fail(
+                NOT_NEURON,
+                f"not a Neuron node: no {root / 'dev'}/neuron* and no Neuron sysfs under "
+                f"{root / 'sys'}",
+                "to check a cluster from here, run its checks alone: neuron-dra doctor "
+                "--no-node --kubeconfig ~/.kube/config; on a Neuron node, install the Neuron "
+                "kernel driver (aws-neuronx-dkms) and load it (modprobe neuron)",
+            )
+        ]
     if not inventory.devices:
         fix = (
             "install the Neuron kernel driver (aws-neuronx-dkms) and load it (modprobe "
@@ -85,6 +101,22 @@ def _neuron_driver(root: Path) -> list[Check]:
         else ok("device nodes", f"{len(inventory.devices)} /dev/neuronN present")
     )
     return checks
+
+
+def _neuron_traces(root: Path, instance_type: str | None) -> bool:
+    """Whether anything says this is a Neuron node, devices or not: the Neuron driver's
+    sysfs or module, a /dev/neuron* node, or a Neuron instance type in the DMI table (a
+    node whose kernel driver is not loaded)."""
+    sysfs = (DEVICES_DIR, CLASS_DIR, "sys/module/neuron")
+    # os.path's tests, not Path's: those raise on a path this user may not see.
+    if any(os.path.exists(root / path) for path in sysfs):  # noqa: PTH110
+        return True
+    if instance_type is not None and lookup(instance_type) is not None:
+        return True
+    try:
+        return any(p.name.startswith("neuron") for p in (root / "dev").iterdir())
+    except OSError:
+        return False
 
 
 def _denied(path: Path) -> bool:

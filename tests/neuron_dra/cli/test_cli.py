@@ -14,9 +14,11 @@ import pytest
 import yaml
 
 from neuron_dra import cli
-from neuron_dra.cli import main
+from neuron_dra.cli import extra, main
 from neuron_dra.cli.tools import Progress
 from tests.sysfs_tree import write
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -145,7 +147,7 @@ def test_a_broken_pipe_other_than_stdout_is_not_hidden(
     def lose_a_connection(_: object) -> int:
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr("neuron_dra.cli.tools._lint", lose_a_connection)
+    monkeypatch.setattr("neuron_dra.cli.lint._lint", lose_a_connection)
     with pytest.raises(BrokenPipeError):
         main(["lint", str(tmp_path / "any.yaml")])
 
@@ -326,7 +328,7 @@ def test_lint_reads_standard_input_and_writes_json() -> None:
     report = json.loads(done.stdout)
     assert (report["errors"], report["warnings"]) == (1, 0)
     [finding] = report["findings"]
-    assert finding["file"] == "<stdin>" and finding["line"] == 1
+    assert finding["file"] == "<stdin>" and finding["line"] == 10  # the selectors' line
     assert finding["level"] == "error"
     assert finding["message"] == "attribute neuron.aws.com/nope is never published by the driver"
     text = subprocess.run(
@@ -337,7 +339,7 @@ def test_lint_reads_standard_input_and_writes_json() -> None:
         check=False,
         timeout=120,
     )
-    assert text.stdout.startswith("<stdin>:1: error: ResourceClaim x: request a: selectors[0]")
+    assert text.stdout.startswith("<stdin>:10: error: ResourceClaim x: request a: selectors[0]")
 
 
 def test_bash_completes_commands_and_flags(tmp_path: Path) -> None:
@@ -376,3 +378,58 @@ complete_line "neuron-dra conv"
     assert first.split() == ["lint"]
     assert sorted(second.split()) == ["json", "text"]
     assert third.split() == ["convert"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "blocked"),
+    [
+        (["lint", "examples/specs/single-device.yaml"], "celpy"),
+        (["simulate", "examples/specs/single-device.yaml", "--node", "inf2.xlarge=1"], "celpy"),
+        (["completion", "bash"], "argcomplete"),
+    ],
+)
+def test_a_missing_extra_names_the_ways_that_install_it(argv: list[str], blocked: str) -> None:
+    """Without the tools extra the command says how to get it: a clone, a release's wheel
+    or the plugin pod, never a package name the index does not have."""
+    code = (
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "from neuron_dra.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=REPO
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"({blocked} is not installed)" in done.stderr
+    assert "pip install -e '.[tools]'" in done.stderr
+    assert "neuron_dra-<version>-py3-none-any.whl[tools]" in done.stderr
+    assert "kubectl exec -i -n neuron-dra ds/neuron-dra -- neuron-dra lint -" in done.stderr
+    assert "neuron-dra[tools]" not in done.stderr
+
+
+def test_the_plugin_pod_named_is_the_charts() -> None:
+    daemonset = next(
+        d
+        for d in yaml.safe_load_all((REPO / "deploy/daemonset.yaml").read_text())
+        if d and d["kind"] == "DaemonSet"
+    )
+    meta = daemonset["metadata"]
+    assert f"-n {meta['namespace']} ds/{meta['name']}" == extra.PLUGIN_POD
+
+
+def test_every_help_names_the_options_defaults() -> None:
+    """`--help` of each command names every option's default where it has one: the value,
+    or what the help says it is (an environment variable, the chart's setting)."""
+    top = cli.parser()
+    [commands] = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
+    checked = 0
+    for name, command in {"neuron-dra": top, **commands.choices}.items():
+        formatter = command._get_formatter()
+        for action in command._actions:
+            if not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS):
+                continue
+            text = formatter._get_help_string(action) or ""
+            assert "default" in text, (name, action.option_strings, text)
+            checked += 1
+    assert checked >= 30
+    assert "(default: text)" in " ".join(commands.choices["lint"].format_help().split())

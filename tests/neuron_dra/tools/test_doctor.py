@@ -17,6 +17,7 @@ import pytest
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE, Health, probe_server
+from neuron_dra.cli import main
 from neuron_dra.hardware.fakenode import build_fake_node
 from neuron_dra.tools.doctor.nodechecks import node_checks
 from neuron_dra.tools.doctor.plugincheck import plugin_probes
@@ -75,11 +76,50 @@ def test_a_sound_node_passes_every_check(node: Node) -> None:
 
 
 def test_a_node_without_the_neuron_driver_fails(tmp_path: Path, node: Node) -> None:
-    node.root = tmp_path / "empty"
-    node.root.mkdir()
+    """A Neuron instance (its DMI table says so) whose kernel driver is not loaded."""
+    node.root = tmp_path / "inf2"
+    product = node.root / "sys/devices/virtual/dmi/id/product_name"
+    product.parent.mkdir(parents=True)
+    product.write_text("inf2.xlarge\n")
     check = node.checks()["neuron devices"]
     assert check.verdict == "fail"
     assert "modprobe neuron" in check.fix
+
+
+def test_off_a_neuron_node_one_line_says_so(tmp_path: Path, node: Node) -> None:
+    """A laptop or a CI runner: one check saying what it is and how to check the cluster
+    alone, not the kubelet's and the runtime's checks of a node that reads as broken."""
+    node.root = tmp_path / "laptop"
+    (node.root / "sys/devices/virtual/dmi/id").mkdir(parents=True)
+    (node.root / "sys/devices/virtual/dmi/id/product_name").write_text("ThinkPad X1\n")
+    (node.root / "dev").mkdir()
+    [check] = node.checks().values()
+    assert (check.name, check.verdict) == ("neuron node", "fail")
+    assert check.detail == (
+        f"not a Neuron node: no {node.root}/dev/neuron* and no Neuron sysfs under {node.root}/sys"
+    )
+    assert "neuron-dra doctor --no-node --kubeconfig" in check.fix
+
+
+def test_an_unreachable_api_server_is_one_failure_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: prod\n"
+        "contexts: [{name: prod, context: {cluster: k, user: u}}]\n"
+        f"clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    assert main(["doctor", "--no-node", "--kubeconfig", str(kubeconfig)]) == 1
+    out = capsys.readouterr().out
+    [failure] = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert f"https://127.0.0.1:{port} (context prod of {kubeconfig}): " in failure
+    assert "unreachable" in failure
+    assert out.rstrip().endswith("0 ok, 0 warnings, 1 failed")
 
 
 def test_the_device_plugin_beside_the_driver_is_named(node: Node) -> None:

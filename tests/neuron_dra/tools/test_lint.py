@@ -287,8 +287,8 @@ def test_broken_file_exits_one(tmp_path: Path, capsys: pytest.CaptureFixture[str
     path.write_text(ROW.replace(".instanceType ==", ".instancetype =="))
     assert cli.main(["lint", str(path)]) == 1
     out = capsys.readouterr().out
-    # The file and the line the object starts on, as compilers name them.
-    assert f"{path}:2: error: ResourceClaimTemplate 1x4-connected-neurons" in out
+    # The file and the line of the selector's expression, as compilers name them.
+    assert f"{path}:17: error: ResourceClaimTemplate 1x4-connected-neurons" in out
     assert out.endswith("1 error, 0 warnings\n")
 
 
@@ -611,3 +611,26 @@ def test_a_neuron_config_for_another_driver_is_warned(tmp_path: Path) -> None:
         "kind: NeuronConfig", "kind: GpuConfig"
     )
     assert not [m for m in messages(broken(tmp_path, other), error=False) if "driver" in m]
+
+
+@pytest.mark.parametrize(
+    ("expression", "said"),
+    [
+        (
+            "true",
+            "no Neuron instance type has more than 16 devices (the largest: inf1.24xlarge, "
+            "trn1.32xlarge, trn1n.32xlarge and 6 more)",
+        ),
+        (
+            "device.attributes['neuron.aws.com'].instanceType.startsWith('inf2')",
+            "no type the selectors allow has more than 12 devices (the largest: inf2.48xlarge)",
+        ),
+    ],
+)
+def test_a_count_beyond_the_largest_type_is_an_error_unpinned(
+    tmp_path: Path, expression: str, said: str
+) -> None:
+    """No type pinned: the count is still held against the largest the selectors allow."""
+    findings = lint_docs(tmp_path, template(expression, 17))
+    assert messages(findings, error=True) == [f"count 17: {said}, so no node ever fits it"]
+    assert messages(lint_docs(tmp_path, template(expression, 12)), error=True) == []

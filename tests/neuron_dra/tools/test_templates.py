@@ -15,12 +15,12 @@ from neuron_dra.hardware.fakenode import FakeUltraServer
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import SliceOptions, build_slices
+from neuron_dra.tools.releases import parse_version
 from neuron_dra.tools.templates import (
     Layout,
     TemplateError,
     is_node_specific,
     layout_for,
-    parse_version,
     qualified,
     templates,
 )
