@@ -37,7 +37,12 @@ from neuron_dra.agent.slices.source import NodeState, SliceSource
 from neuron_dra.agent.supervisor import Supervisor
 from neuron_dra.agent.telemetry.attribution import PodResources
 from neuron_dra.agent.telemetry.devicemetrics import StatsReader, device_states, health_samples
-from neuron_dra.agent.telemetry.events import EVENT_NAMESPACE, health_event
+from neuron_dra.agent.telemetry.events import (
+    EVENT_NAMESPACE,
+    DerivedNotice,
+    derived_samples,
+    health_event,
+)
 from neuron_dra.agent.telemetry.health import Change, health_entries
 from neuron_dra.agent.telemetry.healthpoll import HealthPoll
 from neuron_dra.agent.telemetry.metrics import Metrics, Sample
@@ -95,6 +100,7 @@ class Agent:
         self.device_plugin = DevicePluginGuard(options.node_name)
         self.loops = Supervisor(plugin.health)
         self.metrics = Metrics()
+        self._derived = DerivedNotice()
         self.metrics.gauges = self._gauges
         stats = StatsReader(options.sysfs_root, options.node_name)
         # The inventory is read in the metrics thread: rediscovery replaces it whole.
@@ -173,6 +179,7 @@ class Agent:
         # The kubelet can prepare from here while the publisher probes the API server.
         self.plugin.serve_claims(self.preparer)
         await self._publish_health()
+        await self._record(self._derived.news(self.options.node_name, self.inventory, time.time()))
         if self.options.metrics_port is not None:
             await self.metrics.serve(self.options.metrics_port, authorize=self._authorize)
         loops = self.loops
@@ -282,6 +289,8 @@ class Agent:
                 reprobe = inventory.ultraserver != self.inventory.ultraserver
                 self.inventory = inventory
                 self.publisher.refresh(self.source.build, reprobe=reprobe)
+                node = self.options.node_name
+                await self._record(self._derived.news(node, inventory, time.time()))
                 try:
                     await self.labels.keep(self.node_watch.node)
                 except ApiError as err:
@@ -319,7 +328,12 @@ class Agent:
                 extra={"device": device, "kind": kind},
             )
             self.metrics.inc("neuron_dra_health_events_total", kind=kind)
-        event = health_event(self.options.node_name, change, time.time())
+        await self._record(health_event(self.options.node_name, change, time.time()))
+
+    async def _record(self, event: Json | None) -> None:
+        """Send a Node Event; one not recorded is logged, never raised."""
+        if event is None:
+            return
         try:
             await self._kube.create_event(EVENT_NAMESPACE, event)
         except ApiError as err:
@@ -340,6 +354,7 @@ class Agent:
         samples += read_only_samples(self.read_only_mounts)
         samples += self.health_poll.samples(node)
         samples += self.device_plugin.samples()
+        samples += derived_samples(self.inventory)
         up = float(self.pod_resources.up)
         samples.append(Sample("neuron_dra_pod_resources_up", (("node", node),), up))
         samples += self.pod_resources.samples(self.inventory, node)

@@ -167,6 +167,8 @@ def _inventory_json(result: Discovery) -> dict[str, Any]:
         "driverVersion": inventory.driver_version,
         "logicalNeuronCore": inventory.lnc,
         "shape": inventory.spec.shape.value if inventory.spec else None,
+        # Of a type the catalogue does not have: what its sysfs gave, and what it did not.
+        "derived": inventory.derived and inventory.derived.summary(),
         "ultraserver": inventory.ultraserver and vars(inventory.ultraserver),
         "devices": [
             {
@@ -189,10 +191,10 @@ def _inventory_json(result: Discovery) -> dict[str, Any]:
 
 def _inventory_table(result: Discovery) -> str:
     inventory = result.inventory
-    spec = inventory.spec
+    spec, found = inventory.spec, inventory.derived
+    shape = spec.shape.value if spec else f"derived: {found.graph}" if found else "unknown topology"
     lines = [
-        f"instance type  {inventory.instance_type or '?'}"
-        f"  ({spec.shape.value if spec else 'unknown topology'})",
+        f"instance type  {inventory.instance_type or '?'}  ({shape})",
         f"driver         {inventory.driver_version or '?'}",
         f"LNC default    {inventory.lnc if inventory.lnc is not None else 'n/a'}",
     ]
@@ -219,6 +221,8 @@ def _inventory_table(result: Discovery) -> str:
             f"{device.name:<16}{device.cores if device.cores is not None else '?':>5}  "
             f"{','.join(map(str, device.neighbours)) or '-':<14}{' '.join(member_of) or '-'}"
         )
+    if found is not None:
+        lines.extend(("", f"not in the catalogue; derived from sysfs: {found.summary()}"))
     if result.findings:
         lines.append("")
         lines.extend(f"! {f.path}: {f.message}" for f in result.findings)

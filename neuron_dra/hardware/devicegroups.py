@@ -22,8 +22,11 @@ def attribute_name(size: int) -> str:
 def group_ids(inventory: NodeInventory) -> dict[int, dict[int, str]]:
     """device index -> {set size -> group id} for every allowed connected set."""
     nics = efa.efa_addresses(inventory.instance_type) if inventory.instance_type else None
+    sets_by_size = inventory.connected_sets()
+    if nics is not None and any(i >= len(nics) for s in sets_by_size.get(1, ()) for i in s):
+        nics = None  # more devices than the EFA table pairs: a type of another board
     ids: dict[int, dict[int, str]] = {}
-    for size, sets in inventory.connected_sets().items():
+    for size, sets in sets_by_size.items():
         for members in sets:
             ordered = sorted(members)
             if nics is not None:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
 
-from neuron_dra.hardware import driverformats, topology
+from neuron_dra.hardware import derived, driverformats, topology
 from neuron_dra.hardware import sysfsvalues as values
 from neuron_dra.hardware.instance_types import (
     DEFAULT_LNC,
@@ -33,6 +32,7 @@ from neuron_dra.hardware.inventory import (
     with_runtime_modes,
 )
 from neuron_dra.hardware.sysfsfile import read_text
+from neuron_dra.hardware.sysfsreader import Finding, SysfsReader
 
 DEVICES_DIR = "sys/devices/virtual/neuron_device"
 CLASS_DIR = "sys/class/neuron_device"
@@ -51,16 +51,6 @@ NO_SERVER_ID = "0" * 16  # what the driver shows for a unit the node is not in, 
 _DEVICE_DIR_RE = re.compile(r"neuron(0|[1-9][0-9]{0,3})")
 _PCIE_ROOT_RE = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 _PCI_ADDRESS_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """Something sysfs said that the driver could not take at face value."""
-
-    path: str  # absolute path as seen on the host, e.g. /sys/module/neuron/version
-    message: str
 
 
 @dataclass(frozen=True)
@@ -87,69 +77,27 @@ def log_findings(findings: Iterable[Finding], logger: logging.Logger) -> None:
         logger.warning(finding.message, extra={"path": finding.path})
 
 
-class _Reader:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.findings: list[Finding] = []
-
-    def note(self, rel: str, message: str) -> None:
-        self.findings.append(Finding("/" + rel, message))
-
-    def read(self, rel: str, *, optional: bool = False) -> str | None:
-        """Stripped file text, or None (with a finding unless optional and absent)."""
-        try:
-            text = read_text(self.root / rel)
-        except FileNotFoundError:
-            if not optional:
-                self.note(rel, "missing")
-            return None
-        except PermissionError:
-            self.note(rel, "unreadable: permission denied (the driver needs root to read it)")
-            return None
-        except UnicodeDecodeError:
-            self.note(rel, "unreadable: not text")
-            return None
-        except OSError as err:
-            self.note(rel, f"unreadable: {err.strerror or err}")
-            return None
-        value = text.strip()
-        if value.lower() == "busy":
-            self.note(rel, "busy (the Neuron driver is reconfiguring); ignored until it settles")
-            return None
-        return value
-
-    def parse(self, rel: str, parser: Callable[[str], T], *, optional: bool = False) -> T | None:
-        text = self.read(rel, optional=optional)
-        if text is None:
-            return None
-        try:
-            return parser(text)
-        except ValueError as err:
-            self.note(rel, f"invalid value {values.quote(text)}: {err}")
-            return None
-
+class _Reader(SysfsReader):
     # --- node ---------------------------------------------------------------
 
     def read_node(self) -> Discovery:
         indices = self.device_indices()
         instance_type = self.instance_type(indices)
         spec = lookup(instance_type) if instance_type else None
-        if instance_type and spec is None:
-            self.note(
-                PRODUCT_NAME_FILE,
-                f"unknown instance type {instance_type!r}: devices are published without "
-                "connected-set or torus attributes, cores from sysfs only, no memory capacity",
-            )
         if spec is not None:
             self.check_device_count(spec, indices)
         devices = tuple(device for i in indices if (device := self.device(i, spec)) is not None)
         devices = self.with_pci_parents(self.uniform_cores(devices, spec))
+        # A type the catalogue does not have is published as its sysfs says (`derived`).
+        found = self.derive(instance_type, devices) if instance_type and spec is None else None
+        has_lnc = spec.has_lnc if spec is not None else found is not None and found.has_lnc
         inventory = NodeInventory(
             instance_type=instance_type,
             driver_version=self.parse(DRIVER_VERSION_FILE, values.printable),
-            lnc=self.lnc(instance_type, spec),
+            lnc=self.lnc(instance_type, has_lnc),
             devices=devices,
             ultraserver=self.ultraserver(spec) if spec is not None and spec.ultraserver else None,
+            derived=found,
         )
         if driverformats.beyond_known(inventory.driver_version) and any(
             f.message == "missing" for f in self.findings
@@ -219,11 +167,28 @@ class _Reader:
                 "published without topology attributes",
             )
 
-    def lnc(self, instance_type: str | None, spec: InstanceType | None) -> int | None:
-        if spec is not None:
-            has_lnc = spec.has_lnc
-        else:
-            has_lnc = instance_type is not None and family_of(instance_type) in LNC_FAMILIES
+    def derive(self, instance_type: str, devices: tuple[NeuronDevice, ...]) -> derived.Derived:
+        """What the devices' own files say of a type the catalogue does not have."""
+        core_arch = (
+            self.parse(
+                f"{DEVICES_DIR}/neuron{devices[0].index}/neuron_core0/info/architecture/arch_type",
+                values.printable,
+                optional=True,
+            )
+            if devices
+            else None
+        )
+        return derived.derive(
+            {d.index: d.neighbours for d in devices},
+            (d.cores for d in devices),
+            (d.device_name for d in devices),
+            core_arch,
+            family_of(instance_type) in LNC_FAMILIES,
+        )
+
+    def lnc(self, instance_type: str | None, has_lnc: bool) -> int | None:
+        """The node's LNC where it has logical NeuronCores: the runtime's configuration, or
+        its default."""
         configured = self.parse(LNC_CONFIG_FILE, values.lnc_config, optional=True)
         if not has_lnc:
             if configured is not None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from consts import DEVICE_NAME_PREFIX
 from neuron_dra.hardware import topology
+from neuron_dra.hardware.derived import Derived
 from neuron_dra.hardware.instance_types import InstanceType, lookup
 
 # The Neuron runtime's UltraServer modes (NEURON_RT_ULTRASERVER_MODE), as the driver's
@@ -93,6 +94,8 @@ class NodeInventory:
     lnc: int | None  # node default logical NeuronCore size; None on hardware without LNC
     devices: tuple[NeuronDevice, ...]
     ultraserver: UltraServer | None = None
+    # Of a type the catalogue does not have: what its sysfs says (`derived`).
+    derived: Derived | None = None
     spec: InstanceType | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -100,10 +103,13 @@ class NodeInventory:
         object.__setattr__(self, "spec", spec)
 
     def connected_sets(self) -> Mapping[int, tuple[topology.DeviceSet, ...]]:
-        """Allowed connected sets by size; only single devices when the type is unknown."""
-        if self.spec is None:
-            return {1: tuple(frozenset({d.index}) for d in self.devices)}
-        return topology.connected_sets(self.spec.shape, self.spec.devices)
+        """Allowed connected sets by size: the catalogue's, else those derived from sysfs,
+        else single devices."""
+        if self.spec is not None:
+            return topology.connected_sets(self.spec.shape, self.spec.devices)
+        if self.derived is not None:
+            return self.derived.connected_sets()
+        return {1: tuple(frozenset({d.index}) for d in self.devices)}
 
     def in_topology(self, device: NeuronDevice) -> bool:
         """Whether the catalogue places this device (unknown types and extra devices: no)."""

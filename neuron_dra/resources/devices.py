@@ -53,14 +53,15 @@ def whole_device(
     attributes = _common_attributes(inventory, RESOURCE_TYPE_DEVICE, topology)
     attributes[ATTR_DEVICE_ID] = {"int": device.index}
     _put_pci(attributes, device)
-    if inventory.spec is not None and inventory.in_topology(device):
-        if inventory.spec.shape is Shape.TORUS:
-            row, column = torus_position(device.index)
-            attributes[ATTR_TOPOLOGY_X] = {"int": row}
-            attributes[ATTR_TOPOLOGY_Y] = {"int": column}
-        for size, name in ((4, ATTR_TOPOLOGY4_ID), (8, ATTR_TOPOLOGY8_ID)):
-            if size in groups:
-                attributes[name] = {"int": device.index // size}
+    spec = inventory.spec
+    if spec is not None and spec.shape is Shape.TORUS and inventory.in_topology(device):
+        row, column = torus_position(device.index)
+        attributes[ATTR_TOPOLOGY_X] = {"int": row}
+        attributes[ATTR_TOPOLOGY_Y] = {"int": column}
+    # Where the device is in a set of 4 / 8, the catalogue's or one derived from sysfs.
+    for size, name in ((4, ATTR_TOPOLOGY4_ID), (8, ATTR_TOPOLOGY8_ID)):
+        if size in groups:
+            attributes[name] = {"int": device.index // size}
     _put_string(attributes, ATTR_SERIAL_NUMBER, device.serial_number)
     _put_string(attributes, ATTR_DEVICE_NAME, device.device_name)
     _put_groups(attributes, groups)

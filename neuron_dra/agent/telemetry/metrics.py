@@ -139,6 +139,11 @@ METRICS: dict[str, Spec] = {
         "1 while the Neuron device plugin serves this node too: the driver publishes no "
         "device there until it is gone.",
     ),
+    "neuron_dra_instance_type_derived": Spec(
+        "gauge",
+        "1 when the node's instance type is not in the driver's catalogue and its devices "
+        "are published as its sysfs says (connected sets, LNC, cores); 0 when it is.",
+    ),
     "neuron_dra_pod_resources_up": Spec(
         "gauge", "1 when the kubelet's PodResources API answered its last call."
     ),

@@ -80,6 +80,15 @@ def _neuron_driver(root: Path) -> list[Check]:
         if not problems
         else warn("neuron devices", f"{what}; {problems}", "see the findings' paths")
     ]
+    if inventory.derived is not None:
+        checks.append(
+            warn(
+                "instance type",
+                f"{inventory.instance_type} is not in this release's catalogue; published as "
+                f"its sysfs says: {inventory.derived.summary()}",
+                "upgrade neuron-dra for a release whose catalogue has it",
+            )
+        )
     if beyond_known(inventory.driver_version):
         checks.append(
             warn(

@@ -56,7 +56,7 @@ def test_types_without_public_facts_stay_out_of_the_catalogue(name: str) -> None
         ("trn3.48xlarge", "trn3s.48xlarge", "trn3"),
     ],
 )
-def test_unknown_efa_types_get_lnc_and_efa_ids_for_single_devices_only(
+def test_unknown_efa_types_get_lnc_and_efa_ids_of_the_sets_their_sysfs_shows(
     fake_node: FakeNode, board: str, name: str, table: str
 ) -> None:
     root = fake_node(board)
@@ -64,9 +64,11 @@ def test_unknown_efa_types_get_lnc_and_efa_ids_for_single_devices_only(
     inventory = discover(root).inventory
     assert inventory.spec is None and inventory.lnc == 2
     ids = group_ids(inventory)
-    assert set(ids[0]) == {1}  # no connected sets the catalogue cannot vouch for
+    # The sets the driver's connected_devices graph shows, none the catalogue adds.
+    assert set(ids[0]) == {1, 4, 8, 16}
     nics = efa.efa_addresses(f"{table}.48xlarge")
     assert nics is not None and ids[0][1] == nics[0]
+    assert ids[5][4] == efa_hash(*nics[4:8]) and ids[15][16] == efa_hash(*nics)
 
 
 def test_trn3_dev_types_use_their_own_efa_table(fake_node: FakeNode) -> None:

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from neuron_dra.hardware.cores import logical_cores
-from neuron_dra.hardware.discovery import Discovery, Finding, discover
+from neuron_dra.hardware.discovery import Discovery, discover
 from neuron_dra.hardware.driverformats import FAKE_VERSIONS
 from neuron_dra.hardware.fakenode import FakeUltraServer, build_fake_node
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.hardware.inventory import UltraServer
+from neuron_dra.hardware.sysfsreader import Finding
 from tests.sysfs_tree import FakeNode, run_unprivileged, write
 
 DEV0 = "sys/devices/virtual/neuron_device/neuron0"
@@ -241,17 +242,25 @@ def test_a_device_without_its_dev_node_is_not_published(fake_node: FakeNode) -> 
     assert [d.index for d in result.inventory.devices] == [0, 2, 3]
 
 
-def test_unknown_instance_type_publishes_what_is_known(fake_node: FakeNode) -> None:
+def test_unknown_instance_type_publishes_what_its_sysfs_says(fake_node: FakeNode) -> None:
     root = fake_node("trn2.48xlarge")
     write(root, "sys/devices/virtual/dmi/id/product_name", "trn9.96xlarge\n")
     result = discover(root)
-    assert messages(result)["/sys/devices/virtual/dmi/id/product_name"].startswith(
-        "unknown instance type 'trn9.96xlarge': devices are published without"
-    )
+    assert result.findings == ()  # an unknown type is no oddity of sysfs: `derived` says it
     inventory = result.inventory
     assert inventory.instance_type == "trn9.96xlarge" and inventory.spec is None
     assert len(inventory.devices) == 16 and inventory.devices[0].cores == 8
     assert inventory.devices[0].neighbours == (12, 3, 4, 1)  # sysfs still says
+    assert inventory.lnc == 2  # Trainium2 silicon, by its device_name
+    assert sorted(inventory.connected_sets()) == [1, 4, 8, 16]
+    assert inventory.derived is not None and inventory.derived.devices == 16
+
+
+def test_missing_dmi_derives_nothing(fake_node: FakeNode) -> None:
+    root = fake_node("trn2.48xlarge")
+    (root / "sys/devices/virtual/dmi/id/product_name").unlink()
+    inventory = discover(root).inventory
+    assert inventory.instance_type is None and inventory.derived is None
     assert inventory.lnc is None
     assert dict(inventory.connected_sets()) == {1: tuple(frozenset({i}) for i in range(16))}
 

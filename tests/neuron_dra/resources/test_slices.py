@@ -237,16 +237,27 @@ def test_gaps_leave_other_groups_intact(fake_node: FakeNode) -> None:
         )
 
 
-def test_unknown_instance_type_publishes_plain_devices(fake_node: FakeNode) -> None:
+def test_unknown_instance_type_publishes_the_sets_its_sysfs_shows(fake_node: FakeNode) -> None:
     root = fake_node("inf2.48xlarge")
     write(root, "sys/devices/virtual/dmi/id/product_name", "inf9.2xlarge")
     devices = devices_of(slices_of(root))
     assert len(devices) == 12
     device = devices["neurondevice7"]
-    assert device["attributes"]["instanceType"] == {"string": "inf9.2xlarge"}
-    assert device["attributes"]["resource.aws.com/devicegroup1_id"] == {"string": "7"}
-    assert not any("devicegroup4" in a or "topology" in a for a in device["attributes"])
-    assert device["capacity"] == {"cores": {"value": "2"}}
+    attributes = device["attributes"]
+    assert attributes["instanceType"] == {"string": "inf9.2xlarge"}
+    # The ring of 12 its connected_devices lists: aligned arcs of every dividing size.
+    groups = {a.split("/")[1]: v["string"] for a, v in attributes.items() if "devicegroup" in a}
+    assert groups == {
+        "devicegroup1_id": "7",
+        "devicegroup2_id": "6-7",
+        "devicegroup3_id": "6-8",
+        "devicegroup4_id": "4-7",
+        "devicegroup6_id": "6-11",
+        "devicegroup12_id": "0-11",
+    }
+    assert attributes["topology4_id"] == {"int": 1} and "topology8_id" not in attributes
+    assert "topology_x" not in attributes and "logicalNeuronCore" not in attributes
+    assert device["capacity"] == {"cores": {"value": "2"}}  # no memory: sysfs does not say
 
 
 def test_missing_driver_version_drops_only_that_attribute(fake_node: FakeNode) -> None:

@@ -75,6 +75,16 @@ def test_a_sound_node_passes_every_check(node: Node) -> None:
     assert exit_status(list(checks.values())) == 0
 
 
+def test_an_instance_type_missing_from_the_catalogue_is_named(node: Node) -> None:
+    (node.root / "sys/devices/virtual/dmi/id/product_name").write_text("trn9.48xlarge\n")
+    check = node.checks()["instance type"]
+    assert check.verdict == "warn"
+    assert check.detail.startswith(
+        "trn9.48xlarge is not in this release's catalogue; published as its sysfs says: "
+        "connected_devices: 16 devices, 4x4 torus, connected sets of 1, 4, 8, 16;"
+    )
+
+
 def test_a_node_without_the_neuron_driver_fails(tmp_path: Path, node: Node) -> None:
     """A Neuron instance (its DMI table says so) whose kernel driver is not loaded."""
     node.root = tmp_path / "inf2"
