@@ -30,6 +30,7 @@ from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
 from neuron_dra_harness.nodes import SimulatedNode, add_simulated_node, container_view, env_of
 from neuron_dra_harness.patched import admin_skips_counters
 from neuron_dra_harness.workloads import unschedulable_reason
+from tests.e2e.test_cores import too_old as without_cores
 from tests.e2e.test_cores import visible
 from tests.e2e.test_extended_resources import check_and_delete, special_claim, too_old
 from tests.e2e.test_plugin import (
@@ -554,7 +555,23 @@ def test_cores_and_efa(nodes: dict[str, SimulatedNode]) -> None:
     for by a slice, as above) the same value."""
     node = nodes["trn2-b"]
     group = "resource.aws.com/devicegroup1_id"
-    published = node.devices()
+    if (reason := without_cores(node.cluster.binaries)) is not None:
+        pytest.skip(reason)
+
+    def every_core_published() -> list[Obj] | None:
+        # A claim of an earlier test on this node may have held devices, whose cores are
+        # withdrawn until the agent publishes the release of that claim: wait until each
+        # device has its cores again.
+        found = node.devices()
+        groups = {
+            prefix: {
+                d["attributes"][group]["string"] for d in found if d["name"].startswith(prefix)
+            }
+            for prefix in ("neurondevice", "neuroncore")
+        }
+        return found if groups["neurondevice"] == groups["neuroncore"] else None
+
+    published = node.cluster.wait_for("every core of trn2-b published", every_core_published)
     devices = {
         int(d["name"].removeprefix("neurondevice")): d["attributes"][group]["string"]
         for d in published
