@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,20 @@ def fake_node(tmp_path: Path) -> FakeNode:
         )
 
     return build
+
+
+@pytest.fixture(scope="session")
+def git_history() -> None:
+    """Skip a test that looks up commits where the checkout holds no history to look in:
+    not a git checkout, or a shallow clone."""
+    found = subprocess.run(
+        ["git", "rev-parse", "--is-shallow-repository"],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        pytest.skip("not a git checkout: no commits to look up")
+    if found.stdout.strip() == "true":
+        pytest.skip("a shallow clone: the commits before its tip are not here")

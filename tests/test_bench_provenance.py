@@ -103,6 +103,7 @@ def pair(path: Path) -> Path | None:
 
 
 @pytest.mark.parametrize("path", kept(), ids=lambda p: p.name)
+@pytest.mark.usefixtures("git_history")
 def test_a_kept_run_names_a_commit_of_the_repository(path: Path) -> None:
     result = json.loads(path.read_text())
     commit = result["run"]["commit"]

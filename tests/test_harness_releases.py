@@ -104,6 +104,7 @@ def test_the_compatibility_table_is_the_kept_results() -> None:
     assert list(results) == list(versions.COMBINATIONS)
 
 
+@pytest.mark.usefixtures("git_history")
 def test_every_kept_column_ran_from_a_commit_that_exists() -> None:
     _, runs = versions.stored()
     for combination, run in runs.items():
