@@ -247,9 +247,9 @@ def bin_dir(
     return cache_root() / f"{kind}-{version}-{go}" / "bin"
 
 
-def _requirements(module: Path, go: str = "local") -> list[dict[str, str]]:
-    """The `require` entries of the module's go.mod (read with toolchain `go`)."""
-    out = subprocess.run(
+def _go_mod_json(module: Path, go: str = "local") -> str:
+    """The module's go.mod as `go mod edit -json` prints it (with toolchain `go`)."""
+    return subprocess.run(
         ["go", "mod", "edit", "-json"],
         cwd=module,
         env=_go_env(go),
@@ -257,7 +257,11 @@ def _requirements(module: Path, go: str = "local") -> list[dict[str, str]]:
         capture_output=True,
         text=True,
     ).stdout
-    return list(json.loads(out).get("Require") or [])
+
+
+def _requirements(module: Path, go: str = "local") -> list[dict[str, str]]:
+    """The `require` entries of the module's go.mod (read with toolchain `go`)."""
+    return list(json.loads(_go_mod_json(module, go)).get("Require") or [])
 
 
 def _required_version(module: Path, path: str, go: str = "local") -> str:
@@ -378,15 +382,7 @@ def _k8s_module(version: str) -> Iterator[Path]:
         if (pinned / "go.mod").is_file():
             for name in ("go.mod", "go.sum"):
                 shutil.copyfile(pinned / name, module / name)
-            go_mod = subprocess.run(
-                ["go", "mod", "edit", "-json"],
-                cwd=module,
-                env=_go_env(toolchain(version)),
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            local = standins.local_replacements(go_mod)
+            local = standins.local_replacements(_go_mod_json(module, toolchain(version)))
             standins.materialize(module, local, staging_version(version))
         else:
             pin_release(module, version)
