@@ -31,6 +31,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.versions(check="upgrade and downgrade
 REPO = Path(__file__).resolve().parents[2]
 FROM = RELEASES[0]
 RELAY_BOUND_S = 30.0  # API server ready -> the UltraServer's devices allocatable again
+# A node's kubelet meets both outages with client-go's reflector backoff (0.8 s
+# doubling to 30 s, jitter up to twice, reset after two quiet minutes): its pod watch
+# may come back a minute after the API server, whatever the driver does.
+KUBELET_BACK_S = 90.0
 WHOLE = f"device.attributes['{DRIVER_NAME}'].resourceType == '{RESOURCE_TYPE_NODE}'"
 
 
@@ -62,11 +66,14 @@ def layout(node: SimulatedNode) -> str:
 
 
 def wait_allocatable(cluster: Cluster, node: SimulatedNode) -> float:
-    """Seconds until one device and then the whole node of `node` are allocated again."""
+    """Seconds until one device of `node` is allocated again (the driver's part: the
+    pool re-laid, the scheduler takes it); then that pod and one given the whole
+    node run."""
     started = time.monotonic()
     one = submit(cluster, claim_spec(1), node.name)
-    cluster.wait_for_pod_running(one, timeout=RELAY_BOUND_S + 30)
+    cluster.wait_for_pod_scheduled(one, timeout=RELAY_BOUND_S + 30)
     took = time.monotonic() - started
+    cluster.wait_for_pod_running(one, timeout=KUBELET_BACK_S)
     cluster.delete("v1", "Pod", one, "default")
     cluster.wait_for_pod_gone(one, timeout=60)
     cluster.delete("resource.k8s.io/v1", "ResourceClaim", one, "default")

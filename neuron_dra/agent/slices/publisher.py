@@ -128,7 +128,10 @@ class SlicePublisher:
                 if self._node_uid_due:
                     node_uid = await self._read_node_uid(node_uid)
                 version = await self.reconcile(node_uid)
+                # The server answered: an outage is over, and the next starts afresh
+                # (an upgrade's restarts come minutes apart). Watches keep their own.
                 listed = True
+                self._backoff.reset()
                 woken = await self._watch(version)
             except asyncio.CancelledError:
                 raise
@@ -152,9 +155,9 @@ class SlicePublisher:
                         self._reset_backoff()
                     continue
                 failure = "the slice watch ended before it served"
-            # A successful LIST alone resets nothing: a server that answers LISTs but
-            # refuses or ends every watch (overloaded: 429, or 410 Gone) would otherwise
-            # be listed again every BACKOFF_INITIAL_S.
+            # A successful LIST does not reset the watch's backoff: a server that answers
+            # LISTs but refuses or ends every watch (overloaded: 429, or 410 Gone) would
+            # otherwise be listed again every BACKOFF_INITIAL_S.
             if self._watch_proven:
                 self._reset_backoff()
             backoff = self._watch_backoff if listed else self._backoff

@@ -30,6 +30,8 @@ class Server:
     url: str = ""  # where it listens
     node_answer: str = "whole"  # the Node GET: whole, "trickle" (a byte at a time), "huge"
     retry_after: str | None = "2"
+    # Status codes for the next LISTs, in order (503: the server is away); then 200.
+    list_codes: list[int] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=lambda: {"team": "vision"})
     requests: list[str] = field(default_factory=list)
     # (loop, event, n): the event is set once n LISTs were served.
@@ -73,7 +75,10 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
             nodes = url.path == "/api/v1/nodes"
             if nodes:
                 assert query["fieldSelector"] == [f"metadata.name={NAME}"]
-            if not watching:
+            code = server.list_codes.pop(0) if not watching and server.list_codes else 200
+            if code != 200:
+                self._send(code, {"kind": "Status", "code": code, "message": "unavailable"})
+            elif not watching:
                 items = [server.node()] if nodes else []
                 self._send(200, {"items": items, "metadata": {"resourceVersion": "7"}})
             elif server.watch == "429":

@@ -1,6 +1,7 @@
 """The slice publisher against an API server that answers LISTs but not watches: it
 backs off instead of listing again at its first step, honours Retry-After, and what
-it sends a minute is the fleet's figure (docs/operators/reliability.md).
+it sends a minute is the fleet's figure (docs/operators/reliability.md). An outage
+ended by a LIST that answered is over: the next one starts from the first step.
 
 Waits are recorded, not slept.
 """
@@ -53,3 +54,15 @@ def test_a_watch_that_delivers_resets_the_backoff(api: tuple[Server, Kube]) -> N
     waits = publish(server, kube, 1, lists=5)
     # Each watch delivered an event and ended: listed again at once, never a wait.
     assert waits == []
+
+
+def test_an_answered_list_ends_an_outage(api: tuple[Server, Kube]) -> None:
+    server, kube = api
+    server.watch, server.retry_after = "410", None
+    server.list_codes = [503] * 5 + [200] + [503] * 2
+    waits = publish(server, kube, 8)
+    first, watch, second = waits[:5], waits[5], waits[6:]
+    assert first[4] > 8 * BACKOFF_INITIAL_S, waits  # grown over the first outage
+    assert watch <= BACKOFF_INITIAL_S, waits  # the watch's own backoff, at its first step
+    # The second outage (a control-plane upgrade after a downgrade) starts afresh.
+    assert second[0] <= BACKOFF_INITIAL_S, waits
