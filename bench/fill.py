@@ -2,12 +2,12 @@
 subresource as the scheduler would (upstream's scheduler_perf fills its clusters the
 same way).
 
-A node is filled one of three ways (`HOLDS`): every whole device held by one claim
-(where the layout withdraws the cores of devices held whole, the node is published
-again without them, as the agent does once the kubelet has prepared the claim, and
-again with them when it is emptied); or every core taken by claims of 1 core, or of
-4 cores of one device, one claim a pod as users write them (the agent withdraws
-nothing for these: no device is held whole). A fleet state (`STATES`) says which
+A node is filled one of three ways (`HOLDS`): every whole device held by one claim;
+or every core taken by claims of 1 core, or of 4 cores of one device, one claim a pod
+as users write them. Where the layout withdraws what a held device or core leaves
+unallocatable (a held device's cores, a held core's whole device, and the node
+device), the node is published again without it, as the agent does once the kubelet
+has prepared the claims, and again with it when it is emptied. A fleet state (`STATES`) says which
 nodes are filled which way: "full", nine in ten held whole; "core-full-1" and
 "core-full-4", nine in ten full of core claims; "mixed", a third held whole, a third
 full of 1-core claims and a third free.
@@ -148,6 +148,9 @@ class Filler:
             for i, cores in enumerate(groups):
                 self._claim(node, f"fill-{node}-{i}", cores, f"neuroncore.{DRIVER_NAME}")
             claims = len(groups)
+            if self.fleet.withholds:
+                # Prepared, the cores withdraw their devices.
+                self.fleet.publish(node, frozenset(c["name"] for g in groups for c in g))
         self.held[node] = how
         return claims
 
@@ -162,5 +165,5 @@ class Filler:
 
     def _release(self, node: str) -> None:
         self.api.call("DELETE", claim_path() + f"?labelSelector={NODE_LABEL}%3D{node}")
-        if self.held[node] == "devices" and self.fleet.withholds:
+        if self.fleet.withholds:
             self.fleet.publish(node, frozenset())

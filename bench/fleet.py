@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from consts import DRIVER_NAME
+from consts import CORE_NAME_PREFIX, DRIVER_NAME
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import CoreLayout, SliceOptions, build_slices
@@ -40,9 +40,12 @@ class Layout:
     # Slices in their places (devices before cores in the allocator's walk); otherwise
     # generateName's random suffixes decide the order, as before.
     ordered: bool = True
-    # The cores of devices a claim holds whole are withdrawn, as the agent does once
-    # the kubelet has prepared the claim.
+    # What a held device or core leaves unallocatable is withdrawn, as the agent does
+    # once the kubelet has prepared the claim: a held device's cores, a held core's
+    # device, the node device for either.
     withhold: bool = True
+    # False: only whole holds withdraw anything, as the agent did before cores did.
+    withhold_for_cores: bool = True
     # DeviceClasses with one selector joining the chart's two by `&&`.
     joined_selectors: bool = False
 
@@ -63,6 +66,7 @@ LAYOUTS = {
             withhold=False,
         ),
         Layout("partitions-ordered", CoreLayout.PARTITIONS, withhold=False),
+        Layout("partitions-whole-holds", CoreLayout.PARTITIONS, withhold_for_cores=False),
         Layout(
             "partitions-unordered-joined",
             CoreLayout.PARTITIONS,
@@ -227,6 +231,14 @@ class Fleet:
     def withholds(self) -> bool:
         return self.layout.withhold and self.layout.cores is CoreLayout.PARTITIONS
 
+    def _withheld(self, held: frozenset[str]) -> frozenset[str]:
+        """What of `held` the layout withdraws for."""
+        if not self.layout.withhold:
+            return frozenset()
+        if not self.layout.withhold_for_cores:
+            return frozenset(h for h in held if not h.startswith(CORE_NAME_PREFIX))
+        return held
+
     def publish(self, name: str, held: frozenset[str]) -> list[Obj]:
         """The node's slices, the devices named in `held` held whole, one after another
         as the agent writes them, in a new generation."""
@@ -238,7 +250,7 @@ class Fleet:
             generation,
             cores=self.layout.cores,
             counter_layout=CounterLayout.OWN_SLICE,
-            held=held if self.layout.withhold else frozenset(),
+            held=self._withheld(held),
         )
         slices = build_slices(self.inventories[self.kinds[name]], options)
         if not self.layout.ordered:

@@ -1,10 +1,10 @@
 """What prepared claims hold, followed into the slices.
 
-A device a claim holds whole leaves its NeuronCores out of the slices once it has
-been held for `withdraw_after_s` (`slices.holdoff`); every device a claim on this
-node has stays published. `Holdings` keeps both sets for the slice source and asks
-for a rebuild of the slices when either changes. It runs on the event loop;
-`changed_elsewhere` is what the DRA server's threads call.
+A device a claim holds whole leaves its NeuronCores out of the slices, and a core a
+claim holds its whole device, once held for `withdraw_after_s` (`slices.holdoff`);
+every device a claim on this node has stays published. `Holdings` keeps both sets for
+the slice source and asks for a rebuild of the slices when either changes. It runs on
+the event loop; `changed_elsewhere` is what the DRA server's threads call.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from consts import NODE_DEVICE_NAME
 from neuron_dra.agent.claims.checkpoint import ClaimRecord
 from neuron_dra.agent.slices.holdoff import already_held, hold_off
+from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.inventory import NodeInventory
 
 log = logging.getLogger("neuron_dra")
@@ -40,11 +41,11 @@ class Holdings:
     ) -> None:
         self._loop, self._pool, self._after = loop, pool, withdraw_after_s
         self._prepared, self._inventory, self._on_change = prepared, inventory, on_change
-        # Devices held whole long enough that their cores are left out; devices a claim
-        # on this node has, never left out.
+        # Devices and cores held long enough that what shares their counters is left
+        # out; devices a claim on this node has, never left out.
         self.withdrawn: frozenset[str] = frozenset()
         self.kept: frozenset[str] = frozenset()
-        # Since when each device is held whole (monotonic), once the claims were read.
+        # Since when each device or core is held (monotonic), once the claims were read.
         self._since: Mapping[str, float] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._due, self._due_lock = False, threading.Lock()
@@ -71,9 +72,9 @@ class Holdings:
 
     def changed(self) -> None:
         """On the event loop: what prepared claims hold, followed into the slices; a
-        device held whole counts only once it has been for `withdraw_after_s`."""
+        device or core held counts only once it has been for `withdraw_after_s`."""
         prepared = self._prepared()
-        held_now = held_whole(self._inventory(), self._pool, prepared)
+        held_now = held_here(self._inventory(), self._pool, prepared)
         now = time.monotonic()
         if self._since is None:
             self._since = already_held(held_now, now, self._after)
@@ -88,7 +89,7 @@ class Holdings:
         )
         withdrawn, kept = state.withdrawn, prepared_here(self._pool, prepared)
         log.debug(
-            "devices held whole",
+            "devices held",
             extra={"held": ",".join(sorted(held_now)), "withdrawn": ",".join(sorted(withdrawn))},
         )
         if (withdrawn, kept) != (self.withdrawn, self.kept):
@@ -96,17 +97,22 @@ class Holdings:
             self._on_change()
 
 
-def held_whole(
+def held_here(
     inventory: NodeInventory, pool: str, claims: Mapping[str, ClaimRecord]
 ) -> frozenset[str]:
-    """Names of the devices of `pool` a prepared claim holds whole (the node device too).
-    Admin access holds nothing: others may have the device too."""
-    whole = {d.name for d in inventory.devices} | {NODE_DEVICE_NAME}
+    """Names of the devices of `pool` a prepared claim holds: whole devices, the node
+    device and cores of this node. Admin access holds nothing: others may have the
+    device too."""
+    known = (
+        {d.name for d in inventory.devices}
+        | {NODE_DEVICE_NAME}
+        | {c.name for c in logical_cores(inventory)}
+    )
     return frozenset(
         device.device
         for record in claims.values()
         for device in record.devices
-        if device.pool == pool and not device.admin_access and device.device in whole
+        if device.pool == pool and not device.admin_access and device.device in known
     )
 
 

@@ -20,7 +20,7 @@ devices consume counters, after the counter slice: 4 slices.
 
 The allocator walks a pool's slices in name order, first fit: each slice's generated
 name starts with its place, and whole devices come before every core. What shares a
-counter with a device a prepared claim holds whole is left out (`SliceOptions.held`);
+counter a prepared claim spends is left out (`SliceOptions.held`);
 every published device always draws on its counters, held or not, so whatever rule the
 allocator follows for an allocated device's consumption (the slice as it is now, or as
 it was when the device was allocated) gives the same answer.
@@ -102,13 +102,14 @@ class SliceOptions:
     # Each logical NeuronCore as a device too; they need shared counters, so only where the
     # API server keeps them (the agent asks it).
     cores: bool | CoreLayout = False
-    # Names of the devices (the node device too) prepared whole on this node. What shares
-    # a counter with one of them is not published: it could not be allocated anyway (the
-    # held device has the counter), yet every pod the scheduler places would evaluate its
-    # selectors on it, on every scan. The held device itself is published as ever, with
-    # its counters: were its consumption to change while it is allocated, an allocator
-    # that records consumption when it allocates would count it wrong
-    # (docs/contributors/decisions.md).
+    # Names of the devices (the node device and cores too) prepared on this node. What
+    # could not be allocated beside them is not published: a held device's cores and
+    # node device, a held core's whole device and node device (its counter is partly
+    # spent, and they need all of it). The counters refuse them anyway, yet every pod
+    # the scheduler places would evaluate its selectors on them, on every scan. A held
+    # device itself is published as ever, with its counters: were its consumption to
+    # change while it is allocated, an allocator that records consumption when it
+    # allocates would count it wrong (docs/contributors/decisions.md).
     # So an adminAccess request cannot have a held device that has counters while the
     # allocator charges admin requests for counters (it does up to 1.38).
     held: frozenset[str] = frozenset()
@@ -141,7 +142,9 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
     partitions = options.core_layout is CoreLayout.PARTITIONS
     cores = logical.logical_cores(inventory) if partitions and publish_devices else ()
     counters = bool(inventory.devices) and ((publish_node and publish_devices) or bool(cores))
-    withdrawn = _withdrawn(inventory, options.held, options.kept) if counters else _Withdrawn()
+    withdrawn = (
+        _withdrawn(inventory, cores, options.held, options.kept) if counters else _Withdrawn()
+    )
     published_cores = [
         c for c in cores if c.device.index not in withdrawn.cores_of or c.name in options.kept
     ]
@@ -212,21 +215,32 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
 
 @dataclass(frozen=True)
 class _Withdrawn:
-    """What shares a counter with a device held whole, and so is left out."""
+    """What could not be allocated beside what is held, and so is left out."""
 
     cores_of: frozenset[int] = frozenset()  # device indexes whose cores are left out
     names: frozenset[str] = frozenset()  # whole devices left out, the node device too
 
 
-def _withdrawn(inventory: NodeInventory, held: frozenset[str], kept: frozenset[str]) -> _Withdrawn:
-    """A held device keeps its place and its counters; everything it shares a counter
-    with goes, in one generation, and comes back in one. What a prepared claim on this
-    node has (`kept`) stays, whatever it shares a counter with."""
+def _withdrawn(
+    inventory: NodeInventory,
+    cores: Sequence[logical.LogicalCore],
+    held: frozenset[str],
+    kept: frozenset[str],
+) -> _Withdrawn:
+    """A held device or core keeps its place and its counters; what needs a counter it
+    spends goes, in one generation, and comes back in one: a held device's cores, a held
+    core's whole device (a device's other cores stay: their shares are free), and the
+    node device for either. What a prepared claim on this node has (`kept`) stays,
+    whatever it shares a counter with."""
     if NODE_DEVICE_NAME in held:
         every = frozenset(d.index for d in inventory.devices)
         return _Withdrawn(every, frozenset(d.name for d in inventory.devices) - held - kept)
-    indexes = frozenset(d.index for d in inventory.devices if d.name in held)
-    return _Withdrawn(indexes, frozenset({NODE_DEVICE_NAME} if indexes else ()) - kept)
+    whole = frozenset(d.index for d in inventory.devices if d.name in held)
+    cored = frozenset(c.device.index for c in cores if c.name in held)
+    names = {d.name for d in inventory.devices if d.index in cored - whole}
+    if whole or cored:
+        names.add(NODE_DEVICE_NAME)
+    return _Withdrawn(whole, frozenset(names) - kept)
 
 
 def _shareable(device: Json, lnc: int | None) -> None:

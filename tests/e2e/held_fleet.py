@@ -30,7 +30,7 @@ from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.cluster_api import ClusterError
 from neuron_dra_harness.kubeletside import KUBELETSIDE_ERROR_ANNOTATION
 from neuron_dra_harness.nodes import SimulatedNode, container_view
-from tests.e2e.held_pool import checkpoint_mismatch, held_whole, pool_problems
+from tests.e2e.held_pool import checkpoint_mismatch, held_here, pool_problems
 from tests.e2e.test_cores import PER_DEVICE, claim_of
 from tests.e2e.test_random_allocation import parse_cores, refused
 
@@ -144,7 +144,7 @@ class Fleet:
         results = [r["device"] for r in allocation["devices"]["results"]]
         return (
             f"{where} stuck at prepare for over {STUCK_S:.0f}s with {results} allocated on "
-            f"{tracked.node.name} (held whole: {sorted(held_whole(tracked.node))}): "
+            f"{tracked.node.name} (held: {sorted(held_here(tracked.node))}): "
             f"{annotations.get(KUBELETSIDE_ERROR_ANNOTATION, 'no prepare error recorded')}"
         )
 

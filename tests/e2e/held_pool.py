@@ -1,10 +1,11 @@
 """What a node's pool must be, derived from the plugin's checkpoint on its own (not with
 the agent's code), for the random held-cores test.
 
-A device a prepared claim holds whole keeps its counters in every form: only what
-shares a counter with it is withdrawn, its cores and the UltraServer node device (for a
-held node device, every whole device and core), unless a prepared claim has it too (admin
-access): an allocated device is never withdrawn. So, on a whole pool:
+A device or core a prepared claim holds keeps its counters in every form: only what
+needs a counter it spends is withdrawn (a held device's cores, a held core's whole
+device, and the UltraServer node device for either; for a held node device, every whole
+device and core), unless a prepared claim has it too (admin access): an allocated device
+is never withdrawn. So, on a whole pool:
 
 - at any moment, every published device draws on its counters;
 - once the plugin has caught up with its checkpoint, the pool is exactly the node's
@@ -32,23 +33,26 @@ def checkpointed(node: SimulatedNode) -> list[Obj]:
     return [d for claim in claims.values() for d in claim["devices"]]
 
 
-def held_whole(node: SimulatedNode) -> frozenset[str]:
-    """Names of the whole devices (the node device too) prepared claims hold, from the
+def held_here(node: SimulatedNode) -> frozenset[str]:
+    """Names of the devices, cores and node device prepared claims hold, from the
     checkpoint; admin access holds nothing."""
-    return frozenset(
-        d["device"]
-        for d in checkpointed(node)
-        if not d.get("adminAccess") and not d["device"].startswith(CORE_NAME_PREFIX)
-    )
+    return frozenset(d["device"] for d in checkpointed(node) if not d.get("adminAccess"))
 
 
 def expected_names(node: SimulatedNode, held: frozenset[str], kept: frozenset[str]) -> set[str]:
-    """The device names the pool must publish while `held` are prepared whole and `kept`
-    prepared at all (admin access too): an allocated device is never withdrawn."""
+    """The device names the pool must publish while `held` are prepared (cores too) and
+    `kept` prepared at all (admin access too): an allocated device is never withdrawn."""
     ultraserver = node.instance_type.startswith("trn2u")
     if NODE_DEVICE_NAME in held:
         return {NODE_DEVICE_NAME} | kept
-    whole = {f"{DEVICE_NAME_PREFIX}{i}" for i in range(DEVICES)}
+    cored = {
+        int(name.removeprefix(CORE_NAME_PREFIX)) // PER_DEVICE
+        for name in held
+        if name.startswith(CORE_NAME_PREFIX)
+    }
+    # A held core withdraws its device; a device held itself stays.
+    whole = {f"{DEVICE_NAME_PREFIX}{i}" for i in range(DEVICES) if i not in cored}
+    whole |= {name for name in held if name.startswith(DEVICE_NAME_PREFIX)}
     cores = {
         f"{CORE_NAME_PREFIX}{i * PER_DEVICE + c}"
         for i in range(DEVICES)
@@ -103,7 +107,7 @@ def checkpoint_mismatch(node: SimulatedNode) -> str | None:
     devices = whole_pool(node)
     if devices is None:
         return f"{node.name}'s pool is being rewritten"
-    held = held_whole(node)
+    held = held_here(node)
     want = expected_names(node, held, frozenset(d["device"] for d in checkpointed(node)))
     extra, missing = sorted(set(devices) - want), sorted(want - set(devices))
     if extra or missing:

@@ -2,8 +2,9 @@
 
 The benchmark itself asserts what each pod's claim got (a core claim cores, a whole
 device claim devices); this checks that every phase produced figures, and that a full
-node of the driver's layout publishes no core of its held devices while the layout
-published as before keeps them; and that kube-apiserver's heap was profiled.
+node of the driver's layout publishes no core of its held devices and no device of its
+held cores, while the layout published as before keeps them; and that kube-apiserver's
+heap was profiled.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
     step = result["layouts"]["partitions"]["sizes"]["20"]
     assert step["devices_published_empty"] == 15 * 80 + 5 * 81
     assert step["fill"]["full"]["devices_published"] == 2 * 80 + 18 * 16
+    # Mixed: 7 nodes held whole keep their 16 devices; 7 full of 1-core claims keep
+    # their 64 cores and lose their devices; 6 free, n8 a trn2u.
+    assert step["fill"]["mixed"]["devices_published"] == 7 * 16 + 7 * 64 + 5 * 80 + 81
     # Churning whole-device pods: the agent rewrites their nodes' slices where the
     # layout withdraws cores, and never as published before.
     rewriting, still = step["churn"]

@@ -35,7 +35,7 @@ import pytest
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.nodes import SimulatedNode, trn2_and_ultraserver
 from tests.e2e.held_fleet import ADMIN_NAMESPACE, STUCK_S, Fleet
-from tests.e2e.held_pool import held_whole
+from tests.e2e.held_pool import held_here
 from tests.e2e.held_steps import pick
 from tests.e2e.test_cores import too_old
 
@@ -81,4 +81,4 @@ def test_random_pods_and_kills_never_share_a_core(
 
 
 def holds_nothing(node: SimulatedNode) -> bool:
-    return not held_whole(node)
+    return not held_here(node)

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.e2e
 
 SHORT_HOLD_LIMIT_S = 600.0  # far longer than the test's hold
 DUE_S = 3.0
-HELD = "D neuron_dra: devices held whole held="
+HELD = "D neuron_dra: devices held held="
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """Which held devices the slices leave out what shares their counters for: those held
-whole long enough.
+long enough.
 
 While a claim holds a device whole, the node's slices can leave out its NeuronCores
-(and a trn2u node device): the counters already refuse them to the scheduler, and
-withdrawn they cost it nothing to scan. Withdrawing is a rewrite of the node's
+(and a trn2u node device); while a claim holds a core, its whole device (and the node
+device): the counters already refuse them to the scheduler, and withdrawn they cost
+it nothing to scan. Withdrawing is a rewrite of the node's
 slices, and so is publishing them again when the hold ends; a fleet whose holds
 last seconds pays two rewrites a hold for scans it hardly saves
 (docs/contributors/fleet-scale.md, "A churning fleet"). So a device is withdrawn

@@ -37,7 +37,7 @@ class NodeState:
 
     inventory: NodeInventory
     unhealthy: tuple[Unhealthy, ...]
-    held: frozenset[str]  # devices a prepared claim holds whole
+    held: frozenset[str]  # devices and cores a prepared claim holds
     topology: NodeTopology
     kept: frozenset[str] = frozenset()  # devices a prepared claim has, admin access too
     notices: tuple[Notice, ...] = ()  # informational taints, where the server keeps them

@@ -24,7 +24,7 @@ from neuron_dra.agent.claims.preparer import (
     StepHook,
     no_step_hook,
 )
-from neuron_dra.agent.holdings import held_whole, prepared_here
+from neuron_dra.agent.holdings import held_here, prepared_here
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from tests.claim_objects import allocated_claim, neuron_config, opaque
@@ -680,26 +680,24 @@ def test_claims_for_one_device_at_once_prepare_one(node: Node) -> None:
     assert set(node.checkpointed()) == {winner.uid}
 
 
-def test_what_claims_hold_whole_is_told_as_it_changes(node: Node) -> None:
-    """The slices leave out the cores of devices held whole, so the agent is told each
-    time the prepared claims change: its own prepares and unprepares, and those of the
+def test_what_claims_hold_is_told_as_it_changes(node: Node) -> None:
+    """The slices leave out what shares a counter with what is held, so the agent is told
+    each time the prepared claims change: its own prepares and unprepares, and those of the
     other instance of a rolling update, read from the checkpoint they share."""
     seen: list[frozenset[str]] = []
     preparer: Preparer | None = None
 
     def changed() -> None:
         assert preparer is not None
-        seen.append(held_whole(node.inventory, POOL, preparer.prepared))
+        seen.append(held_here(node.inventory, POOL, preparer.prepared))
 
     preparer = node.preparer(on_change=changed)
     whole = node.api.add(uid(1), ["neurondevice2", "neurondevice3"])
     core = node.api.add(uid(2), ["neuroncore1"])
     admin = node.api.add(uid(3), ["neurondevice9"], admin=True)
     prepare(preparer, whole, core, admin)
-    assert seen[-1] == {
-        "neurondevice2",
-        "neurondevice3",
-    }  # a core holds its device only in part; admin holds nothing
+    # A core is held as itself (its device's counter is partly spent); admin holds nothing.
+    assert seen[-1] == {"neurondevice2", "neurondevice3", "neuroncore1"}
     other = node.preparer()  # the second instance, on the same checkpoint
     later = node.api.add(uid(4), ["neurondevice7"])
     prepare(other, later)
@@ -708,23 +706,23 @@ def test_what_claims_hold_whole_is_told_as_it_changes(node: Node) -> None:
     before = len(seen)
     preparer.refresh()
     assert len(seen) == before + 1
-    assert seen[-1] == {"neurondevice7"}
+    assert seen[-1] == {"neurondevice7", "neuroncore1"}
     preparer.refresh()  # nothing changed since: a stat, and no news
     assert len(seen) == before + 1
     unprepare(preparer, whole)  # gone already, on the other instance
     assert len(seen) == before + 1
 
 
-def test_the_node_device_is_held_whole(node: Node, fake_node: FakeNode) -> None:
+def test_the_node_device_is_held(node: Node, fake_node: FakeNode) -> None:
     inventory = discover(fake_node("trn2u.48xlarge")).inventory
     ref = ClaimRef("default", "whole", uid(1))
     claims = {ref.uid: ClaimRecord(ref.uid, "default", "whole", recorded(ref.uid, ["neuronnode"]))}
-    assert held_whole(inventory, POOL, claims) == {"neuronnode"}
-    assert held_whole(inventory, "other-pool", claims) == frozenset()
+    assert held_here(inventory, POOL, claims) == {"neuronnode"}
+    assert held_here(inventory, "other-pool", claims) == frozenset()
 
 
 def test_what_an_admin_claim_has_is_kept_though_not_held(fake_node: FakeNode) -> None:
-    """An admin claim holds nothing whole, yet what it has stays published: the slices
+    """An admin claim holds nothing, yet what it has stays published: the slices
     never withdraw a device a prepared claim on the node has."""
     inventory = discover(fake_node("trn2.48xlarge")).inventory
     whole, monitor = ClaimRef("default", "whole", uid(1)), ClaimRef("admin", "m", uid(2))
@@ -734,6 +732,6 @@ def test_what_an_admin_claim_has_is_kept_though_not_held(fake_node: FakeNode) ->
             monitor.uid, "admin", "m", recorded(monitor.uid, ["neuroncore17"], admin=True)
         ),
     }
-    assert held_whole(inventory, POOL, claims) == {"neurondevice4"}
+    assert held_here(inventory, POOL, claims) == {"neurondevice4"}
     assert prepared_here(POOL, claims) == {"neurondevice4", "neuroncore17"}
     assert prepared_here("other-pool", claims) == frozenset()

@@ -843,3 +843,52 @@ def test_the_node_device_held_withdraws_every_device(fake_node: FakeNode) -> Non
     held = devices_of(slices)
     assert list(held) == ["neuronnode"]
     assert held["neuronnode"] == every["neuronnode"]
+
+
+@pytest.mark.parametrize(
+    ("layout", "lnc"), [(CounterLayout.BESIDE_DEVICES, 2), (CounterLayout.OWN_SLICE, 1)]
+)
+def test_a_held_core_withdraws_its_device_and_the_node_device(
+    fake_node: FakeNode, layout: CounterLayout, lnc: int
+) -> None:
+    """A core held spends part of its device's counter: the whole device and the node
+    device, which need all of it, go; the device's other cores, the held core and every
+    other device stay as they were, counters and all."""
+    root = fake_node("trn2u.48xlarge", lnc=lnc)
+    per = 8 // lnc
+    every = devices_of(slices_of(root, counter_layout=layout, cores=True))
+    held_cores = frozenset({f"neuroncore{2 * per}", f"neuroncore{2 * per + 1}"})
+    slices = slices_of(root, counter_layout=layout, cores=True, held=held_cores)
+    assert validate_pool(slices, layout) == []
+    held = devices_of(slices)
+    assert set(every) - set(held) == {"neurondevice2", "neuronnode"}
+    assert held == {n: d for n, d in every.items() if n in held}
+    # Held whole as well, a device keeps its place; a core and device both held on
+    # another device withdraw that device's cores, as a whole hold does.
+    both = devices_of(
+        slices_of(
+            root,
+            counter_layout=layout,
+            cores=True,
+            held=held_cores | {"neurondevice5"},
+        )
+    )
+    assert "neurondevice5" in both
+    assert not any(f"neuroncore{5 * per + n}" in both for n in range(per))
+    assert "neurondevice2" not in both
+
+
+def test_a_device_a_prepared_claim_has_stays_beside_its_held_core(fake_node: FakeNode) -> None:
+    """An admin claim on a device whose core another claim holds (an allocator that
+    exempts admin requests from counters allows it): the device stays published."""
+    root = fake_node("trn2.48xlarge")
+    held = devices_of(
+        slices_of(
+            root,
+            counter_layout=CounterLayout.OWN_SLICE,
+            cores=True,
+            held=frozenset({"neuroncore0"}),
+            kept=frozenset({"neuroncore0", "neurondevice0"}),
+        )
+    )
+    assert "neurondevice0" in held and "neuroncore0" in held
