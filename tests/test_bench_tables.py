@@ -9,6 +9,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bench_modules import load
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = REPO / "bench" / "tables.py"
@@ -142,6 +147,8 @@ def sources(table: str) -> list[str]:
         return ["bench/results/*.json"]
     if table == "heap":
         return ["bench/results/heap-*.json", "bench/results/fleet-*.json"]
+    if table == "holds":
+        return ["bench/results/holds-*.json"]
     if table.startswith("compare-"):
         return [f"bench/results/{table}-{when}.json" for when in ("before", "after")]
     return ["bench/results/fleet-*.json"]
@@ -158,3 +165,34 @@ def test_each_table_says_the_command_and_files_it_is_made_from() -> None:
         assert "`python bench/tables.py`" in head, (table, head)
         for source in sources(table):
             assert f"`{source}`" in head, (table, source, head)
+
+
+def test_held_runs_are_summarised_by_the_median_and_range_of_their_own_ratios() -> None:
+    """Each run's ratio is taken within the run; the runs' medians and ranges follow."""
+    holds = load("holds")
+
+    def run(full: float, core: float, device: float) -> dict[str, Any]:
+        cases = {"1 core": core, "1 device": device, "16 devices": 2 * device}
+        step = {
+            "full": {"1 device": {"p50_ms": full}},
+            "core-full-1": {c: {"p50_ms": v} for c, v in cases.items()},
+            "fill": {
+                state: {"rss_mib": {"kube-apiserver": 1000}, "devices_published": 16}
+                for state in ("full", "core-full-1")
+            },
+        }
+        return {"layouts": {"partitions": {"sizes": {"1000": step}}}}
+
+    runs = {"holds-1.json": run(100, 120, 150), "holds-2.json": run(50, 100, 60)}
+    table = holds.holds_table(runs)
+    assert (
+        "| partitions | 1 core, full of 1-core claims / 1 device held whole | 1.20 | 2.00 "
+        "| 1.60 | 1.20-2.00 |" in table
+    ), table
+    assert "| partitions | 1 device, 90% held whole (ms) | 100 | 50 | 75 | 50-100 |" in table
+    with pytest.raises(ValueError, match="2 sizes"):
+        two = run(1, 1, 1)
+        two["layouts"]["partitions"]["sizes"]["2000"] = two["layouts"]["partitions"]["sizes"][
+            "1000"
+        ]
+        holds.holds_table({"holds-3.json": two})
