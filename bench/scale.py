@@ -30,10 +30,10 @@ node as an agent does (bench/fleet.py). At each size:
 A p99 is given only where a case has 30 timed pods (`--pods`). What the control
 plane carries is reported too: slices and bytes per node, the time to publish every
 node, and the RSS of kube-apiserver, etcd and kube-scheduler after each phase. With
-`--profile`, a CPU profile of the scheduler over the last size's full cases is written
-beside the results, with its top functions; with `--heap-profile`, kube-apiserver's
-live heap after publishing and in each state (bench/heap.py), by the functions that
-allocated it.
+`--profile`, a CPU profile of the scheduler over the last size's cases in each state of
+`--profile-states` ("full") is written beside the results, with its top functions;
+with `--heap-profile`, kube-apiserver's live heap after publishing and in each state
+(bench/heap.py), by the functions that allocated it.
 
 It takes tens of minutes and much of the machine's memory; `make bench-scale` runs
 it. Progress goes to stdout, figures to bench/results/scale.json (or `--out`), with
@@ -209,8 +209,8 @@ class Run:
             fill["claims"] = self.filler.claims
             fill["devices_published"] = sum(self.fleet.published.values())
             say(f"{name}, {size} {state}: {fill['claims']} claims in {fill['fill_s']:.0f} s")
-            if args.profile and last and state == "full":
-                out = Path(args.out).parent / f"scale-{name}-{size}.pprof"
+            if args.profile and last and state in args.profile_states.split(","):
+                out = Path(args.out).parent / f"scale-{name}-{size}-{state}.pprof"
                 step[state], fill["profile_top"] = profile(
                     cluster, args.profile, out, lambda: self.scheduling.cases(self.cases, args.pods)
                 )
@@ -320,7 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         type=int,
         default=0,
-        help="seconds of scheduler CPU profile over the largest full cluster",
+        help="seconds of scheduler CPU profile over the largest cluster's cases in a state",
+    )
+    parser.add_argument(
+        "--profile-states",
+        default="full",
+        help="the fleet states whose cases --profile profiles",
     )
     parser.add_argument(
         "--heap-profile",
