@@ -7,7 +7,9 @@ or every core taken by claims of 1 core, or of 4 cores of one device, one claim 
 as users write them. Where the layout withdraws what a held device or core leaves
 unallocatable (a held device's cores, a held core's whole device, and the node
 device), the node is published again without it, as the agent does once the kubelet
-has prepared the claims, and again with it when it is emptied. A fleet state (`STATES`) says which
+has prepared the claims, and again with it when it is emptied. Where cores are the
+devices' capacity (`capacity`), core claims are shares of the devices instead, each
+device shared out whole. A fleet state (`STATES`) says which
 nodes are filled which way: "full", nine in ten held whole; "core-full-1" and
 "core-full-4", nine in ten full of core claims; "mixed", a third held whole, a third
 full of 1-core claims and a third free.
@@ -24,7 +26,14 @@ from typing import Any
 
 from fleet import RESOURCE, WORKERS, Api, Fleet, claim_path
 
-from consts import ATTR_RESOURCE_TYPE, DRIVER_NAME, RESOURCE_TYPE_CORE, RESOURCE_TYPE_DEVICE
+from consts import (
+    ATTR_RESOURCE_TYPE,
+    CAPACITY_CORES,
+    DRIVER_NAME,
+    RESOURCE_TYPE_CORE,
+    RESOURCE_TYPE_DEVICE,
+)
+from neuron_dra.resources.slices import CoreLayout
 
 Obj = dict[str, Any]
 NODE_LABEL = "bench.neuron.aws.com/node"
@@ -41,8 +50,11 @@ CORE_STATES = ("core-full-1", "core-full-4", "mixed")
 """States that need cores published."""
 
 
-def allocation(node: str, devices: list[Obj], request: str = "neurons") -> Obj:
-    """A claim's status allocating `devices` of `node`'s pool."""
+def allocation(
+    node: str, devices: list[Obj], request: str = "neurons", share: Obj | None = None
+) -> Obj:
+    """A claim's status allocating `devices` of `node`'s pool; of a shareable device,
+    `share` of its capacity (by default all of it)."""
     results = []
     for device in devices:
         result: Obj = {
@@ -54,7 +66,7 @@ def allocation(node: str, devices: list[Obj], request: str = "neurons") -> Obj:
         if device.get("allowMultipleAllocations"):
             # A whole device taken as one share of all its capacity.
             result["shareID"] = str(uuid.uuid4())
-            result["consumedCapacity"] = {
+            result["consumedCapacity"] = share or {
                 k: c["requestPolicy"]["default"] if "requestPolicy" in c else c["value"]
                 for k, c in device["capacity"].items()
             }
@@ -109,17 +121,18 @@ class Filler:
             self.claims += sum(pool.map(lambda nh: self._hold(*nh), want))
         return time.monotonic() - started
 
-    def _claim(self, node: str, name: str, devices: list[Obj], class_name: str) -> None:
-        spec = {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "neurons",
-                        "exactly": {"deviceClassName": class_name, "count": len(devices)},
-                    }
-                ]
-            }
-        }
+    def _claim(
+        self,
+        node: str,
+        name: str,
+        devices: list[Obj],
+        class_name: str,
+        share: dict[str, str] | None = None,
+    ) -> None:
+        exactly: Obj = {"deviceClassName": class_name, "count": len(devices)}
+        if share:
+            exactly["capacity"] = {"requests": share}
+        spec = {"devices": {"requests": [{"name": "neurons", "exactly": exactly}]}}
         claim = self.api.call(
             "POST",
             claim_path(),
@@ -130,7 +143,7 @@ class Filler:
                 "spec": spec,
             },
         )
-        claim["status"] = allocation(node, devices)
+        claim["status"] = allocation(node, devices, share=share)
         self.api.call("PUT", claim_path(name) + "/status", claim)
 
     def _hold(self, node: str, how: str) -> int:
@@ -143,6 +156,8 @@ class Filler:
                 # The kubelet prepares the claim; the agent withdraws the devices' cores.
                 inventory = self.fleet.inventories[self.fleet.kinds[node]]
                 self.fleet.publish(node, frozenset(d.name for d in inventory.devices))
+        elif self.fleet.layout.cores is CoreLayout.CAPACITY:
+            claims = self._shares(node, int(how.removeprefix("cores-")))
         else:
             groups = core_groups(devices, int(how.removeprefix("cores-")))
             for i, cores in enumerate(groups):
@@ -152,6 +167,20 @@ class Filler:
                 # Prepared, the cores withdraw their devices.
                 self.fleet.publish(node, frozenset(c["name"] for g in groups for c in g))
         self.held[node] = how
+        return claims
+
+    def _shares(self, node: str, size: int) -> int:
+        """Every device of `node` shared out in claims of `size` logical cores, where
+        cores are the devices' capacity; the claims it took."""
+        lnc = self.fleet.inventories[self.fleet.kinds[node]].lnc or 1
+        whole = of_type(self.fleet.devices[self.fleet.kinds[node]], RESOURCE_TYPE_DEVICE)
+        share = {CAPACITY_CORES: str(size * lnc)}
+        claims = 0
+        for device in whole:
+            for k in range(int(device["capacity"][CAPACITY_CORES]["value"]) // (size * lnc)):
+                name = f"fill-{node}-{device['name']}-{k}"
+                self._claim(node, name, [device], f"neuroncore.{DRIVER_NAME}", share)
+                claims += 1
         return claims
 
     def empty(self) -> float:

@@ -30,7 +30,7 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
             "--sizes",
             "20",
             "--layouts",
-            "partitions,partitions-unordered",
+            "partitions,partitions-unordered,capacity",
             "--pods",
             "1",
             "--steady-pods",
@@ -87,6 +87,11 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
         assert 0 < heap["inuse_mib"] <= heap["runtime_mib"]["Sys"]
         assert heap["flat"] and heap["cum"]
         assert (tmp_path / heap["profile"]).stat().st_size > 0
+    # Where cores are capacity, a node full of 1-core claims is its 16 devices shared
+    # out 4 ways (LNC 2): 7 such nodes in the mixed state, beside 7 held whole.
+    shared = result["layouts"]["capacity"]["sizes"]["20"]
+    assert shared["fill"]["mixed"]["claims"] == 7 + 7 * 16 * 4
+    assert set(shared["mixed"]) == cases
     before = result["layouts"]["partitions-unordered"]["sizes"]["20"]
     assert before["fill"]["full"]["devices_published"] == 1605
     assert before["devices_published_empty"] == 1605
