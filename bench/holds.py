@@ -10,6 +10,7 @@ runs are summarised by the median and the range of those ratios.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from statistics import median
 from typing import Any
 
@@ -27,8 +28,11 @@ def _p50(step: Obj, state: str, case: str) -> float:
     return float(step[state][case]["p50_ms"])
 
 
-def _step(name: str, run: Obj, layout: str) -> Obj:
-    """The run's one size of `layout`: a column is one run at one size."""
+def _step(name: str, run: Obj, layout: str) -> Obj | None:
+    """The run's one size of `layout` (a column is one run at one size); None where
+    the run did not measure the layout."""
+    if layout not in run["layouts"]:
+        return None
     sizes = list(run["layouts"][layout]["sizes"].values())
     if len(sizes) != 1:
         raise ValueError(f"{name}: {layout} measured at {len(sizes)} sizes, not one")
@@ -53,34 +57,40 @@ def holds_table(runs: dict[str, Obj]) -> str:
         layouts += [name for name in run["layouts"] if name not in layouts]
     for layout in layouts:
         steps = [_step(name, run, layout) for name, run in runs.items()]
-        rows: list[tuple[str, list[float], str]] = [
-            ("1 device, 90% held whole (ms)", [_p50(s, *BASE) for s in steps], ",.0f")
-        ]
-        for label, state, case in RATIOS:
-            rows.append((f"{label} (ms)", [_p50(s, state, case) for s in steps], ",.0f"))
-            rows.append(
-                (
-                    f"{label} / 1 device held whole",
-                    [_p50(s, state, case) / _p50(s, *BASE) for s in steps],
-                    ".2f",
-                )
-            )
-        for state in ("full", "core-full-1"):
-            rows.append(
-                (
-                    f"kube-apiserver RSS, {state} (MiB)",
-                    [float(s["fill"][state]["rss_mib"]["kube-apiserver"]) for s in steps],
-                    ",.0f",
-                )
-            )
-            rows.append(
-                (
-                    f"devices published, {state}",
-                    [float(s["fill"][state]["devices_published"]) for s in steps],
-                    ",.0f",
-                )
-            )
-        for label, values, fmt in rows:
-            each = " | ".join(f"{v:{fmt}}" for v in values)
-            lines.append(f"| {layout} | {label} | {each} | {_cell(values, fmt)} |")
+        for label, fmt, figure in FIGURES:
+            values = [None if step is None else figure(step) for step in steps]
+            each = " | ".join("-" if v is None else f"{v:{fmt}}" for v in values)
+            measured = [v for v in values if v is not None]
+            lines.append(f"| {layout} | {label} | {each} | {_cell(measured, fmt)} |")
     return "\n".join(lines)
+
+
+def _figures() -> list[tuple[str, str, Callable[[Obj], float]]]:
+    """(label, format, the figure of one run's step), in the table's order."""
+
+    def p50(state: str, case: str) -> Callable[[Obj], float]:
+        return lambda step: _p50(step, state, case)
+
+    def over_base(state: str, case: str) -> Callable[[Obj], float]:
+        return lambda step: _p50(step, state, case) / _p50(step, *BASE)
+
+    def filled(state: str, key: str) -> Callable[[Obj], float]:
+        def figure(step: Obj) -> float:
+            value = step["fill"][state][key]
+            return float(value["kube-apiserver"] if key == "rss_mib" else value)
+
+        return figure
+
+    found: list[tuple[str, str, Callable[[Obj], float]]] = [
+        ("1 device, 90% held whole (ms)", ",.0f", p50(*BASE))
+    ]
+    for label, state, case in RATIOS:
+        found.append((f"{label} (ms)", ",.0f", p50(state, case)))
+        found.append((f"{label} / 1 device held whole", ".2f", over_base(state, case)))
+    for state in ("full", "core-full-1"):
+        found.append((f"kube-apiserver RSS, {state} (MiB)", ",.0f", filled(state, "rss_mib")))
+        found.append((f"devices published, {state}", ",.0f", filled(state, "devices_published")))
+    return found
+
+
+FIGURES = _figures()

@@ -190,6 +190,11 @@ def test_held_runs_are_summarised_by_the_median_and_range_of_their_own_ratios() 
         "| 1.60 | 1.20-2.00 |" in table
     ), table
     assert "| partitions | 1 device, 90% held whole (ms) | 100 | 50 | 75 | 50-100 |" in table
+    # A layout one run measured alone: the other run's cell is empty, no range.
+    other = run(10, 12, 15)
+    other["layouts"]["capacity"] = other["layouts"].pop("partitions")
+    table = holds.holds_table({**runs, "holds-3.json": other})
+    assert "| capacity | 1 device, 90% held whole (ms) | - | - | 10 | 10 | - |" in table
     with pytest.raises(ValueError, match="2 sizes"):
         two = run(1, 1, 1)
         two["layouts"]["partitions"]["sizes"]["2000"] = two["layouts"]["partitions"]["sizes"][
