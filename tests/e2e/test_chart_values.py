@@ -7,6 +7,7 @@ their own with no release in it."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +46,7 @@ def dry_run(helm_bin: Path, cluster: Cluster, *values: str) -> str:
     return ok(run([*install, *values], env)).split("NOTES:", 1)[1]
 
 
+INSTALL_PAGE = CHART.parents[2] / "docs/operators/install.md"
 REFUSED = 'namespace default is refused: the plugin pods need Pod Security "privileged"'
 TEST_CLAIM = "--show-only=templates/tests/claim.yaml"
 
@@ -160,3 +162,17 @@ def test_the_notes_check_pod_security_where_the_pods_go(helm_bin: Path, cluster:
     assert "kubectl label namespace strict-ns --overwrite" in notes
     notes = dry_run(helm_bin, cluster, "--namespace=strict-ns", "--set=namespaceOverride=open-ns")
     assert "WARNING" not in notes, notes
+
+
+def test_the_install_page_counts_the_objects_helm_installs(
+    helm_bin: Path, offline: dict[str, str]
+) -> None:
+    """install.md's count is what `helm install` makes with the default values; the
+    `helm test` pod comes on top, with `helm test`."""
+    page = " ".join(INSTALL_PAGE.read_text().split())
+    [(count, listed)] = re.findall(r"`helm install` \((\d+) objects: ([^)]*)\)", page)
+    installed = template(helm_bin, offline, *IMAGE_VALUES)
+    assert int(count) == len(installed), sorted(by_key(installed))
+    with_test = rendered(helm_bin, offline)
+    assert [o["kind"] for o in with_test if o not in installed] == ["Pod"]
+    assert listed.endswith("`helm test` adds its pod"), listed
