@@ -16,11 +16,13 @@ import yaml
 
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import Cluster
+from tests import doc_programs
 from tests.e2e.plugin_access import Obj
 from tests.e2e.test_helm import (
     CHART,
     IMAGE_VALUES,
     RELEASE,
+    REPOSITORY,
     by_key,
     helm_env,
     offline,
@@ -176,3 +178,64 @@ def test_the_install_page_counts_the_objects_helm_installs(
     with_test = rendered(helm_bin, offline)
     assert [o["kind"] for o in with_test if o not in installed] == ["Pod"]
     assert listed.endswith("`helm test` adds its pod"), listed
+
+
+# Flags of `helm upgrade` that `helm template` has not; the rest it shares with install.
+UPGRADE_ONLY = {"--install", "-i", "--reset-then-reuse-values", "--reuse-values", "--reset-values"}
+VALUED = {"-n", "--namespace", "--set", "--set-string", "--set-json", "-f", "--values"}
+VALUED |= {"--version", "--timeout"}
+# The chart as the docs name it: in the repository, its package, its OCI reference.
+OUR_CHARTS = re.compile(r"^(deploy/helm/neuron-dra|neuron-dra-[\d.]+\.tgz|oci://.*/neuron-dra)$")
+
+
+def positionals(args: tuple[str, ...]) -> list[str]:
+    found, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg.startswith("-"):
+            skip = arg in VALUED
+        else:
+            found.append(arg)
+    return found
+
+
+def helm_complaint(helm_bin: Path, env: dict[str, str], args: tuple[str, ...]) -> str | None:
+    """What helm says of a documented command: its flags as `--help` parses them (an
+    unknown flag fails), and the chart's values as `helm template` renders them (an
+    unknown key or a refused value fails the schema). None when both pass."""
+    flags = run([str(helm_bin), *args, "--help"], env)
+    if flags.returncode:
+        return flags.stderr.strip()
+    command, *names = positionals(args)
+    if command not in ("install", "upgrade", "template") or len(names) != 2:
+        return None
+    if not OUR_CHARTS.match(names[1]):
+        return None  # another chart: its flags only
+    values = [a for a in args[1:] if a not in UPGRADE_ONLY and a != names[1]]
+    # Before the documented values: what an upgrade reuses from the install.
+    base = [f"--set=image.repository={REPOSITORY}"]
+    rendered_ = run([str(helm_bin), "template", *base, *values, str(CHART)], env)
+    return rendered_.stderr.strip() or None if rendered_.returncode else None
+
+
+def test_every_documented_helm_command_parses_and_renders(helm_bin: Path, tmp_path: Path) -> None:
+    """Every `helm` command of the docs, in code blocks and in the prose, placeholders
+    filled. No default namespace from the environment: a command without -n installs
+    into `default`, which the chart refuses."""
+    env = {k: v for k, v in helm_env(tmp_path).items() if k != "HELM_NAMESPACE"}
+    found = doc_programs.invocations("helm")
+    assert len([i for i in found if len(positionals(i.args)) == 3]) >= 6, found
+    refused = [
+        f"{invocation}: {complaint}"
+        for invocation in found
+        if (complaint := helm_complaint(helm_bin, env, invocation.args))
+    ]
+    assert not refused, "\n".join(refused)
+    for text, says in (
+        ("helm install neuron-dra deploy/helm/neuron-dra -n x --wiat", "unknown flag: --wiat"),
+        ("helm install neuron-dra deploy/helm/neuron-dra -n x --set imag.tag=1", "imag"),
+        ("helm upgrade neuron-dra deploy/helm/neuron-dra --reuse-values", "namespace default"),
+    ):
+        [bad] = doc_programs.invocations_in("x:1", text)
+        assert says in (helm_complaint(helm_bin, env, bad.args) or ""), text
