@@ -54,7 +54,7 @@ def test_fullname_override_renames_every_object(helm_bin: Path, offline: dict[st
     assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == "trn"
     # The selector is immutable and the CLI finds plugins by it: it keeps the name.
     assert daemonset["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "neuron-dra"}
-    user = "system:serviceaccount:default:trn"  # helm template without -n
+    user = "system:serviceaccount:neuron-dra:trn"  # helm_env's namespace
     assert policy_user(renamed, "trn-resourceslices") == user
     assert policy_user(renamed, "trn-node-labels") == user
     assert policy_user(renamed, "trn-claim-status") == user

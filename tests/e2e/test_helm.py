@@ -79,7 +79,9 @@ DS_KEY: Key = ("apps/v1", "DaemonSet", "neuron-dra", NAMESPACE)
 
 def helm_env(home: Path, kubeconfig: Path | None = None) -> dict[str, str]:
     """helm's caches and config under `home`, out of the checkout and the user's."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    # helm's namespace, where no -n gives one: the driver's, as every documented command
+    # says; the chart refuses `default`.
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "HELM_NAMESPACE": NAMESPACE}
     for name in ("CACHE", "CONFIG", "DATA"):
         env[f"HELM_{name}_HOME"] = str(home / f"helm-{name.lower()}")
     if kubeconfig is not None:

@@ -133,7 +133,7 @@ def test_notes_warn_of_a_namespace_that_refuses_the_pods(helm_bin: Path, cluster
     assert f'WARNING: namespace {strict} enforces Pod Security "baseline"' in notes
     allow = "--overwrite pod-security.kubernetes.io/enforce=privileged"
     assert f"kubectl label namespace {strict} {allow}" in notes
-    assert "WARNING" not in ok(run([*dry_run, "--namespace=default"], env))
+    assert "WARNING" not in ok(run([*dry_run, "--namespace=open"], env))
 
 
 def test_the_notes_say_a_privileged_plugin_is_host_root(helm_bin: Path, cluster: Cluster) -> None:

@@ -38,6 +38,7 @@ def reader_role(helm_bin: Path) -> dict[str, Any]:
             str(REPO / "deploy/helm/neuron-dra"),
             "--set=image.repository=registry.invalid/neuron-dra",
             "--set=metrics.authorization.enabled=true",
+            "--namespace=neuron-dra",
             "--show-only=templates/rbac.yaml",
         ],
         env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")},

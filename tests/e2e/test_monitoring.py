@@ -507,7 +507,7 @@ def test_the_monitoring_values_shape_the_objects(helm_bin: Path, offline: dict[s
             rule["annotations"]["runbook_url"] = f"https://example.com/neuron-dra/blob/v1/{path}"
     assert objects[("PrometheusRule", "neuron-dra")]["spec"] == {"groups": groups}
     config_map = objects[("ConfigMap", "neuron-dra-dashboard")]
-    assert config_map["metadata"]["namespace"] == "default"  # helm template's, as none is given
+    assert config_map["metadata"]["namespace"] == "neuron-dra"  # helm_env's, as none is given
     assert config_map["metadata"]["labels"]["dashboards"] == "on"
     assert "grafana_dashboard" not in config_map["metadata"]["labels"]
     # Off by default: none of the three (test_helm.py's test_defaults lists every kind).
@@ -569,7 +569,9 @@ def test_the_server_accepts_the_monitoring_objects(helm_bin: Path, cluster: Clus
                 str(CHART),
                 *IMAGE_VALUES,
                 *MONITORING_VALUES,
+                # A namespace the bare API server has.
                 "--namespace=default",
+                "--set=allowDefaultNamespace=true",
                 "--show-only=templates/servicemonitor.yaml",
                 "--show-only=templates/prometheusrule.yaml",
                 "--show-only=templates/dashboard.yaml",

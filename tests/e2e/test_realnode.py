@@ -278,13 +278,17 @@ def driver_mounts() -> dict[str, set[str]]:
 
 def test_the_documented_exec_commands_run_in_the_plugin_pod(real: RealCluster) -> None:
     """The image carries the offline CLI: the docs' `kubectl exec ... neuron-dra lint -`
-    lints the file its shell sends on standard input, in the running plugin pod."""
+    lints the file its shell sends on standard input, in the running plugin pod, and
+    `discover` there reads the host's devices through the DaemonSet's /host mounts."""
     ran = doc_commands.run_by(doc_commands.EXEC)
     assert ran
     for command in ran:
         done = realnode_doctor.shell(real, command.text)
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
-        assert done.stdout.strip() == "0 errors, 0 warnings", done.stdout
+        if "discover" in command.argv:
+            assert INSTANCE_TYPE in done.stdout and "neurondevice0" in done.stdout, done.stdout
+        else:
+            assert done.stdout.strip() == "0 errors, 0 warnings", done.stdout
 
 
 def test_a_pods_devices_are_attributed_through_the_real_kubelet(real: RealCluster) -> None:
@@ -452,7 +456,7 @@ def test_the_helm_chart_installs_the_same_driver(
     [plugin] = real.plugin_pods()
     spec = plugin["spec"]
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux", **selector}
-    assert plugin["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert plugin["metadata"]["annotations"]["example.com/owner"] == "ml-platform"
     assert spec["imagePullSecrets"] == [{"name": "ecr"}]
     [container] = spec["containers"]
     security = container["securityContext"]

@@ -339,7 +339,7 @@ class Preparer:
 
     def _phase(self, name: str, since: float) -> float:
         now = time.perf_counter()
-        self._metrics.observe("neuron_dra_prepare_phase_seconds", now - since, phase=name)
+        self._metrics.observe("neuron_dra_prepare_phase_duration_seconds", now - since, phase=name)
         return now
 
     def _lock(self, uid: str) -> threading.Lock:

@@ -20,11 +20,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from neuron_dra.agent.files.offloop import in_daemon_thread
+from neuron_dra.agent.telemetry.buildinfo import build_labels
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,14 @@ class Spec:
     at_scrape: bool = False
 
 
+BUILD_INFO = "neuron_dra_build_info"
+
 # Every metric the driver exposes, documented in one place, in exposition order.
 METRICS: dict[str, Spec] = {
+    BUILD_INFO: Spec(
+        "gauge",
+        "1, labelled with the driver's version and those of Python, grpcio and prometheus_client.",
+    ),
     "neuron_dra_devices": Spec("gauge", "Neuron devices by health and allocation state."),
     "neuron_dra_prepared_claims": Spec("gauge", "Claims currently prepared on this node."),
     "neuron_dra_prepare_duration_seconds": Spec(
@@ -77,7 +84,7 @@ METRICS: dict[str, Spec] = {
     "neuron_dra_unprepare_duration_seconds": Spec(
         "histogram", "NodeUnprepareResources time per claim."
     ),
-    "neuron_dra_prepare_phase_seconds": Spec(
+    "neuron_dra_prepare_phase_duration_seconds": Spec(
         "histogram",
         "Prepare time per claim by phase: api (claim read), cdi (config and spec), checkpoint.",
         ("phase",),
@@ -202,6 +209,10 @@ class Metrics:
             for name, spec in METRICS.items()
             if spec.kind == "histogram"
         }
+        # An Info is exposed as the gauge `<name>_info`, 1 with its labels (set at scrape).
+        self._build = Info(
+            BUILD_INFO.removesuffix("_info"), METRICS[BUILD_INFO].help, registry=None
+        )
         self.gauges: Gauges = lambda: ()  # called on the event loop: no I/O
         self.file_gauges: Gauges = lambda: ()  # called in a worker thread: may read sysfs
         # Awaited on the event loop before the gauges are read, for at most
@@ -254,8 +265,10 @@ class Metrics:
         for sample in (*gauges, *self.file_gauges()):
             by_name.setdefault(sample.name, []).append(sample)
         families: list[Metric] = []
+        self._build.info(dict(build_labels()))
         for name, spec in METRICS.items():
-            series = self._counters.get(name) or self._histograms.get(name)
+            series: Counter | Histogram | Info | None = self._counters.get(name)
+            series = self._build if name == BUILD_INFO else series or self._histograms.get(name)
             if series is not None:
                 families += _without_created(series)
             elif name in by_name:
@@ -361,7 +374,7 @@ def _header(head: bytes, name: bytes) -> str | None:
     return None
 
 
-def _without_created(series: Counter | Histogram) -> list[Metric]:
+def _without_created(series: Counter | Histogram | Info) -> list[Metric]:
     families = list(series.collect())
     for family in families:
         # `_created` series are OpenMetrics': in the text format they would be extra,

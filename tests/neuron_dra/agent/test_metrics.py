@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import asyncio
+import platform
 import re
+from importlib.metadata import version
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from consts import DRA_DRIVER_VERSION
 from neuron_dra.agent.telemetry.metrics import METRICS, Metrics, Sample
 
 
@@ -88,12 +91,33 @@ def test_http_endpoint() -> None:
 
 def test_labelled_histograms() -> None:
     metrics = Metrics()
-    metrics.observe("neuron_dra_prepare_phase_seconds", 0.002, phase="api")
-    metrics.observe("neuron_dra_prepare_phase_seconds", 0.0004, phase="cdi")
-    parsed = families(metrics.render())["neuron_dra_prepare_phase_seconds"]
-    assert parsed[("neuron_dra_prepare_phase_seconds_count", (("phase", "api"),))] == 1
-    assert parsed[("neuron_dra_prepare_phase_seconds_sum", (("phase", "cdi"),))] == 0.0004
+    metrics.observe("neuron_dra_prepare_phase_duration_seconds", 0.002, phase="api")
+    metrics.observe("neuron_dra_prepare_phase_duration_seconds", 0.0004, phase="cdi")
+    parsed = families(metrics.render())["neuron_dra_prepare_phase_duration_seconds"]
+    assert parsed[("neuron_dra_prepare_phase_duration_seconds_count", (("phase", "api"),))] == 1
+    assert parsed[("neuron_dra_prepare_phase_duration_seconds_sum", (("phase", "cdi"),))] == 0.0004
     assert (
-        parsed[("neuron_dra_prepare_phase_seconds_bucket", (("le", "0.001"), ("phase", "cdi")))]
+        parsed[
+            (
+                "neuron_dra_prepare_phase_duration_seconds_bucket",
+                (("le", "0.001"), ("phase", "cdi")),
+            )
+        ]
         == 1
     )
+
+
+def test_build_info_names_the_versions_running() -> None:
+    parsed = families(Metrics().render())["neuron_dra_build_info"]
+    labels = {
+        "version": DRA_DRIVER_VERSION,
+        "python_version": platform.python_version(),
+        "grpcio_version": version("grpcio"),
+        "prometheus_client_version": version("prometheus-client"),
+    }
+    assert parsed == {("neuron_dra_build_info", tuple(sorted(labels.items()))): 1.0}
+
+
+def test_durations_are_named_duration_seconds() -> None:
+    histograms = [name for name, spec in METRICS.items() if spec.kind == "histogram"]
+    assert histograms and all(name.endswith("_duration_seconds") for name in histograms)

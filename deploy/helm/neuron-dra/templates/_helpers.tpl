@@ -34,9 +34,20 @@ that the CLI and dashboards find the plugin by, stay app.kubernetes.io/name=neur
 {{- end }}
 
 {{/* The namespace of the namespaced objects: the release's unless namespaceOverride
-(a chart used as a subchart, or applied with `helm template` into another one). */}}
+(a chart used as a subchart, or applied with `helm template` into another one). Never
+`default` unless allowDefaultNamespace: the plugin pods need Pod Security "privileged"
+there, which every other pod of the namespace would get too. */}}
 {{- define "neuron-dra.namespace" -}}
-{{ .Values.namespaceOverride | default .Release.Namespace }}
+{{- $namespace := .Values.namespaceOverride | default .Release.Namespace -}}
+{{- if and (eq $namespace "default") (not .Values.allowDefaultNamespace) -}}
+{{- fail "namespace default is refused: the plugin pods need Pod Security \"privileged\" in their namespace, which every other pod there would get too. Install into a namespace of the driver's own: -n neuron-dra --create-namespace (or set namespaceOverride); allowDefaultNamespace=true installs into default anyway" }}
+{{- end -}}
+{{ $namespace }}
+{{- end }}
+
+{{/* The Secret of an imagePullSecrets entry: a name, or {name: ...} as other charts take it. */}}
+{{- define "neuron-dra.pullSecretName" -}}
+{{- if kindIs "map" . }}{{ .name }}{{ else }}{{ . }}{{ end }}
 {{- end }}
 
 {{/* Never the namespace's `default` account: every pod of the namespace that names no
@@ -59,5 +70,13 @@ account runs as it, and would get the plugin's grants. */}}
 {{ $repository }}@{{ .Values.image.digest }}
 {{- else -}}
 {{ $repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/* The DeviceClass of the `helm test` claim; empty: no test pod (tests.enabled=false, or
+the chart's classes left out and tests.deviceClassName not naming one). */}}
+{{- define "neuron-dra.testDeviceClass" -}}
+{{- if .Values.tests.enabled -}}
+{{ .Values.tests.deviceClassName | default (.Values.deviceClasses.enabled | ternary "neuron.aws.com" "") }}
 {{- end -}}
 {{- end }}
