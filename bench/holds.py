@@ -1,6 +1,6 @@
 """The table of docs/contributors/fleet-scale.md for runs that compare what held
 claims withdraw (bench/results/holds-*.json, each one run of bench/scale.py over
-`--states full,core-full-1`): per layout, what a claim costs on nodes 90% full of
+`--states full,core-full-1`): per layout and release, what a claim costs on nodes 90% full of
 1-core claims against a 1-device claim on nodes 90% held whole, in the same run.
 
 The machine's load moves a figure by tens of percent between runs, so each run's
@@ -45,24 +45,35 @@ def _cell(values: list[float], fmt: str) -> str:
 
 
 def holds_table(runs: dict[str, Obj]) -> str:
-    """One row a figure and layout: each run's value, their median and range."""
+    """One row a figure, layout and Kubernetes release: each run's value, their median
+    and range."""
     names = list(runs)
     header = " | ".join(f"`{n}`" for n in names)
     lines = [
         f"| layout | figure | {header} | median | range |",
         "|---|---|" + "---|" * len(names) + "---|---|",
     ]
-    layouts: list[str] = []
+    rows: list[tuple[str, str]] = []
     for run in runs.values():
-        layouts += [name for name in run["layouts"] if name not in layouts]
-    for layout in layouts:
-        steps = [_step(name, run, layout) for name, run in runs.items()]
+        rows += [
+            (name, _release(run)) for name in run["layouts"] if (name, _release(run)) not in rows
+        ]
+    for layout, release in rows:
+        steps = [
+            _step(name, run, layout) if _release(run) == release else None
+            for name, run in runs.items()
+        ]
         for label, fmt, figure in FIGURES:
             values = [None if step is None else figure(step) for step in steps]
             each = " | ".join("-" if v is None else f"{v:{fmt}}" for v in values)
             measured = [v for v in values if v is not None]
-            lines.append(f"| {layout} | {label} | {each} | {_cell(measured, fmt)} |")
+            lines.append(f"| {layout}, {release} | {label} | {each} | {_cell(measured, fmt)} |")
     return "\n".join(lines)
+
+
+def _release(run: Obj) -> str:
+    """The Kubernetes release a run measured."""
+    return str(run["run"].get("kubernetes", "?"))
 
 
 def _figures() -> list[tuple[str, str, Callable[[Obj], float]]]:

@@ -181,20 +181,30 @@ def test_held_runs_are_summarised_by_the_median_and_range_of_their_own_ratios() 
                 for state in ("full", "core-full-1")
             },
         }
-        return {"layouts": {"partitions": {"sizes": {"1000": step}}}}
+        return {
+            "run": {"kubernetes": "v1.37.2"},
+            "layouts": {"partitions": {"sizes": {"1000": step}}},
+        }
 
     runs = {"holds-1.json": run(100, 120, 150), "holds-2.json": run(50, 100, 60)}
     table = holds.holds_table(runs)
     assert (
-        "| partitions | 1 core, full of 1-core claims / 1 device held whole | 1.20 | 2.00 "
+        "| partitions, v1.37.2 | 1 core, full of 1-core claims / 1 device held whole | 1.20 | 2.00 "
         "| 1.60 | 1.20-2.00 |" in table
     ), table
-    assert "| partitions | 1 device, 90% held whole (ms) | 100 | 50 | 75 | 50-100 |" in table
+    assert (
+        "| partitions, v1.37.2 | 1 device, 90% held whole (ms) | 100 | 50 | 75 | 50-100 |" in table
+    )
     # A layout one run measured alone: the other run's cell is empty, no range.
     other = run(10, 12, 15)
     other["layouts"]["capacity"] = other["layouts"].pop("partitions")
     table = holds.holds_table({**runs, "holds-3.json": other})
-    assert "| capacity | 1 device, 90% held whole (ms) | - | - | 10 | 10 | - |" in table
+    assert "| capacity, v1.37.2 | 1 device, 90% held whole (ms) | - | - | 10 | 10 | - |" in table
+    # Another release's run is a row of its own.
+    newer = run(20, 30, 40)
+    newer["run"]["kubernetes"] = "v1.38.0"
+    table = holds.holds_table({**runs, "holds-4.json": newer})
+    assert "| partitions, v1.38.0 | 1 device, 90% held whole (ms) | - | - | 20 | 20 | - |" in table
     with pytest.raises(ValueError, match="2 sizes"):
         two = run(1, 1, 1)
         two["layouts"]["partitions"]["sizes"]["2000"] = two["layouts"]["partitions"]["sizes"][
