@@ -34,10 +34,12 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
+
+from cachetools import LRUCache, TLRUCache
 
 log = logging.getLogger(__name__)
 
@@ -104,45 +106,46 @@ class SourceBuckets:
     seen is forgotten (it comes back with a full bucket)."""
 
     def __init__(self, rate: float, burst: int, clock: Clock, size: int = MAX_SOURCES) -> None:
-        self._rate, self._burst, self._clock, self._size = rate, burst, clock, size
-        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._rate, self._burst, self._clock = rate, burst, clock
+        self._buckets: LRUCache[str, TokenBucket] = LRUCache(size)
 
     def take(self, source: str) -> bool:
         bucket = self._buckets.get(source)
         if bucket is None:
             bucket = self._buckets[source] = TokenBucket(self._rate, self._burst, self._clock)
-            while len(self._buckets) > self._size:
-                self._buckets.popitem(last=False)
-        self._buckets.move_to_end(source)
         return bucket.take()
 
 
+@dataclass(frozen=True)
+class _Verdict:
+    status: HTTPStatus
+    renew_at: float  # due for renewal (a grant) from then
+    expires_at: float  # forgotten then
+
+
+def _expires_at(_key: bytes, verdict: _Verdict, _now: float) -> float:
+    return verdict.expires_at
+
+
 class _Kept:
-    """Verdicts until they expire, the least recently used forgotten past `size`.
-    A verdict is due for renewal at `renew_at`, and forgotten at `expires_at`."""
+    """Verdicts until they expire, the least recently used forgotten past `size`."""
 
     def __init__(self, size: int, clock: Clock) -> None:
-        self._size, self._clock = size, clock
-        self._verdicts: OrderedDict[bytes, tuple[HTTPStatus, float, float]] = OrderedDict()
+        self._clock = clock
+        self._verdicts: TLRUCache[bytes, _Verdict, float] = TLRUCache(
+            size, _expires_at, timer=clock
+        )
 
     def get(self, key: bytes) -> tuple[HTTPStatus, bool] | None:
         """The verdict kept for `key`, and whether it is due for renewal."""
         kept = self._verdicts.get(key)
         if kept is None:
             return None
-        now = self._clock()
-        if kept[2] <= now:
-            del self._verdicts[key]
-            return None
-        self._verdicts.move_to_end(key)
-        return kept[0], kept[1] <= now
+        return kept.status, kept.renew_at <= self._clock()
 
     def put(self, key: bytes, verdict: HTTPStatus, ttl_s: float, grace_s: float = 0.0) -> None:
         now = self._clock()
-        self._verdicts[key] = (verdict, now + ttl_s, now + ttl_s + grace_s)
-        self._verdicts.move_to_end(key)
-        while len(self._verdicts) > self._size:
-            self._verdicts.popitem(last=False)
+        self._verdicts[key] = _Verdict(verdict, now + ttl_s, now + ttl_s + grace_s)
 
     def pop(self, key: bytes) -> None:
         self._verdicts.pop(key, None)
