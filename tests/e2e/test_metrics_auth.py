@@ -262,3 +262,18 @@ def test_an_expired_grant_is_served_until_its_renewal_refuses_it(
         assert asyncio.run(authorizer.status(token, SCRAPER_ADDRESS)) == 403
     finally:
         kube.close()
+
+
+def test_a_plugin_with_default_flags_asks_for_a_token(
+    secured: tuple[Cluster, int, dict[str, str]],
+) -> None:
+    """Only --metrics-port: an anonymous scrape gets 401 and no series at all (no
+    workload's namespace, pod or claim); the scraper's token gets them."""
+    cluster, _, tokens = secured
+    port = free_port()
+    add_simulated_node(cluster, "plain", "inf2.xlarge", extra_args=[f"--metrics-port={port}"])
+    cluster.wait_for("the metrics endpoint", lambda: get(port, "/healthz")[0] == 200)
+    status, _, body = get(port, "/metrics")
+    assert (status, body) == (401, b"a bearer token is needed\n")
+    status, _, body = get(port, "/metrics", tokens["scraper"])
+    assert status == 200 and b"neuron_dra_registered" in body

@@ -91,7 +91,8 @@ METRICS: dict[str, Spec] = {
     ),
     "neuron_dra_metrics_token_reviews_total": Spec(
         "counter",
-        "Bearer tokens of /metrics requests not known yet, by result: allowed, "
+        "Reviews of /metrics bearer tokens not known yet, and renewals of expired grants, "
+        "by result: allowed, "
         "unauthorized, forbidden, unavailable (the API server did not answer) or limited "
         "(too many new tokens: not sent for review).",
         ("result",),
