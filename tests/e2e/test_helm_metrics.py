@@ -164,3 +164,16 @@ def test_the_notes_say_a_privileged_plugin_is_host_root(helm_bin: Path, cluster:
     assert "securityContext.privileged" not in ok(
         run([*install, "--set=securityContext.seLinuxOptions.type=spc_t"], env)
     )
+
+
+def test_the_notes_say_who_reads_the_metrics(helm_bin: Path, cluster: Cluster) -> None:
+    """By default the notes say a scrape needs a token and how to bind a scraper; with
+    metrics.authorization off they warn that anyone reads the workloads' names."""
+    env = helm_env(cluster.workdir, cluster.kubeconfig)
+    install = [str(helm_bin), "install", "second", str(CHART), "--dry-run=client", *IMAGE_VALUES]
+    notes = " ".join(ok(run(install, env)).split("NOTES:", 1)[1].split())
+    assert "answer only a bearer token of a user allowed to get /metrics" in notes, notes
+    assert "--clusterrole=neuron-dra-metrics-reader" in notes
+    assert "WARNING" not in notes
+    off = " ".join(ok(run([*install, "--set=metrics.authorization.enabled=false"], env)).split())
+    assert "WARNING: metrics.authorization is off: anyone who reaches port 9400 reads" in off
