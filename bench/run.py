@@ -275,7 +275,7 @@ def main() -> int:
             cluster,
             "bench",
             "trn2.48xlarge",
-            extra_args=[f"--metrics-port={port}"],
+            extra_args=[f"--metrics-port={port}", "--metrics-auth=none"],
             kubelet_root=roots / "bench",
         )
         assert node.plugin is not None

@@ -207,7 +207,11 @@ if [[ ${desired:-0} == 0 ]]; then
         "(label node.kubernetes.io/instance-type) and accepts the pods" >&2
     exit 0
 fi
-echo "the plugin runs on $desired node(s); recent logs:"
+echo "the plugin runs on $desired node(s)."
+echo "its metrics (port 9400) answer only a bearer token of a user allowed to get /metrics:"
+echo "bind a scraper's service account to the ClusterRole neuron-dra-metrics-reader, e.g."
+echo "  kubectl create clusterrolebinding prometheus-reads-neuron-dra --clusterrole=neuron-dra-metrics-reader --serviceaccount=monitoring:prometheus"
+echo "recent logs:"
 if ! kubectl logs -n "$NAMESPACE" -l "$SELECTOR" --prefix --tail=10 --max-log-requests=10 \
     --request-timeout=15s; then
     echo "(logs not available: 'kubectl logs -n $NAMESPACE -l $SELECTOR' failed)" >&2

@@ -279,3 +279,24 @@ def test_each_class_selects_exactly_its_kinds_of_device() -> None:
             for view in views:
                 selected = all(s.matches(view) for s in selectors)
                 assert selected == (kind_of(view) in KINDS[name]), (name, instance_type, view.name)
+
+
+def test_a_default_install_asks_scrapers_for_a_token() -> None:
+    """/metrics names the namespace, pod, container and claim of every workload holding a
+    device: by default the plugin answers only a bearer token the API server vouches for,
+    of a user allowed to get /metrics, with the RBAC to ask and a role to bind scrapers to.
+    The driver's own default is the same, for a plugin run without the chart."""
+    assert parser().parse_args(plugin_container()["command"][1:]).metrics_auth == "kubernetes"
+    assert parser().parse_args(["run"]).metrics_auth == "kubernetes"
+    rbac = [d for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()) if d]
+    roles = {d["metadata"]["name"]: d for d in rbac if d["kind"] == "ClusterRole"}
+    granted = {
+        (resource, verb)
+        for rule in roles["neuron-dra"]["rules"]
+        for resource in rule.get("resources", [])
+        for verb in rule["verbs"]
+    }
+    assert {("tokenreviews", "create"), ("subjectaccessreviews", "create")} <= granted
+    assert roles["neuron-dra-metrics-reader"]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]

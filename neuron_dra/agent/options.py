@@ -33,7 +33,7 @@ class RunOptions:
     unhealthy_effect: str = "NoSchedule"  # or NoExecute: evict pods using an unhealthy device
     metrics_port: int | None = None
     # /metrics answers only bearer tokens of users allowed to get it (TokenReview, SAR).
-    metrics_auth: bool = False
+    metrics_auth: bool = True
     # A still firmware heartbeat marks the device unhealthy after this long; 0: never.
     health_heartbeat_timeout_s: float = 0.0
     # The kubelet's PodResources API, which says which containers hold which devices.

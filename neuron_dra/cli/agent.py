@@ -150,11 +150,12 @@ def add_command(subparsers: SubParsers) -> None:
     )
     cmd.add_argument(
         "--metrics-auth",
-        default="none",
+        default="kubernetes",
         choices=["none", "kubernetes"],
         help="kubernetes: /metrics answers only a bearer token the API server authenticates "
         "(TokenReview), of a user allowed to get the non-resource URL /metrics "
-        "(SubjectAccessReview); none: anyone who reaches the port",
+        "(SubjectAccessReview); none: anyone who reaches the port reads every series, the "
+        "namespace, pod, container and claim of each workload holding a device included",
     )
     cmd.add_argument(
         "--enable-device-metadata",

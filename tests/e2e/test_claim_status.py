@@ -38,7 +38,7 @@ def node(cluster: Cluster) -> Iterator[SimulatedNode]:
     cluster.create_namespace(NS)
     port = free_port()
     found = add_simulated_node(
-        cluster, NODE, "trn2.48xlarge", extra_args=[f"--metrics-port={port}"]
+        cluster, NODE, "trn2.48xlarge", extra_args=[f"--metrics-port={port}", "--metrics-auth=none"]
     )
     yield found
     if found.plugin is not None:
@@ -255,7 +255,10 @@ def test_a_server_without_the_field_is_named_once() -> None:
         cluster.create_namespace(NS)
         port = free_port()
         off = add_simulated_node(
-            cluster, NODE, "trn2.48xlarge", extra_args=[f"--metrics-port={port}"]
+            cluster,
+            NODE,
+            "trn2.48xlarge",
+            extra_args=[f"--metrics-port={port}", "--metrics-auth=none"],
         )
         url = f"http://127.0.0.1:{port}/metrics"
         for name in ("first", "second"):

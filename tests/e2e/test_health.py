@@ -49,7 +49,11 @@ def health(e2e_binaries: Binaries) -> Iterator[tuple[Cluster, SimulatedNode, Sim
             cluster,
             "ecc",
             "trn2.48xlarge",
-            extra_args=[f"--health-interval={POLL_S}", f"--metrics-port={port}"],
+            extra_args=[
+                f"--health-interval={POLL_S}",
+                f"--metrics-port={port}",
+                "--metrics-auth=none",
+            ],
         )
         kmsg_node = add_simulated_node(
             cluster,
@@ -302,7 +306,12 @@ def test_wakes_that_change_nothing_write_nothing(
         "steady",
         "trn2.48xlarge",
         start=False,
-        extra_args=[f"--health-interval={POLL_S}", f"--metrics-port={port}", "--neuron-cores=off"],
+        extra_args=[
+            f"--health-interval={POLL_S}",
+            f"--metrics-port={port}",
+            "--metrics-auth=none",
+            "--neuron-cores=off",
+        ],
     )
     start_logging_passes(node)
     break_device(node, 3)

@@ -350,7 +350,8 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
     assert kinds == sorted(
         [
             "ServiceAccount",
-            "ClusterRole",
+            # The plugin's, and the scrapers' (metrics.authorization is on).
+            *["ClusterRole"] * 2,
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
@@ -549,7 +550,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 24, keys
+    assert len(keys) == 25, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
         assert {name: labels.get(name) for name in STANDARD_LABELS} == STANDARD_LABELS, k
@@ -617,7 +618,7 @@ def test_the_notes_commands_run(cluster: Cluster, installed: tuple[str, list[Key
         for line in notes.splitlines()
         if line.strip().startswith("kubectl") and " apply " not in line
     ]
-    assert len(commands) == 3, notes
+    assert len(commands) == 4, notes  # the scrapers' binding, and three checks
     kubectl = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
     for command in commands:
         result = subprocess.run(

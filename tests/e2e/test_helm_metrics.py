@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,28 +43,33 @@ def cluster(e2e_binaries: Binaries) -> Iterator[Cluster]:
         yield running
 
 
-def test_metrics_can_ask_for_a_token_and_a_scrapers_namespace(
+def test_metrics_ask_for_a_token_by_default_and_can_ask_for_a_scrapers_namespace(
     helm_bin: Path, offline: dict[str, str]
 ) -> None:
-    """metrics.authorization: the agent reviews tokens, with the RBAC to, and the
-    ServiceMonitor sends Prometheus' token; metrics.networkPolicy: only the monitoring
-    namespace reaches the metrics port."""
-    default = by_key(template(helm_bin, offline, *IMAGE_VALUES))
-    reviews = {"tokenreviews", "subjectaccessreviews"}
-    rules = default[("ClusterRole", "neuron-dra")]["rules"]
-    assert not reviews & {r for rule in rules for r in rule["resources"]}
-    assert (
-        parser().parse_args(container_of(list(default.values()))["command"][1:]).metrics_auth
-        == "none"
-    )
+    """metrics.authorization, on by default: the agent reviews tokens, with the RBAC to,
+    scrapers have a role to be bound to, and the ServiceMonitor sends Prometheus' token.
+    Off, none of it. metrics.networkPolicy: only the monitoring namespace reaches the
+    metrics port."""
+    reviews = {("tokenreviews", "create"), ("subjectaccessreviews", "create")}
+
+    def granted(found: dict[tuple[str, str], Any]) -> set[tuple[str, str]]:
+        return {
+            (r, v)
+            for rule in found[("ClusterRole", "neuron-dra")]["rules"]
+            for r in rule.get("resources", [])
+            for v in rule["verbs"]
+        }
+
+    off = template(helm_bin, offline, *IMAGE_VALUES, "--set=metrics.authorization.enabled=false")
+    assert not reviews & granted(by_key(off))
+    assert parser().parse_args(container_of(off)["command"][1:]).metrics_auth == "none"
     # The scrapers' role only where scrapes need it.
-    assert ("ClusterRole", "neuron-dra-metrics-reader") not in default
+    assert ("ClusterRole", "neuron-dra-metrics-reader") not in by_key(off)
 
     objects = template(
         helm_bin,
         offline,
         *IMAGE_VALUES,
-        "--set=metrics.authorization.enabled=true",
         "--set=metrics.serviceMonitor.enabled=true",
         "--set=metrics.networkPolicy.enabled=true",
         "--set-json=metrics.podResourcesInterval=30",
@@ -71,18 +77,23 @@ def test_metrics_can_ask_for_a_token_and_a_scrapers_namespace(
     found = by_key(objects)
     args = parser().parse_args(container_of(objects)["command"][1:])
     assert (args.metrics_auth, args.pod_resources_interval) == ("kubernetes", 30.0)
-    granted = {
-        (r, v)
-        for rule in found[("ClusterRole", "neuron-dra")]["rules"]
-        for r in rule["resources"]
-        for v in rule["verbs"]
-    }
-    assert {("tokenreviews", "create"), ("subjectaccessreviews", "create")} <= granted
+    assert reviews <= granted(found)
     assert found[("ClusterRole", "neuron-dra-metrics-reader")]["rules"] == [
         {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
     ]
     [endpoint] = found[("ServiceMonitor", "neuron-dra")]["spec"]["endpoints"]
     assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    off_monitor = by_key(
+        template(
+            helm_bin,
+            offline,
+            *IMAGE_VALUES,
+            "--set=metrics.serviceMonitor.enabled=true",
+            "--set=metrics.authorization.enabled=false",
+        )
+    )
+    [endpoint] = off_monitor[("ServiceMonitor", "neuron-dra")]["spec"]["endpoints"]
+    assert "bearerTokenFile" not in endpoint
     [rule] = found[("NetworkPolicy", "neuron-dra")]["spec"]["ingress"]
     assert rule == {
         "ports": [{"port": "metrics", "protocol": "TCP"}],
@@ -153,3 +164,16 @@ def test_the_notes_say_a_privileged_plugin_is_host_root(helm_bin: Path, cluster:
     assert "securityContext.privileged" not in ok(
         run([*install, "--set=securityContext.seLinuxOptions.type=spc_t"], env)
     )
+
+
+def test_the_notes_say_who_reads_the_metrics(helm_bin: Path, cluster: Cluster) -> None:
+    """By default the notes say a scrape needs a token and how to bind a scraper; with
+    metrics.authorization off they warn that anyone reads the workloads' names."""
+    env = helm_env(cluster.workdir, cluster.kubeconfig)
+    install = [str(helm_bin), "install", "second", str(CHART), "--dry-run=client", *IMAGE_VALUES]
+    notes = " ".join(ok(run(install, env)).split("NOTES:", 1)[1].split())
+    assert "answer only a bearer token of a user allowed to get /metrics" in notes, notes
+    assert "--clusterrole=neuron-dra-metrics-reader" in notes
+    assert "WARNING" not in notes
+    off = " ".join(ok(run([*install, "--set=metrics.authorization.enabled=false"], env)).split())
+    assert "WARNING: metrics.authorization is off: anyone who reaches port 9400 reads" in off

@@ -5,10 +5,14 @@ ClusterRole the chart gives scrapers when metrics.authorization is on."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import os
+import secrets
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from neuron_dra.agent.apiclient import config as apiconfig
+from neuron_dra.agent.apiclient.kube import Kube
+from neuron_dra.agent.telemetry.metricsauth import ALLOWED_TTL_S, Authorizer
 from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.nodes import add_simulated_node
@@ -72,6 +79,25 @@ def token_of(cluster: Cluster, account: str) -> str:
     return str(cluster.request("POST", path, request)["status"]["token"])
 
 
+def bind_reader(cluster: Cluster, account: str) -> str:
+    """Bind the service account to the chart's scrapers' role; the binding's name."""
+    name = f"{account}-reads-metrics"
+    cluster.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": READER,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}],
+        }
+    )
+    return name
+
+
 @pytest.fixture(scope="module")
 def secured(
     e2e_binaries: Binaries, helm_bin: Path
@@ -80,19 +106,7 @@ def secured(
     with Cluster(e2e_binaries) as cluster:
         cluster.apply(reader_role(helm_bin))
         tokens = {name: token_of(cluster, name) for name in ("scraper", "stranger")}
-        cluster.create(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": "scraper-reads-metrics"},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": READER,
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": NAMESPACE}],
-            }
-        )
+        bind_reader(cluster, "scraper")
         port = free_port()
         add_simulated_node(
             cluster,
@@ -152,3 +166,115 @@ def test_a_scrape_needs_a_token_of_a_user_allowed_to_get_metrics(
         status, _, body = get(port, "/metrics", tokens["scraper"])
         assert status == 200
     assert reviews(body) == before
+
+
+class Clock:
+    """Virtual time for an authorizer in this process: ten minutes of a flood pass in
+    the seconds its real reviews take."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+FLOOD_PER_S, FLOOD_S, SCRAPE_EVERY_S = 20, 600, 15
+STRANGER_ADDRESS, SCRAPER_ADDRESS = "10.0.0.66", "10.0.0.9"
+
+
+def test_a_flood_of_random_tokens_leaves_the_scraper_served(
+    secured: tuple[Cluster, int, dict[str, str]],
+) -> None:
+    """A stranger sends 20 random tokens a second for ten minutes while the scraper
+    scrapes every 15 s: the reviews go to the real kube-apiserver; the scraper's known
+    token is renewed from a budget of its own and the stranger's reviews from its
+    address's, so the scraper is answered 200 every time."""
+    cluster, _, tokens = secured
+    kube = Kube(apiconfig.from_kubeconfig(cluster.kubeconfig), max_connections=1)
+    scraper = f"Bearer {tokens['scraper']}"
+    # The binding reaches the API server's authorizer within moments.
+    cluster.wait_for(
+        "the scraper's grant",
+        lambda: asyncio.run(Authorizer(kube.create).status(scraper, SCRAPER_ADDRESS)) == 200,
+        timeout=30,
+    )
+    clock = Clock()
+    authorizer = Authorizer(kube.create, clock)
+
+    async def flood() -> Counter[int]:
+        answers = Counter[int]()
+        for step in range(FLOOD_S * FLOOD_PER_S):
+            if step % (SCRAPE_EVERY_S * FLOOD_PER_S) == 0:
+                answers[await authorizer.status(scraper, SCRAPER_ADDRESS)] += 1
+            await authorizer.status(f"Bearer {secrets.token_urlsafe(24)}", STRANGER_ADDRESS)
+            clock.now += 1 / FLOOD_PER_S
+        return answers
+
+    try:
+        answers = asyncio.run(flood())
+    finally:
+        kube.close()
+    assert answers == {200: FLOOD_S // SCRAPE_EVERY_S}, answers
+
+
+class Reviews:
+    """The verdicts of an authorizer's reviews, and an event set at each."""
+
+    def __init__(self) -> None:
+        self.verdicts: list[HTTPStatus] = []
+        self.event: asyncio.Event | None = None
+
+    def __call__(self, verdict: HTTPStatus) -> None:
+        self.verdicts.append(verdict)
+        if self.event is not None:
+            self.event.set()
+
+
+def test_an_expired_grant_is_served_until_its_renewal_refuses_it(
+    secured: tuple[Cluster, int, dict[str, str]],
+) -> None:
+    """A grant past its minute is served at once while it is reviewed again; once the
+    binding is gone the renewal's refusal replaces it."""
+    cluster, _, _ = secured
+    token = f"Bearer {token_of(cluster, 'renewed')}"
+    binding = bind_reader(cluster, "renewed")
+    kube = Kube(apiconfig.from_kubeconfig(cluster.kubeconfig), max_connections=1)
+    clock, reviews = Clock(), Reviews()
+    authorizer = Authorizer(kube.create, clock, on_review=reviews)
+    try:
+        cluster.wait_for(
+            "the grant",
+            lambda: asyncio.run(authorizer.status(token, SCRAPER_ADDRESS)) == 200,
+            timeout=30,
+        )
+        cluster.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", binding)
+
+        async def renewed() -> HTTPStatus:
+            """Past the grant's minute: served from it, and the renewal's verdict."""
+            reviews.event = asyncio.Event()
+            clock.now += ALLOWED_TTL_S
+            assert await authorizer.status(token, SCRAPER_ADDRESS) == 200
+            await asyncio.wait_for(reviews.event.wait(), 10)
+            return reviews.verdicts[-1]
+
+        # The API server's authorizer sees the binding gone within moments.
+        cluster.wait_for("the refusal", lambda: asyncio.run(renewed()) == 403, timeout=30)
+        assert asyncio.run(authorizer.status(token, SCRAPER_ADDRESS)) == 403
+    finally:
+        kube.close()
+
+
+def test_a_plugin_with_default_flags_asks_for_a_token(
+    secured: tuple[Cluster, int, dict[str, str]],
+) -> None:
+    """Only --metrics-port: an anonymous scrape gets 401 and no series at all (no
+    workload's namespace, pod or claim); the scraper's token gets them."""
+    cluster, _, tokens = secured
+    port = free_port()
+    add_simulated_node(cluster, "plain", "inf2.xlarge", extra_args=[f"--metrics-port={port}"])
+    cluster.wait_for("the metrics endpoint", lambda: get(port, "/healthz")[0] == 200)
+    status, _, body = get(port, "/metrics")
+    assert (status, body) == (401, b"a bearer token is needed\n")
+    status, _, body = get(port, "/metrics", tokens["scraper"])
+    assert status == 200 and b"neuron_dra_registered" in body

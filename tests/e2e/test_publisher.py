@@ -76,7 +76,7 @@ def test_an_unknown_type_publishes_its_sets_and_a_connected_claim_is_allocated(
             cluster,
             "trn9-a",
             "trn2.48xlarge",
-            extra_args=["--neuron-cores=off", f"--metrics-port={port}"],
+            extra_args=["--neuron-cores=off", f"--metrics-port={port}", "--metrics-auth=none"],
             start=False,
         )
         (node.sysfs / PRODUCT_NAME_FILE).write_text(UNKNOWN + "\n")

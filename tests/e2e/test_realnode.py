@@ -63,6 +63,12 @@ def real(e2e_binaries: Binaries) -> Iterator[RealCluster]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def token(real: RealCluster) -> str:
+    """A scraper's token: the deployed plugin asks for one (metrics.authorization)."""
+    return scrape.reader_token(real.cluster, "scraper")
+
+
 def on_the_node(real: RealCluster, docs: list[Obj]) -> list[Obj]:
     """The example as written, its images replaced by the local test image."""
     out = copy.deepcopy(docs)
@@ -226,7 +232,7 @@ def test_example_pod_gets_exactly_its_devices_and_environment(
     wait_released(real, ns, pod, uid)
 
 
-def test_driver_pod_runs_as_deployed(real: RealCluster) -> None:
+def test_driver_pod_runs_as_deployed(real: RealCluster, token: str) -> None:
     """The DaemonSet's pod, with its security context, mounts and probes, is Ready
     (which it says only once the kubelet registered it) and published the node."""
     pod = real.ready_plugin()
@@ -254,7 +260,7 @@ def test_driver_pod_runs_as_deployed(real: RealCluster) -> None:
     # The agent sees the same from inside its container, and says so on its endpoint.
     states = {
         s.labels["state"]: s.value
-        for s in scrape.samples(f"http://{pod['status']['podIP']}:9400/metrics")
+        for s in scrape.samples(f"http://{pod['status']['podIP']}:9400/metrics", token=token)
         if s.name == "neuron_dra_recursive_readonly_mounts"
     }
     assert states == {"effective": 3, "not_effective": 0}, states
@@ -291,7 +297,9 @@ def test_the_documented_exec_commands_run_in_the_plugin_pod(real: RealCluster) -
             assert done.stdout.strip() == "0 errors, 0 warnings", done.stdout
 
 
-def test_a_pods_devices_are_attributed_through_the_real_kubelet(real: RealCluster) -> None:
+def test_a_pods_devices_are_attributed_through_the_real_kubelet(
+    real: RealCluster, token: str
+) -> None:
     """The plugin pod asks the real kubelet's PodResources API (its socket mounted
     read-only) who holds its devices: the user pod's namespace, name and container
     appear on the metrics endpoint while it runs, and leave with it."""
@@ -305,7 +313,7 @@ def test_a_pods_devices_are_attributed_through_the_real_kubelet(real: RealCluste
     def held() -> list[tuple[str, str, str]]:
         return [
             (s.labels["namespace"], s.labels["container"], s.labels["device"])
-            for s in scrape.samples(url)
+            for s in scrape.samples(url, token=token)
             if s.name == "neuron_dra_device_allocation_info" and s.labels["pod"] == "watched"
         ]
 

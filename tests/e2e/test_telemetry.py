@@ -41,6 +41,7 @@ def telemetry(e2e_binaries: Binaries) -> Iterator[tuple[Cluster, SimulatedNode, 
             extra_args=[
                 f"--health-interval={POLL_S}",
                 f"--metrics-port={port}",
+                "--metrics-auth=none",
                 "--pod-resources-interval=0",
             ],  # the tests wait for the kubelet's changes
         )

@@ -69,7 +69,11 @@ def release(e2e_binaries: Binaries) -> Iterator[dict[str, SimulatedNode]]:
             ultraserver = FakeUltraServer("us-v", us_node) if us_node is not None else None
             # The kubelet's answer is not kept between scrapes: the tests wait for its changes.
             metrics = (
-                [f"--metrics-port={METRICS_PORTS[name]}", "--pod-resources-interval=0"]
+                [
+                    f"--metrics-port={METRICS_PORTS[name]}",
+                    "--metrics-auth=none",
+                    "--pod-resources-interval=0",
+                ]
                 if name in METRICS_PORTS
                 else []
             )

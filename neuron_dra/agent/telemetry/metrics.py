@@ -1,10 +1,7 @@
 """Prometheus metrics: counters and histograms the agent updates, gauges read at scrape.
 
-prometheus_client keeps the series and writes the text format. The HTTP side
-is a small asyncio server of its own, bounded in time, size and connections:
-the library's own server runs a thread per connection with no time bound, and
-its aiohttp handler would bring aiohttp's server into the agent (about 300 ms
-of imports and 9 MiB).
+prometheus_client keeps the series and writes the text format; `metricsserver`
+serves it over HTTP.
 
 A scrape computes two kinds of gauges: `gauges`, from the agent's in-memory
 state, on the event loop (that state is only ever changed there, so it is read
@@ -18,35 +15,21 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from http import HTTPStatus
 
 from prometheus_client import Counter, Histogram, Info
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
 from neuron_dra.agent.files.offloop import in_daemon_thread
+from neuron_dra.agent.telemetry import metricsserver
 from neuron_dra.agent.telemetry.buildinfo import build_labels
+from neuron_dra.agent.telemetry.metricsserver import MAX_CONNECTIONS, TIMEOUT_S, Authorize
 
 log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 Labels = tuple[tuple[str, str], ...]
 Gauges = Callable[[], Iterable["Sample"]]
-# The HTTP status of a request with this Authorization header (or none): `metricsauth`.
-Authorize = Callable[[str | None], Awaitable[int]]
-_REFUSED = {
-    HTTPStatus.UNAUTHORIZED: (b"a bearer token is needed\n", b"WWW-Authenticate: Bearer\r\n"),
-    HTTPStatus.FORBIDDEN: (b"not allowed to get /metrics\n", b""),
-    # New tokens come faster than the API server is asked to review them.
-    HTTPStatus.TOO_MANY_REQUESTS: (b"too many new tokens\n", b"Retry-After: 1\r\n"),
-    HTTPStatus.SERVICE_UNAVAILABLE: (b"authorization unavailable\n", b""),
-}
-
-# Request bounds of the HTTP endpoint. A scrape is one short GET: its head fits
-# in a few hundred bytes, and Prometheus gives up after its own timeout (10 s).
-MAX_HEAD_BYTES = 8192
-TIMEOUT_S = 5.0
-MAX_CONNECTIONS = 16
 BEFORE_SCRAPE_S = 2.0
 
 
@@ -115,7 +98,8 @@ METRICS: dict[str, Spec] = {
     ),
     "neuron_dra_metrics_token_reviews_total": Spec(
         "counter",
-        "Bearer tokens of /metrics requests not known yet, by result: allowed, "
+        "Reviews of /metrics bearer tokens not known yet, and renewals of expired grants, "
+        "by result: allowed, "
         "unauthorized, forbidden, unavailable (the API server did not answer) or limited "
         "(too many new tokens: not sent for review).",
         ("result",),
@@ -289,89 +273,15 @@ class Metrics:
         max_connections: int = MAX_CONNECTIONS,
         authorize: Authorize | None = None,
     ) -> asyncio.Server:
-        """GET /metrics and /healthz over plain HTTP/1.1, one request per connection.
-
-        Every step of a connection (reading the head, the scrape, writing the
-        answer) is bounded by `timeout_s`, the head by MAX_HEAD_BYTES, and the
-        connections served at once by `max_connections`. With `authorize`, /metrics
-        is answered only when it says 200 of the request's Authorization header.
-        """
-        open_connections = 0
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            nonlocal open_connections
-            open_connections += 1
-            try:
-                if open_connections > max_connections:
-                    answer = _response(b"503 Service Unavailable", b"busy\n")
-                else:
-                    answer = await self._answer(reader, timeout_s, authorize)
-                if answer:
-                    writer.write(answer)
-                    await asyncio.wait_for(writer.drain(), timeout_s)
-            except (TimeoutError, ConnectionError):
-                pass  # a client that stalls or goes away: drop it
-            except Exception:
-                log.exception("metrics request failed")
-            finally:
-                open_connections -= 1
-                writer.close()
-
-        server = await asyncio.start_server(handle, host, port, limit=MAX_HEAD_BYTES)
-        log.info("metrics served", extra={"port": server.sockets[0].getsockname()[1]})
-        return server
-
-    async def _answer(
-        self, reader: asyncio.StreamReader, timeout_s: float, authorize: Authorize | None
-    ) -> bytes:
-        """The response to one request; empty when the client is to be dropped unanswered."""
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
-        except asyncio.LimitOverrunError:
-            return _response(b"431 Request Header Fields Too Large", b"request head too large\n")
-        except (TimeoutError, asyncio.IncompleteReadError):
-            return b""
-        parts = head.split(b"\r\n", 1)[0].split(b" ")
-        if len(parts) != 3 or parts[2] not in (b"HTTP/1.0", b"HTTP/1.1"):
-            return _response(b"400 Bad Request", b"bad request\n")
-        method, path = parts[0], parts[1].split(b"?", 1)[0]
-        if path not in (b"/metrics", b"/healthz"):
-            return _response(b"404 Not Found", b"not found\n")
-        if method != b"GET":
-            return _response(b"405 Method Not Allowed", b"GET only\n", b"Allow: GET\r\n")
-        if path == b"/healthz":
-            return _response(b"200 OK", b"ok\n")
-        if authorize is not None:
-            try:
-                verdict = await asyncio.wait_for(
-                    authorize(_header(head, b"authorization")), timeout_s
-                )
-            except TimeoutError:
-                verdict = HTTPStatus.SERVICE_UNAVAILABLE  # the API server is slow to review
-            if verdict != HTTPStatus.OK:
-                if verdict not in _REFUSED:
-                    verdict = HTTPStatus.SERVICE_UNAVAILABLE
-                refused = HTTPStatus(verdict)
-                line = f"{refused.value} {refused.phrase}".encode()
-                return _response(line, *_REFUSED[refused])
-        try:
-            body = await self.scrape(timeout_s)
-        except TimeoutError:
-            log.warning("metrics scrape timed out: a device file read is slow or hung")
-            return _response(b"503 Service Unavailable", b"scrape timed out\n")
-        except Exception:
-            log.exception("metrics scrape failed")
-            return _response(b"500 Internal Server Error", b"scrape failed\n")
-        return _response(b"200 OK", body, kind=CONTENT_TYPE_PLAIN_0_0_4.encode())
-
-
-def _header(head: bytes, name: bytes) -> str | None:
-    """The first value of header `name` (lower case) in a request head."""
-    for line in head.split(b"\r\n")[1:]:
-        key, colon, value = line.partition(b":")
-        if colon and key.strip().lower() == name:
-            return value.strip().decode("latin-1")
-    return None
+        """GET /metrics and /healthz over plain HTTP/1.1 (`metricsserver.serve`)."""
+        return await metricsserver.serve(
+            self.scrape,
+            port,
+            host,
+            timeout_s=timeout_s,
+            max_connections=max_connections,
+            authorize=authorize,
+        )
 
 
 def _without_created(series: Counter | Histogram | Info) -> list[Metric]:
@@ -381,18 +291,3 @@ def _without_created(series: Counter | Histogram | Info) -> list[Metric]:
         # undocumented gauge families.
         family.samples = [s for s in family.samples if not s.name.endswith("_created")]
     return families
-
-
-def _response(status: bytes, body: bytes, extra: bytes = b"", kind: bytes = b"text/plain") -> bytes:
-    return (
-        b"HTTP/1.1 "
-        + status
-        + b"\r\nContent-Type: "
-        + kind
-        + b"\r\nContent-Length: "
-        + str(len(body)).encode()
-        + b"\r\nConnection: close\r\n"
-        + extra
-        + b"\r\n"
-        + body
-    )

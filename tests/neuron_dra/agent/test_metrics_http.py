@@ -200,14 +200,16 @@ def test_connections_beyond_the_limit_are_turned_away() -> None:
 
 
 def test_the_authorization_header_decides_a_scrape_and_not_the_health_path() -> None:
-    """`authorize` gets the request's Authorization header, whatever its case; its
+    """`authorize` gets the request's Authorization header, whatever its case, and the
+    client's address; its
     verdict is the answer; /healthz asks nothing; a verdict slower than the
     timeout is 503; too many new tokens, 429 with a Retry-After."""
     asked: list[str | None] = []
     verdicts = {None: 401, "Bearer stranger": 403, "Bearer scraper": 200, "Bearer new": 429}
 
-    async def authorize(header: str | None) -> int:
+    async def authorize(header: str | None, address: str) -> int:
         asked.append(header)
+        assert address == "127.0.0.1"
         if header == "Bearer slow":
             await asyncio.sleep(PATIENCE_S)
         return verdicts.get(header, 401)
@@ -242,3 +244,39 @@ def test_the_authorization_header_decides_a_scrape_and_not_the_health_path() -> 
 
     metrics = Metrics()
     asyncio.run(main())
+
+
+async def idle(port: int, address: str) -> asyncio.StreamWriter:
+    """A connection from `address` (any 127/8 address is this host's) that sends nothing."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(address, 0))
+    return writer
+
+
+async def exchange_from(port: int, address: str, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(address, 0))
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), PATIENCE_S)
+    finally:
+        writer.close()
+
+
+def test_idle_connections_do_not_lock_a_scraper_out() -> None:
+    """A client holding as many idle connections as the server allows, from another
+    address or the scraper's own, does not turn the scraper away: the busiest address's
+    oldest idle connection is dropped for the newcomer."""
+    metrics = Metrics()
+
+    async def test(port: int) -> None:
+        for stranger in ("127.0.0.2", "127.0.0.1"):
+            held = [await idle(port, stranger) for _ in range(16)]
+            try:
+                answer = await exchange_from(port, "127.0.0.1", b"GET /metrics HTTP/1.1\r\n\r\n")
+                assert answer.startswith(b"HTTP/1.1 200"), (stranger, answer[:40])
+            finally:
+                for writer in held:
+                    writer.close()
+
+    # The idle connections must outlast the scrape: the timeout is the test's patience.
+    serving(metrics, test, timeout_s=PATIENCE_S)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from http import HTTPStatus
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from neuron_dra.agent.telemetry.metricsauth import (
     RESULTS,
     REVIEW_BURST,
     REVIEWS_PER_S,
+    SOURCE_REVIEW_BURST,
     TOKEN_REVIEWS,
     Authorizer,
 )
@@ -58,22 +60,38 @@ class ApiServer:
 
 
 def test_a_flood_of_made_up_tokens_costs_at_most_the_bucket_of_reviews() -> None:
+    """From many addresses: the budget of all addresses together bounds the reviews."""
     api, clock = ApiServer(), Clock()
     authorizer = Authorizer(api.create, clock)
 
-    async def main() -> list[int]:
-        return [await authorizer.status(f"Bearer bogus-{n}") for n in range(100)]
+    async def main(prefix: str) -> list[int]:
+        return [
+            await authorizer.status(f"Bearer {prefix}-{n}", f"10.{prefix}.0.{n}")
+            for n in range(100)
+        ]
 
-    answers = asyncio.run(main())
+    answers = asyncio.run(main("1"))
     assert len(api.token_reviews) == REVIEW_BURST
     assert answers.count(401) == REVIEW_BURST and answers.count(429) == 100 - REVIEW_BURST
     clock.now += 1.0
-
-    async def more() -> list[int]:
-        return [await authorizer.status(f"Bearer later-{n}") for n in range(100)]
-
-    asyncio.run(more())
+    asyncio.run(main("2"))
     assert len(api.token_reviews) == REVIEW_BURST + REVIEWS_PER_S
+
+
+def test_a_flood_from_one_address_spends_that_addresss_budget_alone() -> None:
+    api, clock = ApiServer(), Clock()
+    authorizer = Authorizer(api.create, clock)
+
+    async def main() -> tuple[list[HTTPStatus], HTTPStatus]:
+        flood = [await authorizer.status(f"Bearer bogus-{n}", "10.0.0.66") for n in range(100)]
+        return flood, await authorizer.status("Bearer scraper", "10.0.0.9")
+
+    flood, scraper = asyncio.run(main())
+    assert flood.count(HTTPStatus.UNAUTHORIZED) == SOURCE_REVIEW_BURST and scraper == 200
+    clock.now += 1.0
+    assert asyncio.run(authorizer.status("Bearer bogus-x", "10.0.0.66")) == 401
+    assert asyncio.run(authorizer.status("Bearer bogus-y", "10.0.0.66")) == 429
+    assert len(api.token_reviews) == SOURCE_REVIEW_BURST + 1 + 1
 
 
 def test_each_token_not_kept_is_counted_by_result() -> None:
@@ -83,11 +101,11 @@ def test_each_token_not_kept_is_counted_by_result() -> None:
     )
 
     async def main() -> None:
-        for token in ("scraper", "scraper", "stranger", "bogus", "new-1"):
-            await authorizer.status(f"Bearer {token}")
+        for n, token in enumerate(("scraper", "scraper", "stranger", "bogus", "new-1")):
+            await authorizer.status(f"Bearer {token}", f"10.0.0.{n}")
         api.failing = 1
-        assert await authorizer.status("Bearer new-2") == 503
-        assert await authorizer.status("Bearer new-3") == 429
+        assert await authorizer.status("Bearer new-2", "10.0.1.0") == 503
+        assert await authorizer.status("Bearer new-3", "10.0.1.1") == 429
 
     asyncio.run(main())
     assert counted == {
@@ -117,7 +135,7 @@ def test_a_grant_is_kept_under_a_flood_of_bogus_tokens() -> None:
     async def main() -> int:
         assert await authorizer.status("Bearer scraper") == 200
         for n in range(4 * MAX_KEPT):
-            assert await authorizer.status(f"Bearer bogus-{n}") == 401
+            assert await authorizer.status(f"Bearer bogus-{n}", f"10.0.{n // 256}.{n % 256}") == 401
         return await authorizer.status("Bearer scraper")
 
     assert asyncio.run(main()) == 200
