@@ -219,27 +219,27 @@ class Authorizer:
 
     async def _review_and_keep(self, key: bytes, token: str) -> HTTPStatus:
         try:
-            verdict = await self._review(token)
-            self._keep(key, verdict)
-        except Exception as err:
-            log.warning("metrics authorization unavailable: %s", err)
-            verdict = UNAVAILABLE
+            return await self._reviewed(key, token)
         finally:
             self._reviewing.release()
-        self._on_review(verdict)
-        return verdict
 
     async def _renew(self, key: bytes, token: str) -> HTTPStatus:
         """Review a granted token again, its grant served meanwhile: a failure leaves the
         grant to its grace's end, a refusal replaces it."""
+        try:
+            return await self._reviewed(key, token)
+        finally:
+            self._renewing.discard(key)
+
+    async def _reviewed(self, key: bytes, token: str) -> HTTPStatus:
+        """The API server's verdict on `token`, kept under `key`; unavailable when it
+        gives none."""
         try:
             verdict = await self._review(token)
             self._keep(key, verdict)
         except Exception as err:
             log.warning("metrics authorization unavailable: %s", err)
             verdict = UNAVAILABLE
-        finally:
-            self._renewing.discard(key)
         self._on_review(verdict)
         return verdict
 
