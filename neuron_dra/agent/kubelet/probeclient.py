@@ -12,7 +12,7 @@ runs in the container. The socket's name is the container's `PROBE_SOCKET`.
 
 The kubelet starts this every probe period, so it imports nothing beyond the standard
 library's `socket` (and `consts`, which imports nothing): 48 ms of CPU where a gRPC
-client spends 200 ms (docs/contributors/performance.md). The protocol is one line
+client spends 200 ms (docs/contributors/decisions.md). The protocol is one line
 each way: the service's name ("" for liveness), then the plugin's answer, a status name
 of grpc.health.v1 (`probesocket` serves it).
 """
