@@ -8,7 +8,8 @@ readiness probes (`deploy/daemonset.yaml`) are made as the kubelet makes them: a
 `grpc` probe is one new connection to the port and one `Check` with the probe's
 timeout; an `exec` probe is its command run with the container's environment and
 the probe's timeout. The kubelet restarts the container after `failureThreshold`
-liveness failures in a row: none may happen.
+liveness failures in a row: none may happen. `tests/e2e/test_realnode_probes.py` does
+the same against the real kubelet.
 
 The plugin runs in a process of its own (the agent's `KubeletPlugin`, its health
 port on loopback standing for the pod IP), as the chart configures it. Probes come
@@ -36,10 +37,10 @@ import yaml
 
 from api.kubelet.grpchealth.v1 import api_pb2 as health
 from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
+from tests.connection_flood import CONNECTIONS, Flood, flood, flood_seconds
 
 REPO = Path(__file__).resolve().parents[3]
-CONNECTIONS = 300
-FLOOD_S = float(os.environ.get("NEURON_DRA_PROBE_FLOOD_S", "15"))
+FLOOD_S = flood_seconds(15.0)
 PROBE_PERIOD_S = 0.5
 POD_UID = "0b7f1c2e-5d3a-4e8f-9a61-2c4d6e8f0a1b"
 
@@ -104,30 +105,6 @@ def _plugin(root: Path, env: dict[str, str]) -> Iterator[int]:
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(10)
-
-
-async def flood(port: int, opened: asyncio.Event, counts: dict[str, int]) -> None:
-    """CONNECTIONS raw connections to the port, none saying anything, each opened again
-    as soon as it closes; `opened` is set once all of them have connected once."""
-
-    async def one() -> None:
-        first = True
-        while True:
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                counts["refused"] += 1
-                continue
-            counts["opened"] += 1
-            if first:
-                first = False
-                counts["connected"] += 1
-                if counts["connected"] == CONNECTIONS:
-                    opened.set()
-            await reader.read()  # until the server closes it
-            writer.close()
-
-    await asyncio.gather(*(one() for _ in range(CONNECTIONS)))
 
 
 @dataclass
@@ -210,23 +187,23 @@ def test_a_connection_flood_never_gets_the_plugin_restarted(plugin: int) -> None
     liveness = Probe(spec["livenessProbe"], plugin)
     readiness = Probe(spec["readinessProbe"], plugin)
 
-    async def main() -> tuple[Record, Record, dict[str, int]]:
+    async def main() -> tuple[Record, Record, Flood]:
         assert await liveness() and await readiness()  # served before the flood
-        opened = asyncio.Event()
-        counts = dict.fromkeys(("connected", "opened", "refused"), 0)
-        flooding = asyncio.create_task(flood(plugin, opened, counts))
-        await opened.wait()
+        state = Flood()
+        flooding = asyncio.create_task(flood("127.0.0.1", plugin, state))
+        await state.connected.wait()
         until = time.monotonic() + FLOOD_S
         live, ready = await asyncio.gather(probe_for(liveness, until), probe_for(readiness, until))
         flooding.cancel()
-        return live, ready, counts
+        return live, ready, state
 
-    live, ready, counts = asyncio.run(main())
+    live, ready, state = asyncio.run(main())
     print(
-        f"{CONNECTIONS} connections held for {FLOOD_S:.0f} s ({counts}): liveness "
+        f"{state.summary()}, for {FLOOD_S:.0f} s: liveness "
         f"{live.failed}/{len(live.results)} failed (longest run "
         f"{live.longest_failing_run()}), readiness {ready.failed}/{len(ready.results)}"
     )
+    assert state.opened > CONNECTIONS, state.summary()  # closed by the server, made again
     threshold = int(spec["livenessProbe"].get("failureThreshold", 3))
     assert live.longest_failing_run() < threshold, live.results
     assert live.failed == 0 and ready.failed == 0, (live.results, ready.results)
