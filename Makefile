@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: unit fuzz host-packages test test-versions test-counter-rules test-held-long test-karpenter lint demo demo-node bench bench-scale clean
+.PHONY: unit fuzz host-packages test test-versions test-counter-rules test-held-long test-probe-flood test-karpenter lint demo demo-node bench bench-scale clean
 
 $(STAMP): pyproject.toml constraints.txt harness/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -94,6 +94,14 @@ HELD_FIRST_SEED ?= 1
 HELD_SEEDS ?= 10
 HELD_STEPS ?= 30
 SCHEDULER_PATCH ?= $(NEURON_DRA_SCHEDULER_PATCH)
+# The connection flood of the plugin's health port for FLOOD_S seconds (ten minutes),
+# against a plugin process and against the real node's kubelet; `make test` holds it
+# for 15 and 45 s.
+FLOOD_S ?= 600
+test-probe-flood: $(STAMP)
+	TMPDIR=$(TEST_TMPDIR) NEURON_DRA_PROBE_FLOOD_S=$(FLOOD_S) $(BIN)/pytest -s \
+		tests/neuron_dra/agent/test_probe_flood.py tests/e2e/test_realnode_probes.py
+
 test-held-long: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) NEURON_DRA_SCHEDULER_PATCH=$(SCHEDULER_PATCH) \
 		NEURON_DRA_RANDOM_SEED=$(HELD_FIRST_SEED) NEURON_DRA_HELD_SEEDS=$(HELD_SEEDS) \

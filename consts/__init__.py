@@ -200,10 +200,14 @@ ENV_KUBELET_PLUGINS_DIRECTORY_PATH: Final = "KUBELET_PLUGINS_DIRECTORY_PATH"
 """Kubelet plugins directory holding the driver's DRA socket and state."""
 
 ENV_HEALTHCHECK_PORT: Final = "HEALTHCHECK_PORT"
-"""TCP port of the gRPC health service used by the liveness probe."""
+"""TCP port of the gRPC health service on the pod IP, which `doctor` asks."""
 
 ENV_HEALTHCHECK_ADDRESS: Final = "HEALTHCHECK_ADDRESS"
-"""Address of the gRPC health service: the pod IP in the DaemonSet, which the probe dials."""
+"""Address of the gRPC health service: the pod IP in the DaemonSet."""
+
+ENV_PROBE_SOCKET: Final = "PROBE_SOCKET"
+"""Name of the abstract unix socket the kubelet's exec probes ask, reachable only from
+the plugin's own network namespace (`neuron_dra.agent.kubelet.probeclient`)."""
 
 ENV_CHART_FULLNAME: Final = "NEURON_DRA_FULLNAME"
 """The chart's full name (`neuron-dra`, or its fullnameOverride), which names the

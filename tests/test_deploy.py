@@ -22,6 +22,7 @@ from consts import (
     RESOURCE_TYPE_DEVICE,
     RESOURCE_TYPE_NODE,
 )
+from neuron_dra.agent.kubelet import probeclient
 from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE
 from neuron_dra.agent.kubelet.sockets import socket_paths
 from neuron_dra.cli import parser
@@ -93,16 +94,23 @@ def test_every_env_name_is_one_the_driver_reads() -> None:
     names = {e["name"] for e in plugin_container()["env"]}
     assert names <= known, names - known
     assert {"NODE_NAME", "POD_UID", "CDI_ROOT", "HEALTHCHECK_PORT", "HEALTHCHECK_ADDRESS"} <= names
+    assert {"PROBE_SOCKET"} <= names
 
 
-def test_the_probe_and_the_health_port_agree() -> None:
+def test_the_probes_ask_the_probe_socket_and_no_port() -> None:
+    """The kubelet's probes run the probe client in the container, which asks the
+    plugin's abstract socket: nothing another pod can reach (see `probeclient`)."""
     container = plugin_container()
-    port = {e["name"]: e.get("value") for e in container["env"]}["HEALTHCHECK_PORT"]
-    assert container["livenessProbe"]["grpc"]["port"] == int(port)
-    assert container["readinessProbe"]["grpc"]["port"] == int(port)
+    client = ["python3", "-I", "-m", probeclient.__name__]
     # Liveness asks for the default service, readiness for the registration's.
-    assert "service" not in container["livenessProbe"]["grpc"]
-    assert container["readinessProbe"]["grpc"]["service"] == READINESS_SERVICE
+    assert container["livenessProbe"]["exec"]["command"] == client
+    assert container["readinessProbe"]["exec"]["command"] == [*client, READINESS_SERVICE]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert {"grpc", "httpGet", "tcpSocket"}.isdisjoint(container[probe]), probe
+        # The client gives up before the kubelet does, so the probe says why it failed.
+        assert container[probe]["timeoutSeconds"] > probeclient.TIMEOUT_S
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PROBE_SOCKET"], env
 
 
 def test_the_network_policy_admits_the_scrapers_and_not_the_health_port() -> None:

@@ -22,6 +22,8 @@ class RunOptions:
     pod_uid: str | None = None
     health_port: int | None = None
     health_address: str = "127.0.0.1"
+    # Abstract unix socket of the kubelet's exec probes (`kubelet.probeclient`); None: none.
+    probe_socket: str | None = None
     ultraserver_devices: str = "auto"  # or a UltraServerDevices value
     neuron_cores: bool = True  # each logical NeuronCore a device, where counters are served
     rediscover_interval_s: float = 60.0

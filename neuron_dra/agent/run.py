@@ -42,6 +42,7 @@ def run(options: RunOptions, started: float, after_step: StepHook | None = None)
             pod_uid=options.pod_uid,
             health_port=options.health_port,
             health_address=options.health_address,
+            probe_socket=options.probe_socket,
         )
         await plugin.start()
         try:

@@ -15,6 +15,7 @@ from consts import (
     ENV_KUBELET_REGISTRAR_DIRECTORY_PATH,
     ENV_NODE_NAME,
     ENV_POD_UID,
+    ENV_PROBE_SOCKET,
 )
 from neuron_dra.agent.options import POD_RESOURCES_INTERVAL_S
 from neuron_dra.cli.flags import SubParsers, add_sysfs_root
@@ -59,15 +60,21 @@ def add_command(subparsers: SubParsers) -> None:
         "--healthcheck-port",
         type=int,
         default=int(env(ENV_HEALTHCHECK_PORT, "-1")),
-        help=f'gRPC health service port for the liveness probe (service "") and the '
-        f'readiness probe (service "readiness"); -1 disables '
-        f"(${ENV_HEALTHCHECK_PORT})",
+        help='gRPC health service port: liveness (service "") and readiness (service '
+        f'"readiness"), as `doctor` asks them; -1 disables (${ENV_HEALTHCHECK_PORT})',
     )
     cmd.add_argument(
         "--healthcheck-address",
         default=env(ENV_HEALTHCHECK_ADDRESS, "127.0.0.1"),
-        help="address of the gRPC health service; in a pod, the pod IP, which the kubelet's "
-        f"probe dials (${ENV_HEALTHCHECK_ADDRESS})",
+        help=f"address of the gRPC health service; in a pod, the pod IP "
+        f"(${ENV_HEALTHCHECK_ADDRESS})",
+    )
+    cmd.add_argument(
+        "--probe-socket",
+        default=env(ENV_PROBE_SOCKET, ""),
+        help="name of the abstract unix socket that answers the kubelet's exec probes "
+        "(python3 -m neuron_dra.agent.kubelet.probeclient [readiness]), reachable from the "
+        f"pod's own network namespace alone; empty: none (${ENV_PROBE_SOCKET})",
     )
     cmd.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
     cmd.add_argument(
@@ -184,6 +191,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         pod_uid=args.pod_uid or None,
         health_port=args.healthcheck_port if args.healthcheck_port >= 0 else None,
         health_address=args.healthcheck_address,
+        probe_socket=args.probe_socket or None,
         ultraserver_devices=args.ultraserver_devices,
         neuron_cores=args.neuron_cores == "auto",
         rediscover_interval_s=args.rediscover_interval,

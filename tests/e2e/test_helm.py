@@ -742,7 +742,9 @@ def test_a_neuron_node_gets_a_plugin_pod(
     [pod] = cluster.list_objects("v1", "Pod", NAMESPACE)
     assert pod["spec"]["nodeName"] == "trn2-helm"
     [container] = pod["spec"]["containers"]
-    assert container["readinessProbe"]["grpc"] == {"port": 51515, "service": "readiness"}
+    assert container["readinessProbe"]["exec"] == {
+        "command": ["python3", "-I", "-m", "neuron_dra.agent.kubelet.probeclient", "readiness"]
+    }
     ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
     assert cluster.get(*DS_KEY)["spec"]["minReadySeconds"] == 10

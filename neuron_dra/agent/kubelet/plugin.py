@@ -42,6 +42,7 @@ from consts import DRIVER_NAME
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.limits import MAX_CLAIMS_PER_CALL
 from neuron_dra.agent.files.dirs import PLUGIN_DIR_MODE, ensure_dir
+from neuron_dra.agent.kubelet.probesocket import serve_probes
 from neuron_dra.agent.kubelet.readiness import READINESS_SERVICE, Health, probe_server
 from neuron_dra.agent.kubelet.resourcehealth import ResourceHealth, ResourceHealthV1alpha1
 from neuron_dra.agent.kubelet.sockets import is_socket, remove_stale_sockets, socket_paths
@@ -208,6 +209,7 @@ class KubeletPlugin:
         pod_uid: str | None = None,
         health_port: int | None = None,
         health_address: str = "127.0.0.1",
+        probe_socket: str | None = None,
     ) -> None:
         self.registration_socket, self.dra_socket = socket_paths(
             registrar_dir, plugins_dir, pod_uid
@@ -220,6 +222,8 @@ class KubeletPlugin:
         self.registration = Registration(self.dra_socket, self.health)
         self.health_port = health_port
         self.health_address = health_address
+        self.probe_socket = probe_socket
+        self._probe_server: asyncio.Server | None = None
         self._dra_server: grpc.Server | None = None
         self._registration_server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
@@ -238,6 +242,8 @@ class KubeletPlugin:
             host = f"[{address}]" if ":" in address else address  # IPv6 pod IPs
             self.health_port = self._health_server.add_insecure_port(f"{host}:{self.health_port}")
             await self._health_server.start()
+        if self.probe_socket is not None:
+            self._probe_server = await serve_probes(self.health, self.probe_socket)
         self._dra_server = grpc.server(
             ThreadPoolExecutor(DRA_WORKERS, thread_name_prefix="dra"),
             # A call beyond the workers and this many waiting is refused at once
@@ -282,6 +288,9 @@ class KubeletPlugin:
             await asyncio.to_thread(stopped.wait)
         if self._health_server is not None:
             await self._health_server.stop(grace)
+        if self._probe_server is not None:
+            self._probe_server.close()
+            await self._probe_server.wait_closed()
         self.dra_socket.unlink(missing_ok=True)
 
     async def _start_registration(self) -> None:

@@ -1,17 +1,19 @@
-"""The kubelet's gRPC probes of the plugin pod: liveness and readiness, one
-`grpc.health.v1` service, and the server on the pod IP that answers them.
+"""The plugin pod's liveness and readiness: one `grpc.health.v1` service, and the
+gRPC server on the pod IP that answers it for `neuron-dra doctor`.
 
-The kubelet's gRPC probes only ever call `Check`, one connection per probe, so
-that is all the server serves: `Watch` is not registered (the server answers
-UNIMPLEMENTED without running any of ours). The port is reachable from any pod
-that the chart's NetworkPolicy does not keep out, so the server is bounded
-too: connections, calls at once, streams per connection, and how long a
-connection may stay idle or open. Measured by `test_probe_server` on 2 cores:
-unbounded, 2,000 connections held open took the plugin from 38 to 93 MiB, and
-3,000 `Watch` streams to 99 MiB; bounded, 42 and 41 MiB. A flood that fills
-the connections makes the probes fail while it lasts (UNAVAILABLE) instead of
-the plugin's memory limit killing it: keeping other pods off the port is the
-chart's NetworkPolicy's work.
+The kubelet's probes ask the same `Health` over the pod's abstract unix socket
+(`probesocket`), which no other pod can reach: a gRPC probe of the pod IP shares
+the server's connections with every pod the network lets through (see
+docs/contributors/decisions.md). A gRPC health client calls `Check`, one
+connection per call, so that is all the server serves: `Watch` is not registered
+(the server answers UNIMPLEMENTED without running any of ours). The port is
+reachable from any pod that the chart's NetworkPolicy does not keep out, so the
+server is bounded too: connections, calls at once, streams per connection, and how
+long a connection may stay idle or open. Measured by `test_probe_server` on 2
+cores: unbounded, 2,000 connections held open took the plugin from 38 to 93 MiB,
+and 3,000 `Watch` streams to 99 MiB; bounded, 42 and 41 MiB. A flood that fills
+the connections makes `doctor`'s checks fail while it lasts (UNAVAILABLE) instead
+of the plugin's memory limit killing it.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ READINESS_SERVICE = "readiness"
 HEALTH_SERVICES = ("", READINESS_SERVICE)
 HEALTH_SERVICE_NAME = "grpc.health.v1.Health"
 
-# Bounds of the probe server. The kubelet opens one connection per probe (two probes,
-# every 2 and 10 s) and closes it after one Check; the bounds leave it room for probes
-# that overlap a slow answer, and cap what anyone else can hold open.
+# Bounds of the gRPC server. A client opens one connection per check (doctor asks both
+# services) and closes it after one Check; the bounds leave room for checks that overlap
+# a slow answer, and cap what anyone else can hold open.
 MAX_CONNECTIONS = 128
 MAX_CALLS = 16  # Checks at once over all connections; more are RESOURCE_EXHAUSTED
 MAX_STREAMS_PER_CONNECTION = 4

@@ -1,8 +1,9 @@
 """Whether the node's plugin is live and ready, asked of the plugin itself: the
-kubelet's probes of it (grpc.health.v1). Liveness ("") answers SERVING while its DRA
+services the kubelet's probes ask (over the pod's probe socket), here over its gRPC
+health server (grpc.health.v1). Liveness ("") answers SERVING while its DRA
 socket is served and no loop of it keeps failing; readiness ("readiness") once the
 kubelet registered it, while its registration socket is there and every loop runs.
-In the plugin's pod the chart puts the probes' address in the environment
+In the plugin's pod the chart puts the server's address in the environment
 (`HEALTHCHECK_ADDRESS`, `HEALTHCHECK_PORT`)."""
 
 from __future__ import annotations
