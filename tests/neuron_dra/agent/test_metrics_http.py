@@ -14,9 +14,11 @@ PATIENCE_S = 5.0
 TIMEOUT_S = 0.2
 
 
-async def exchange(port: int, request: bytes) -> bytes:
-    """Send raw bytes, then read until the server closes the connection."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def exchange(port: int, request: bytes, address: str | None = None) -> bytes:
+    """Send raw bytes (from `address`, any 127/8 address, where given), then read
+    until the server closes the connection."""
+    local = None if address is None else (address, 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=local)
     try:
         writer.write(request)
         await writer.drain()
@@ -252,16 +254,6 @@ async def idle(port: int, address: str) -> asyncio.StreamWriter:
     return writer
 
 
-async def exchange_from(port: int, address: str, request: bytes) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(address, 0))
-    try:
-        writer.write(request)
-        await writer.drain()
-        return await asyncio.wait_for(reader.read(), PATIENCE_S)
-    finally:
-        writer.close()
-
-
 def test_idle_connections_do_not_lock_a_scraper_out() -> None:
     """A client holding as many idle connections as the server allows, from another
     address or the scraper's own, does not turn the scraper away: the busiest address's
@@ -272,7 +264,7 @@ def test_idle_connections_do_not_lock_a_scraper_out() -> None:
         for stranger in ("127.0.0.2", "127.0.0.1"):
             held = [await idle(port, stranger) for _ in range(16)]
             try:
-                answer = await exchange_from(port, "127.0.0.1", b"GET /metrics HTTP/1.1\r\n\r\n")
+                answer = await exchange(port, b"GET /metrics HTTP/1.1\r\n\r\n", "127.0.0.1")
                 assert answer.startswith(b"HTTP/1.1 200"), (stranger, answer[:40])
             finally:
                 for writer in held:
