@@ -149,6 +149,8 @@ def sources(table: str) -> list[str]:
         return ["bench/results/heap-*.json", "bench/results/fleet-*.json"]
     if table == "holds":
         return ["bench/results/holds-*.json"]
+    if table == "interleaved":
+        return ["bench/results/interleaved-*.json"]
     if table.startswith("compare-"):
         return [f"bench/results/{table}-{when}.json" for when in ("before", "after")]
     return ["bench/results/fleet-*.json"]
@@ -211,3 +213,51 @@ def test_held_runs_are_summarised_by_the_median_and_range_of_their_own_ratios() 
             "1000"
         ]
         holds.holds_table({"holds-3.json": two})
+
+
+def test_interleaved_ratios_are_taken_block_by_block() -> None:
+    """Each ratio pairs the blocks of two arms (measured minutes apart at most), never
+    one arm's median with another's; RSS is read against whole devices held whole."""
+    armtable = load("armtable")
+
+    def arm(layout: str, state: str, p50s: dict[str, list[float]], rss: int) -> dict[str, Any]:
+        blocks = [
+            {"cases": {case: {"p50_ms": values[i]} for case, values in p50s.items()}}
+            for i in range(3)
+        ]
+        return {
+            "layout": layout,
+            "state": state,
+            "patch": None,
+            "blocks": blocks,
+            "rss_mib": {"kube-apiserver": rss},
+            "rss_mib_end": {"kube-apiserver": rss},
+        }
+
+    run = {
+        "run": {"kubernetes": "v1.37.2"},
+        "size": 1000,
+        "pods_per_block": 10,
+        "arms": {
+            "partitions, full": arm("partitions", "full", {"1 device": [100, 50, 200]}, 1500),
+            "partitions, core-full-1": arm(
+                "partitions", "core-full-1", {"1 core": [150, 100, 200]}, 3000
+            ),
+            "partitions, empty": arm(
+                "partitions", "empty", {"1 device": [10, 20, 40], "1 core": [12, 30, 40]}, 1200
+            ),
+            "devices, full": arm("devices", "full", {"1 device": [90, 45, 180]}, 1000),
+        },
+    }
+    table = armtable.interleaved_table({"interleaved-1.json": run})
+    # 150/100, 100/50, 200/200: the median of the blocks' ratios, not 150/100.
+    assert (
+        "| partitions, core-full-1 | 1 core / 1 device, partitions, full | 1.50 | 2.00 | 1.00 "
+        "| 1.50 | 1.00-2.00 |" in table
+    ), table
+    assert "| partitions, empty | 1 core / 1 device | 1.20 | 1.50 | 1.00 | 1.20 | 1.00-1.50 |" in (
+        table
+    )
+    rss = "| partitions, core-full-1 | kube-apiserver RSS / whole devices, 90% full | 3.00 | 3.00 "
+    assert rss in table
+    assert "| devices, full | kube-apiserver RSS / whole devices" not in table

@@ -1,0 +1,114 @@
+"""The `interleaved` table of docs/contributors/fleet-scale.md, made from the runs of
+bench/interleave.py kept as bench/results/interleaved-*.json.
+
+Each run gives its own rows: every case each arm timed, as the p50 of each block and
+their median and range; then the goal's ratios, each taken within a block (the arms
+of a block ran minutes apart at most, so the machine's load moves both sides alike)
+and summed up by the median and range of the blocks; then kube-apiserver's RSS per
+arm against the arm of whole devices held whole. Pure: no other module of bench/ is
+imported, so the tests load this file alone.
+"""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import Any
+
+Obj = dict[str, Any]
+BASE_STATE, BASE_CASE = "full", "1 device"
+"""The goal's yardstick: a 1-device claim on nodes 90% held whole, in the same layout."""
+# (state of the arm measured, case): the goal's figures over the yardstick.
+OVER_HELD_WHOLE = (
+    ("core-full-1", "1 core"),
+    ("core-full-1", "1 device"),
+    ("core-full-1", "16 devices"),
+    ("core-full-4", "1 core"),
+    ("core-full-4", "1 device"),
+    ("mixed", "1 core"),
+    ("mixed", "1 device"),
+)
+# (state, case, over case): ratios within one arm.
+WITHIN_ARM = (("empty", "1 core", "1 device"),)
+WHOLE_DEVICES = "devices"
+"""The layout that publishes whole devices alone: the memory goal's yardstick."""
+
+
+def _cell(values: list[float], fmt: str) -> str:
+    spread = f"{min(values):{fmt}}-{max(values):{fmt}}" if len(values) > 1 else "-"
+    return f"{median(values):{fmt}} | {spread}"
+
+
+def _row(label: str, what: str, values: list[float], blocks: int, fmt: str) -> str:
+    each = [f"{v:{fmt}}" for v in values] + ["-"] * (blocks - len(values))
+    return f"| {label} | {what} | {' | '.join(each)} | {_cell(values, fmt)} |"
+
+
+def _p50s(arm: Obj, case: str) -> list[float]:
+    return [float(b["cases"][case]["p50_ms"]) for b in arm["blocks"] if case in b["cases"]]
+
+
+def _yardstick(arms: Obj, arm: Obj) -> tuple[str, Obj] | None:
+    """The arm held whole of `arm`'s layout on the release's own scheduler."""
+    for name, other in arms.items():
+        same = other["layout"] == arm["layout"] and other["state"] == BASE_STATE
+        if same and other["patch"] is None:
+            return name, other
+    return None
+
+
+def run_rows(name: str, run: Obj) -> list[str]:
+    """The rows of one kept run."""
+    arms: Obj = run["arms"]
+    blocks = max(len(a["blocks"]) for a in arms.values())
+    rows = [
+        f"| **`{name}`** | {run['size']:,} nodes, {run['run'].get('kubernetes', '?')}, "
+        f"{run['pods_per_block']} pods a case and block | "
+        + " | ".join("" for _ in range(blocks + 2))
+        + " |"
+    ]
+    for label, arm in arms.items():
+        for case in arm["blocks"][0]["cases"] if arm["blocks"] else ():
+            rows.append(_row(label, f"{case} (ms)", _p50s(arm, case), blocks, ",.0f"))
+    for label, arm in arms.items():
+        base = _yardstick(arms, arm)
+        ratios = [(s, c, None) for s, c in OVER_HELD_WHOLE] + list(WITHIN_ARM)
+        for state, case, over in ratios:
+            if arm["state"] != state or not _p50s(arm, case):
+                continue
+            if over is None:
+                if base is None:
+                    continue
+                under, what = _p50s(base[1], BASE_CASE), f"{BASE_CASE}, {base[0]}"
+            else:
+                under, what = _p50s(arm, over), over
+            values = [a / b for a, b in zip(_p50s(arm, case), under, strict=False)]
+            rows.append(_row(label, f"{case} / {what}", values, blocks, ".2f"))
+    whole = next(
+        (a for a in arms.values() if a["layout"] == WHOLE_DEVICES and a["state"] == BASE_STATE),
+        None,
+    )
+    for label, arm in arms.items():
+        rss = [float(arm[k]["kube-apiserver"]) for k in ("rss_mib", "rss_mib_end") if k in arm]
+        rows.append(_row(label, "kube-apiserver RSS filled, at end (MiB)", rss, blocks, ",.0f"))
+        if whole is not None and arm is not whole:
+            under = [float(whole[k]["kube-apiserver"]) for k in ("rss_mib", "rss_mib_end")]
+            values = [a / b for a, b in zip(rss, under, strict=False)]
+            rows.append(
+                _row(label, "kube-apiserver RSS / whole devices, 90% full", values, blocks, ".2f")
+            )
+    return rows
+
+
+def interleaved_table(runs: dict[str, Obj]) -> str:
+    """Every kept run's rows under one header; a run's figures are compared within it."""
+    blocks = max(
+        (len(a["blocks"]) for run in runs.values() for a in run["arms"].values()), default=0
+    )
+    header = " | ".join(f"block {i + 1}" for i in range(blocks))
+    lines = [
+        f"| arm | figure | {header} | median | range |",
+        "|---|---|" + "---|" * blocks + "---|---|",
+    ]
+    for name, run in runs.items():
+        lines += run_rows(name, run)
+    return "\n".join(lines)
