@@ -112,3 +112,44 @@ def interleaved_table(runs: dict[str, Obj]) -> str:
     for name, run in runs.items():
         lines += run_rows(name, run)
     return "\n".join(lines)
+
+
+def patch_table(runs: dict[str, Obj]) -> str:
+    """What each patched scheduler changes, from the kept runs that measured one: the
+    arm on the patched scheduler against the same layout and state on the release's,
+    p50 by case, and their ratio block by block."""
+    blocks = max(
+        (len(a["blocks"]) for run in runs.values() for a in run["arms"].values()), default=0
+    )
+    header = " | ".join(f"block {i + 1}" for i in range(blocks))
+    lines = [
+        f"| arm | figure | {header} | median | range |",
+        "|---|---|" + "---|" * blocks + "---|---|",
+    ]
+    for name, run in runs.items():
+        arms: Obj = run["arms"]
+        for label, arm in arms.items():
+            if arm["patch"] is None:
+                continue
+            release = next(
+                (
+                    (n, a)
+                    for n, a in arms.items()
+                    if a["patch"] is None
+                    and (a["layout"], a["state"]) == (arm["layout"], arm["state"])
+                ),
+                None,
+            )
+            if release is None:
+                continue
+            lines.append(
+                f"| **`{name}`** | {run['size']:,} nodes, {run['run'].get('kubernetes', '?')} "
+                "| " + " | ".join("" for _ in range(blocks + 2)) + " |"
+            )
+            for case in arm["blocks"][0]["cases"] if arm["blocks"] else ():
+                patched, unpatched = _p50s(arm, case), _p50s(release[1], case)
+                lines.append(_row(release[0], f"{case} (ms)", unpatched, blocks, ",.0f"))
+                lines.append(_row(label, f"{case} (ms)", patched, blocks, ",.0f"))
+                ratios = [a / b for a, b in zip(patched, unpatched, strict=False)]
+                lines.append(_row(label, f"{case}: patched / release", ratios, blocks, ".2f"))
+    return "\n".join(lines)

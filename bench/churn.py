@@ -1,13 +1,16 @@
-"""A fleet that churns: whole-device pods starting and ending at a steady rate, and
-the slice rewrites the agent makes for them, simulated as the agent writes them.
+"""A fleet that churns: pods starting and ending at a steady rate, and the slice
+rewrites the agent makes for them, simulated as the agent writes them.
 
-Each pod has a claim for 1 whole device; it is created `rate` a second and lives
+Each pod has a claim of one case (bench/pods.py: 1 whole device by default, or 1
+NeuronCore, the pods of an inference fleet sharing devices by core); it is created
+`rate` a second and lives
 `life` seconds once bound (its work), then is deleted with its claim. Its node's
 agent learns of the prepare when the pod is bound (the kubelet prepares before the
 containers start) and of the unprepare when the pod is deleted, and, as
 `neuron_dra.agent.holdings` does, rebuilds the node's slices `HELD_SETTLE_S` after the
 first change of a burst, one rewrite for all the changes of the burst, and only where
-what the node holds whole changed. A rewrite is what the publisher does: list the
+what the node's prepared claims hold changed (a held core withdraws its device, as a
+held device its cores). A rewrite is what the publisher does: list the
 node's slices, write each in place in a new generation, list again.
 
 Measured over the phase: ResourceSlice writes a second at the API server
@@ -42,12 +45,13 @@ CHURN = Case("1 device", 1)
 
 @dataclass
 class Agents:
-    """The agents of the churned nodes: what each node's prepared claims hold whole,
-    and the rewrite due `HELD_SETTLE_S` after the first change of a burst."""
+    """The agents of the churned nodes: what each node's prepared claims hold, and the
+    rewrite due `HELD_SETTLE_S` after the first change of a burst."""
 
     fleet: Fleet
     rewrite: bool
-    holds: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)  # node -> claim
+    # node -> claim -> the devices (whole devices or cores) it holds
+    holds: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
     rewrites: int = 0
     _due: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -55,7 +59,7 @@ class Agents:
     _publishing: dict[str, threading.Lock] = field(default_factory=dict)
 
     def changed(self, node: str, claim: str, devices: frozenset[str]) -> None:
-        """`claim` prepared on `node` holding `devices` whole (empty: unprepared)."""
+        """`claim` prepared on `node` holding `devices` (empty: unprepared)."""
         with self._lock:
             claims = self.holds.setdefault(node, {})
             if devices:
@@ -108,8 +112,10 @@ def churn(
     seconds: float,
     life: float,
     rewrite: bool,
+    case: Case = CHURN,
 ) -> Obj:
-    """`rate` pods a second for `seconds`, each living `life` seconds once bound."""
+    """`rate` pods of `case` a second for `seconds`, each living `life` seconds once
+    bound."""
     agents = Agents(fleet, rewrite)
     pods = max(2, round(rate * seconds))
     writes, incoming = slice_writes(apiserver.text()), scheduler.incoming()
@@ -123,11 +129,12 @@ def churn(
         latency.append((at - created[name]) * 1000)
         bound.append(at)
         claim = fleet.api.call("GET", claim_path(name))
-        [result] = claim["status"]["allocation"]["devices"]["results"]
-        agents.changed(result["pool"], name, frozenset({result["device"]}))
+        results = claim["status"]["allocation"]["devices"]["results"]
+        [node] = {r["pool"] for r in results}
+        agents.changed(node, name, frozenset(r["device"] for r in results))
         time.sleep(life)  # the pod's work: the churn itself, not a synchronisation
-        scheduling.release(name, CHURN)
-        agents.changed(result["pool"], name, frozenset())
+        scheduling.release(name, case)
+        agents.changed(node, name, frozenset())
 
     started = time.monotonic()
     with ThreadPoolExecutor(max(4, round(rate * (life + 2)))) as pool:
@@ -136,7 +143,7 @@ def churn(
             delay = started + i / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)  # the offered rate itself, not a synchronisation
-            created[name := scheduling.submit(CHURN)] = time.monotonic()
+            created[name := scheduling.submit(case)] = time.monotonic()
             futures.append(pool.submit(live, name))
         for future in futures:
             future.result()
@@ -146,6 +153,7 @@ def churn(
     figures = summary(latency, [])
     incomplete = fleet.incomplete_s[rewrites_before:]
     figures |= {
+        "case": case.name,
         "offered_per_s": rate,
         "pods": pods,
         "life_s": life,
@@ -160,5 +168,5 @@ def churn(
         "incomplete_ms": sorted(round(s * 1000, 1) for s in incomplete),
     }
     for name in created:
-        scheduling.gone(name, CHURN)
+        scheduling.gone(name, case)
     return figures

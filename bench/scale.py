@@ -23,8 +23,9 @@ node as an agent does (bench/fleet.py). At each size:
    claims allocated by hand, then the same cases, then the fleet emptied again. After
    "full" come a **steady** phase (short-lived 1-device pods created at `--rate`, each
    deleted once bound, as clusterloader2's DRA steady-state test does) and the
-   **churn** phases (bench/churn.py) at each rate of `--churn-rates`: whole-device pods
-   living `--churn-life` seconds, with the agent's slice rewrites and, where the layout
+   **churn** phases (bench/churn.py) at each rate of `--churn-rates`: pods of each case
+   of `--churn-cases` (whole devices by default; "1 core" churns core pods) living
+   `--churn-life` seconds, with the agent's slice rewrites and, where the layout
    withdraws cores, again without them.
 
 A p99 is given only where a case has 30 timed pods (`--pods`). What the control
@@ -61,7 +62,7 @@ from typing import Any
 import yaml
 
 # This directory is on sys.path when the file runs as a script.
-from churn import churn
+from churn import CHURN, churn
 from common import RESULTS, rounded, rss_mib
 from fill import CORE_STATES, STATES, Filler
 from fleet import LAYOUTS, NAMESPACE, Api, Fleet, Layout, core_capacity_class
@@ -241,7 +242,9 @@ class Run:
             f"{steady['pods_per_s']:.2f} pods/s of {args.rate}"
         )
         step["churn"] = []
-        for rate in (float(r) for r in args.churn_rates.split(",") if r):
+        rates = [float(r) for r in args.churn_rates.split(",") if r]
+        churned = [c for c in self.cases if c.name in args.churn_cases.split(",")]
+        for case, rate in ((c, r) for c in churned for r in rates):
             for rewrite in (True, False) if self.fleet.withholds else (False,):
                 figures = churn(
                     self.scheduling,
@@ -252,10 +255,12 @@ class Run:
                     seconds=args.churn_seconds,
                     life=args.churn_life,
                     rewrite=rewrite,
+                    case=case,
                 )
                 step["churn"].append(figures)
                 say(
-                    f"churn {rate}/s, rewrite {rewrite}: p50 {figures['p50_ms']:.0f} ms, "
+                    f"churn {case.name} {rate}/s, rewrite {rewrite}: "
+                    f"p50 {figures['p50_ms']:.0f} ms, "
                     f"{figures['pods_per_s']:.2f} pods/s, {figures['rewrites']} rewrites, "
                     f"{figures['slice_writes_per_s']:.1f} slice writes/s, "
                     f"requeued {figures['requeued']}"
@@ -313,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-pods", type=int, default=60)
     parser.add_argument("--rate", type=float, default=5.0, help="steady pods created a second")
     parser.add_argument("--churn-rates", default="2,8", help="churning pods created a second")
+    parser.add_argument(
+        "--churn-cases",
+        default=CHURN.name,
+        help="the cases churned, by name (bench/pods.py), each at every rate",
+    )
     parser.add_argument("--churn-seconds", type=float, default=30.0)
     parser.add_argument("--churn-life", type=float, default=5.0, help="seconds a pod lives")
     parser.add_argument("--ultraserver-share", type=float, default=0.25)

@@ -39,6 +39,8 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
             "full,mixed",
             "--churn-rates",
             "4",
+            "--churn-cases",
+            "1 device,1 core",
             "--churn-seconds",
             "2",
             "--churn-life",
@@ -77,10 +79,13 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
     assert step["fill"]["mixed"]["devices_published"] == 7 * 16 + 7 * 64 + 5 * 80 + 81
     # Churning whole-device pods: the agent rewrites their nodes' slices where the
     # layout withdraws cores, and never as published before.
-    rewriting, still = step["churn"]
-    assert rewriting["rewrite"] and rewriting["rewrites"] > 0
-    assert rewriting["slice_writes_per_s"] > 0
-    assert not still["rewrite"] and still["rewrites"] == 0
+    # Whole-device pods, then core pods, each with the agent's rewrites and without: a
+    # held core withdraws its device as a held device its cores.
+    assert [c["case"] for c in step["churn"]] == ["1 device"] * 2 + ["1 core"] * 2
+    for rewriting, still in (step["churn"][:2], step["churn"][2:]):
+        assert rewriting["rewrite"] and rewriting["rewrites"] > 0
+        assert rewriting["slice_writes_per_s"] > 0
+        assert not still["rewrite"] and still["rewrites"] == 0
     # kube-apiserver's live heap, after publishing and in each state, with the
     # functions that hold it and the Go runtime's view of the same memory.
     for heap in (step["heap_after_publish"], step["fill"]["full"]["heap"]):
@@ -95,4 +100,4 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
     before = result["layouts"]["partitions-unordered"]["sizes"]["20"]
     assert before["fill"]["full"]["devices_published"] == 1605
     assert before["devices_published_empty"] == 1605
-    assert [c["rewrites"] for c in before["churn"]] == [0]
+    assert [c["rewrites"] for c in before["churn"]] == [0, 0]
