@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
+from neuron_dra_harness import realcluster
 from neuron_dra_harness.build import Binaries, build, build_helm, build_promtool
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.patched import patched_binaries, scheduler_patch
+from neuron_dra_harness.realcluster import RealCluster
 from neuron_dra_harness.realnode import RealNode
 
 
@@ -73,3 +75,14 @@ def pytest_runtest_makereport(
         for node in RealNode.active:
             report.sections.append((f"node logs ({node.dir})", node.log_tails()))
     return report
+
+
+@pytest.fixture(scope="module")
+def real(e2e_binaries: Binaries) -> Iterator[RealCluster]:
+    """A control plane with a real kubelet and runtime running the chart's plugin (one
+    a test module), or the test skipped with what this machine lacks for one."""
+    reason = realcluster.unavailable(e2e_binaries)
+    if reason:
+        pytest.skip(reason)
+    with realcluster.real_cluster(e2e_binaries) as running:
+        yield running

@@ -50,7 +50,7 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
             str(out),
         ],
         check=True,
-        timeout=600,
+        timeout=900,
     )
     result = json.loads(out.read_text())
     cases = {

@@ -16,7 +16,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,7 @@ import pytest
 import yaml
 
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
-from neuron_dra_harness import realcluster, scrape
-from neuron_dra_harness.build import Binaries
+from neuron_dra_harness import scrape
 from neuron_dra_harness.realcluster import INSTANCE_TYPE, NODE, RealCluster
 from tests import doc_commands
 from tests.e2e import realnode_doctor
@@ -52,15 +50,6 @@ SEED_COMMAND = {
 OPEN_DEVICES = (
     'for d in /dev/neuron*; do [ -c "$d" ] || continue; : <"$d" && : >"$d" && echo "$d"; done'
 )
-
-
-@pytest.fixture(scope="module")
-def real(e2e_binaries: Binaries) -> Iterator[RealCluster]:
-    reason = realcluster.unavailable(e2e_binaries)
-    if reason:
-        pytest.skip(reason)
-    with realcluster.real_cluster(e2e_binaries) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

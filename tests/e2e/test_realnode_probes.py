@@ -14,13 +14,10 @@ flood adds no such Event and leaves the restart count as it was.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from neuron_dra_harness import realcluster
-from neuron_dra_harness.build import Binaries
 from neuron_dra_harness.realcluster import RealCluster
 from tests.connection_flood import CONNECTIONS, Flood, flood, flood_seconds
 
@@ -29,15 +26,6 @@ pytestmark = pytest.mark.e2e
 Obj = dict[str, Any]
 FLOOD_S = flood_seconds(45.0)
 HEALTH_PORT = 51515  # the chart's healthcheckPort
-
-
-@pytest.fixture(scope="module")
-def real(e2e_binaries: Binaries) -> Iterator[RealCluster]:
-    reason = realcluster.unavailable(e2e_binaries)
-    if reason:
-        pytest.skip(reason)
-    with realcluster.real_cluster(e2e_binaries) as running:
-        yield running
 
 
 def restarts(pod: Obj) -> int:
