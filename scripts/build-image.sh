@@ -14,7 +14,9 @@
 #     (with the `cli` extra; not `tools`' kubernetes nor `dev`), for the image's
 #     Python and architecture;
 #   - the base is a Debian bookworm root file system from mmdebstrap (Essential
-#     packages, python3 and libstdc++6 for grpcio; no docs, man pages or locales);
+#     packages, python3 and libstdc++6 for grpcio; no docs, man pages or locales),
+#     from the live mirrors or from snapshot.debian.org as it was at DEBIAN_SNAPSHOT;
+#     scripts/debian-packages.sh lists its packages, each with its .deb's sha256;
 #   - the rootfs's own python3 installs the wheels inside a chroot, offline, to
 #     /usr/local, `--require-hashes` again, with the scratch venv's pip run from
 #     outside: pip, setuptools and wheel are never installed in the image;
@@ -27,8 +29,11 @@
 # Environment: PYTHON (host interpreter, default python3: 3.11 or later, with pip
 # 22.3 or later; the wheels are the image's Python 3.11's whatever it is),
 # DEBIAN_MIRROR (default http://deb.debian.org/debian), DEBIAN_SECURITY_MIRROR (default
-# http://deb.debian.org/debian-security), TMPDIR (scratch space, ~400 MiB), WHEEL_OUT
-# (a directory to copy the driver's wheel to, the one the image installs).
+# http://deb.debian.org/debian-security), or instead DEBIAN_SNAPSHOT (a snapshot.debian.org
+# time, YYYYMMDDTHHMMSSZ: both archives as they were then), TMPDIR (scratch space,
+# ~400 MiB), WHEEL_OUT (a directory to copy the driver's wheel to, the one the image
+# installs), PACKAGES_OUT (a file to write the image's Debian package list to: the
+# archives it came from, then "name version architecture sha256" a package).
 #
 # Exit codes: 0 built; 2 bad usage; 3 the host is not ready (not root, a tool
 # missing, not x86_64); any other: a step failed (its own exit code).
@@ -60,6 +65,21 @@ repo=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 python=${PYTHON:-python3}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+aptopts=()
+snapshot=${DEBIAN_SNAPSHOT:-}
+if [[ -n $snapshot ]]; then
+    [[ $snapshot =~ ^[0-9]{8}T[0-9]{6}Z$ ]] ||
+        die 2 "DEBIAN_SNAPSHOT is no snapshot.debian.org time (YYYYMMDDTHHMMSSZ): $snapshot"
+    [[ -z ${DEBIAN_MIRROR:-}${DEBIAN_SECURITY_MIRROR:-} ]] ||
+        die 2 "DEBIAN_SNAPSHOT names the mirrors: unset DEBIAN_MIRROR and DEBIAN_SECURITY_MIRROR"
+    mirror=https://snapshot.debian.org/archive/debian/$snapshot
+    security_mirror=https://snapshot.debian.org/archive/debian-security/$snapshot
+    # A snapshot's Release files are signed as they were, and the security archive's
+    # say they expire a week later: their signatures are checked, their age is not.
+    aptopts=(--aptopt='Acquire::Check-Valid-Until "false"' --aptopt='Acquire::Retries "3"')
+fi
+sources=("deb $mirror $SUITE main" "deb $mirror $SUITE-updates main"
+    "deb $security_mirror $SUITE-security main")
 
 # requirements/image.txt holds the hashes of the x86_64 wheels only (scripts/lock.py's
 # PLATFORM): Neuron instances are x86_64.
@@ -136,9 +156,12 @@ rootfs=$work/rootfs
 install=(env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 PYTHONPATH=/tmp/pip
     python3 -m pip install --no-cache-dir --disable-pip-version-check --no-index
     --find-links /tmp/wheels --break-system-packages)
+# --skip=essential/unlink: the Essential set's .deb files stay in the apt cache, where
+# scripts/debian-packages.sh hashes them, until mmdebstrap's cleanup empties it.
 # The hooks' "$1" is the rootfs, expanded by the shell mmdebstrap runs them in.
 # shellcheck disable=SC2016
-mmdebstrap --variant=essential --include=python3,libstdc++6 \
+mmdebstrap --variant=essential --include=python3,libstdc++6 "${aptopts[@]}" \
+    --skip=essential/unlink \
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-include=/usr/share/doc/*/copyright' \
@@ -152,12 +175,16 @@ mmdebstrap --variant=essential --include=python3,libstdc++6 \
     --customize-hook="chroot \"\$1\" ${install[*]} --require-hashes -r /tmp/wheels/image.txt" \
     --customize-hook="chroot \"\$1\" ${install[*]} /tmp/wheels/$(basename -- "$wheel")" \
     --customize-hook='rm -rf "$1/tmp/wheels" "$1/tmp/pip" "$1/root/.cache"' \
+    --customize-hook="\"$repo/scripts/debian-packages.sh\" \"\$1\" >\"$work/packages\"" \
     --customize-hook='rm -f "$1"/var/log/*.log "$1"/var/log/apt/*.log "$1"/var/lib/dpkg/*-old "$1"/var/cache/debconf/*-old' \
-    "$SUITE" "$rootfs" \
-    "deb $mirror $SUITE main" \
-    "deb $mirror $SUITE-updates main" \
-    "deb $security_mirror $SUITE-security main" \
-    </dev/null
+    "$SUITE" "$rootfs" "${sources[@]}" </dev/null
+if [[ -n ${PACKAGES_OUT:-} ]]; then
+    {
+        echo "# $image: Debian packages, name version architecture sha256 (of the .deb)"
+        printf '# %s\n' "${sources[@]}"
+        cat "$work/packages"
+    } >"$PACKAGES_OUT"
+fi
 # Device nodes are the runtime's business; leave /dev empty.
 find "$rootfs/dev" -mindepth 1 -delete
 # The leftovers of the Dockerfile's `pip uninstall setuptools wheel`: none of them, and pip

@@ -16,7 +16,11 @@
 #                                      what a node of each instance type publishes,
 #                                      as Karpenter's DynamicResources (`neuron-dra
 #                                      templates`, Kubernetes 1.36 and later)
-#   DIR/SHA256SUMS                     all four, for `sha256sum -c`
+#   DIR/neuron-dra-<version>-packages.txt
+#                                      the image's Debian packages, each with the
+#                                      sha256 of its .deb, and the archives they
+#                                      came from (DEBIAN_SNAPSHOT pins them)
+#   DIR/SHA256SUMS                     all five, for `sha256sum -c`
 #
 # The version is consts.DRA_DRIVER_VERSION (scripts/version.py); the chart's
 # version and appVersion must be the same (the script refuses otherwise), so the
@@ -53,12 +57,15 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 image="$out/neuron-dra-$version.oci.tar"
 wheel="neuron_dra-$version-py3-none-any.whl"
-WHEEL_OUT="$out" "$repo/scripts/build-image.sh" "$image" "$repository:$version"
+packages="neuron-dra-$version-packages.txt"
+WHEEL_OUT="$out" PACKAGES_OUT="$out/$packages" \
+    "$repo/scripts/build-image.sh" "$image" "$repository:$version"
 [[ -f "$out/$wheel" ]] || die 1 "build-image.sh left no $wheel"
 "$helm" package "$chart" --destination "$out" >/dev/null
 # The catalog needs nothing beyond the standard library: run from the tree.
 catalog="neuron-dra-$version-karpenter.json"
 PYTHONPATH="$repo" "${PYTHON:-python3}" -m neuron_dra templates >"$out/$catalog"
-(cd "$out" && sha256sum "neuron-dra-$version.oci.tar" "neuron-dra-$version.tgz" "$wheel" "$catalog" >SHA256SUMS)
+(cd "$out" && sha256sum "neuron-dra-$version.oci.tar" "neuron-dra-$version.tgz" "$wheel" "$catalog" \
+    "$packages" >SHA256SUMS)
 echo "release $version in $out:"
 sed 's/^/  /' "$out/SHA256SUMS"

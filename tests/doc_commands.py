@@ -38,6 +38,7 @@ RELEASE = "tests/e2e/test_release.py::test_the_documented_release_commands_run"
 IMAGE = "tests/test_docs.py::test_the_image_build_command_is_the_one_the_real_node_runs"
 PROMTOOL = "tests/e2e/test_monitoring.py::test_the_documented_promtool_commands_run"
 VERIFY = "tests/test_release_workflow.py::test_the_verification_commands_match_the_signer"
+ATTESTED = "tests/test_release_supply_chain.py::test_the_attestation_commands_name_what_is_attested"
 HARNESS = "tests/test_harness_standins.py::test_the_documented_harness_commands_run"
 
 
@@ -101,6 +102,8 @@ def runner(command: DocCommand) -> str:
         return PROMTOOL
     if program == "cosign":
         return VERIFY
+    if argv[:3] == ["gh", "attestation", "verify"]:
+        return ATTESTED
     if program.endswith("/python") and argv[1:3] == ["-m", "neuron_dra_harness.build"]:
         return HARNESS
     raise ValueError(f"{command}: no test runs {program!r}")

@@ -25,7 +25,13 @@ RELEASE = WORKFLOWS / "release.yml"
 SHELL = ("bash", "--noprofile", "--norc", "-eo", "pipefail")
 
 LOCAL = frozenset(
-    {"The tag is the package's version", "The locks are up to date", "Build", "Checksums"}
+    {
+        "The tag is the package's version",
+        "The locks are up to date",
+        "Build",
+        "Checksums",
+        "The registry's host",
+    }
 )
 # apt-get installs (the tests need the tools already there), then the registry and GitHub.
 REMOTE = frozenset({"Tools", "Skopeo", "Publish and sign", "GitHub release"})

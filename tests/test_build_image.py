@@ -102,3 +102,40 @@ def test_annotate_names_the_tagged_manifest(tmp_path: Path) -> None:
     }
     with pytest.raises(RuntimeError, match="0 manifests tagged"):
         images._annotate(index, "2", "localhost/x:2")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DEBIAN_SNAPSHOT": "2026-11-25"}, "DEBIAN_SNAPSHOT is no snapshot.debian.org time"),
+        (
+            {"DEBIAN_SNAPSHOT": "20261125T000000Z;x"},
+            "DEBIAN_SNAPSHOT is no snapshot.debian.org time",
+        ),
+        (
+            {"DEBIAN_SNAPSHOT": "20261125T000000Z", "DEBIAN_MIRROR": "http://m/debian"},
+            "DEBIAN_SNAPSHOT names the mirrors",
+        ),
+        (
+            {"DEBIAN_SNAPSHOT": "20261125T000000Z", "DEBIAN_SECURITY_MIRROR": "http://m/s"},
+            "DEBIAN_SNAPSHOT names the mirrors",
+        ),
+    ],
+)
+def test_a_snapshot_pin_is_a_time_and_alone(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    """A snapshot that is not snapshot.debian.org's time, or one beside a mirror that would
+    go unused, is refused before anything is fetched (as any user)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DEBIAN_")}
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "a.tar")],
+        capture_output=True,
+        text=True,
+        env=clean | env,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert not (tmp_path / "a.tar").exists()

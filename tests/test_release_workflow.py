@@ -124,7 +124,14 @@ def test_only_the_publish_job_writes_or_signs() -> None:
         for job in workflow["jobs"]
         if (p := workflow["jobs"][job]["permissions"]) != {"contents": "read"}
     }
-    assert written == {"publish": {"contents": "write", "id-token": "write"}}
+    assert written == {
+        "publish": {
+            "contents": "write",
+            "id-token": "write",
+            "packages": "write",
+            "attestations": "write",
+        }
+    }
     publish = steps(workflow, "publish")
     assert not any(s.uses.startswith("actions/checkout@") for s in publish)
     assert any(s.uses.startswith("sigstore/cosign-installer@") for s in publish)

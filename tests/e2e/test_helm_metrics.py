@@ -83,6 +83,9 @@ def test_metrics_ask_for_a_token_by_default_and_can_ask_for_a_scrapers_namespace
     ]
     [endpoint] = found[("ServiceMonitor", "neuron-dra")]["spec"]["endpoints"]
     assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    # Sent over plain HTTP: docs/operators/security.md says what that exposes; it changes
+    # with this.
+    assert "scheme" not in endpoint and "tlsConfig" not in endpoint
     off_monitor = by_key(
         template(
             helm_bin,

@@ -5,8 +5,6 @@ cannot drift from what is tested here."""
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
 import re
@@ -27,7 +25,7 @@ import yaml
 from consts import DRA_DRIVER_VERSION
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra_harness import images
-from tests import doc_commands, release_workflow
+from tests import doc_commands, oci_archive, release_workflow
 from tests.release_workflow import LOCAL, REMOTE, SHELL, Step
 
 pytestmark = pytest.mark.e2e
@@ -36,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 VERSION = DRA_DRIVER_VERSION
 WHEEL = f"neuron_dra-{VERSION}-py3-none-any.whl"
 CATALOG = f"neuron-dra-{VERSION}-karpenter.json"
+PACKAGES = f"neuron-dra-{VERSION}-packages.txt"
 
 
 def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> None:
@@ -57,7 +56,7 @@ def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> 
         assert done.returncode == 0, (str(command), done.stdout[-2000:], done.stderr[-2000:])
     image, chart = f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz"
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [image, chart, WHEEL, CATALOG, "SHA256SUMS"]
+        [image, chart, WHEEL, CATALOG, PACKAGES, "SHA256SUMS"]
     )
     # Karpenter's DynamicResources for every instance type, as `neuron-dra templates`.
     catalog = json.loads((out / CATALOG).read_text())
@@ -80,7 +79,7 @@ def test_the_documented_release_commands_run(helm_bin: Path, tmp_path: Path) -> 
     assert f"\nVersion: {VERSION}\n" in metadata
     assert "Provides-Extra: tools" in metadata
     listed = [line.split()[1] for line in (out / "SHA256SUMS").read_text().splitlines()]
-    assert sorted(listed) == sorted([image, chart, WHEEL, CATALOG])
+    assert sorted(listed) == sorted([image, chart, WHEEL, CATALOG, PACKAGES])
 
 
 def test_a_chart_of_another_version_is_refused(tmp_path: Path) -> None:
@@ -102,6 +101,7 @@ def test_a_chart_of_another_version_is_refused(tmp_path: Path) -> None:
 
 
 REGISTRY = "registry.example/ml"
+SNAPSHOT = "https://snapshot.debian.org/archive/debian/"
 EMULATED = (
     "actions/checkout",
     "actions/setup-python",
@@ -109,6 +109,12 @@ EMULATED = (
     "actions/upload-artifact",
     "actions/download-artifact",
     "sigstore/cosign-installer",
+    # After the registry's steps, which do not run here: nothing of theirs is needed.
+    "docker/login-action",
+    "aws-actions/configure-aws-credentials",
+    "actions/attest-build-provenance",
+    "anchore/sbom-action",
+    "actions/attest",
 )
 
 
@@ -122,6 +128,8 @@ class Run:
     path: list[str] = field(default_factory=list)  # what the setup actions put first
     workspaces: dict[str, Path] = field(default_factory=dict)
     ran: list[str] = field(default_factory=list)  # the run steps, job/name
+    # Job env values set here instead of the workflow's, each said by the test that sets it.
+    overridden: dict[str, str] = field(default_factory=dict)
 
     def env(self, job: dict[str, str], step: Step) -> dict[str, str]:
         steps = {k: release_workflow.expand(v, self.context) for k, v in step.env}
@@ -195,11 +203,12 @@ def run_step(run: Run, job_env: dict[str, str], step: Step, number: int) -> dict
     return release_workflow.read_assignments(github_output)
 
 
-def run_workflow(root: Path, base_env: dict[str, str]) -> Run:
+def run_workflow(root: Path, base_env: dict[str, str], overridden: dict[str, str]) -> Run:
     """Every job of the release workflow in order, with its actions emulated, its LOCAL
-    run steps run as written and its REMOTE ones left out."""
+    run steps run as written (but for the job env values in `overridden`) and its REMOTE
+    ones left out."""
     workflow = release_workflow.load()
-    run = Run(root, base_env, context={"vars.REGISTRY": REGISTRY})
+    run = Run(root, base_env, context={"vars.REGISTRY": REGISTRY}, overridden=overridden)
     number = 0
     for job in release_workflow.job_order(workflow):
         spec = workflow["jobs"][job]
@@ -209,6 +218,7 @@ def run_workflow(root: Path, base_env: dict[str, str]) -> Run:
         job_env = {
             k: release_workflow.expand(str(v), run.context) for k, v in spec.get("env", {}).items()
         }
+        job_env |= {k: v for k, v in overridden.items() if k in job_env}
         for step, raw in zip(release_workflow.steps(workflow, job), spec["steps"], strict=True):
             number += 1
             if step.uses:
@@ -248,7 +258,10 @@ def released(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
         "GITHUB_REF_NAME": f"v{VERSION}",
         "GITHUB_REPOSITORY": "example/neuron-dra",
     }
-    return run_workflow(root, base_env)
+    # snapshot.debian.org, where the workflow's build takes Debian's packages from: from
+    # here, if it cannot be reached, the live mirrors instead.
+    overridden = {"DEBIAN_SNAPSHOT": ""} if unreachable(SNAPSHOT) else {}
+    return run_workflow(root, base_env, overridden)
 
 
 def test_the_workflows_local_steps_run_as_written(released: Run) -> None:
@@ -260,11 +273,20 @@ def test_the_workflows_local_steps_run_as_written(released: Run) -> None:
         "build/Build",
         "build/Checksums",
         "publish/Checksums",
+        "publish/The registry's host",
     ]
     assert released.context["needs.build.outputs.version"] == VERSION
+    assert released.context["steps.registry.outputs.host"] == REGISTRY.partition("/")[0]
     dist = released.workspaces["publish"] / "dist"
     assert sorted(p.name for p in dist.iterdir()) == sorted(
-        [f"neuron-dra-{VERSION}.oci.tar", f"neuron-dra-{VERSION}.tgz", WHEEL, CATALOG, "SHA256SUMS"]
+        [
+            f"neuron-dra-{VERSION}.oci.tar",
+            f"neuron-dra-{VERSION}.tgz",
+            WHEEL,
+            CATALOG,
+            PACKAGES,
+            "SHA256SUMS",
+        ]
     )
     assert sorted(p.name for p in released.workspaces["publish"].iterdir()) == ["dist"]
     with tarfile.open(dist / f"neuron-dra-{VERSION}.oci.tar") as archive:
@@ -275,39 +297,45 @@ def test_the_workflows_local_steps_run_as_written(released: Run) -> None:
     assert names == {f"{REGISTRY}/neuron-dra:{VERSION}"}
 
 
-def image_distributions(archive: Path) -> dict[str, str]:
-    """The Python distributions installed in the image: name -> version, from the
-    dist-info directories of its layers."""
-    found: dict[str, str] = {}
-    with tarfile.open(archive) as oci:
-
-        def read(name: str) -> bytes:
-            member = oci.extractfile(name)
-            assert member is not None, name
-            return member.read()
-
-        def blob(digest: str) -> bytes:
-            return read("blobs/sha256/" + digest.removeprefix("sha256:"))
-
-        (manifest_entry,) = json.loads(read("index.json"))["manifests"]
-        manifest = json.loads(blob(manifest_entry["digest"]))
-        for layer in manifest["layers"]:
-            with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob(layer["digest"])))) as t:
-                for name in t.getnames():
-                    if m := re.fullmatch(
-                        r"(?:\./)?usr/local/lib/python3[.\d]*/dist-packages/"
-                        r"([^/]+)-([^/-]+)\.dist-info",
-                        name,
-                    ):
-                        found[m[1].lower().replace("_", "-")] = m[2]
-    return found
-
-
 def test_the_image_holds_exactly_the_locked_packages(released: Run) -> None:
     lock = (REPO / "requirements/image.txt").read_text()
     pinned = {n.lower(): v for n, v in re.findall(r"^([\w.-]+)==(\S+)", lock, re.MULTILINE)}
     archive = released.workspaces["build"] / "dist" / f"neuron-dra-{VERSION}.oci.tar"
-    assert image_distributions(archive) == pinned | {"neuron-dra": VERSION}
+    assert oci_archive.python_distributions(archive) == pinned | {"neuron-dra": VERSION}
+
+
+def test_the_package_list_is_the_images(released: Run) -> None:
+    """The released package list names exactly the Debian packages installed in the released
+    image, each with a sha256, after the archives they came from: snapshot.debian.org at
+    the workflow's DEBIAN_SNAPSHOT, or the live mirrors where the snapshot cannot be
+    reached from here (the run's `overridden` says so)."""
+    dist = released.workspaces["publish"] / "dist"
+    lines = (dist / PACKAGES).read_text().splitlines()
+    header = [line for line in lines if line.startswith("#")]
+    listed = [line.split(" ") for line in lines if not line.startswith("#")]
+    assert lines[: len(header)] == header
+    assert header[0].startswith(f"# {REGISTRY}/neuron-dra:{VERSION}: Debian packages")
+    snapshot = released.overridden.get("DEBIAN_SNAPSHOT")
+    if snapshot is None:
+        pinned = release_workflow.load()["jobs"]["build"]["env"]["DEBIAN_SNAPSHOT"]
+        debian = f"https://snapshot.debian.org/archive/debian/{pinned}"
+        security = f"https://snapshot.debian.org/archive/debian-security/{pinned}"
+    else:
+        assert snapshot == ""
+        debian, security = "http://deb.debian.org/debian", "http://deb.debian.org/debian-security"
+    assert header[1:] == [
+        f"# deb {debian} bookworm main",
+        f"# deb {debian} bookworm-updates main",
+        f"# deb {security} bookworm-security main",
+    ]
+    assert all(len(fields) == 4 and re.fullmatch(r"[0-9a-f]{64}", fields[3]) for fields in listed)
+    image = dist / f"neuron-dra-{VERSION}.oci.tar"
+    installed = oci_archive.debian_packages(image)
+    assert {(name, version, arch) for name, version, arch, _ in listed} == installed
+    assert len(listed) == len(installed)
+    assert {"python3", "libstdc++6", "base-files"} <= {name for name, *_ in installed}
+    # The .deb files hashed are the apt cache's, which the image does not keep.
+    assert not [name for name, _ in oci_archive.layer_files(image) if name.endswith(".deb")]
 
 
 def test_the_version_step_refuses_another_tag(tmp_path: Path) -> None:
@@ -330,9 +358,13 @@ def index_unreachable() -> str | None:
     """Why uv's package index cannot be read from here (None: it can), through the
     machine's proxy settings as uv would."""
     index = os.environ.get("UV_DEFAULT_INDEX") or os.environ.get("UV_INDEX_URL")
-    url = index or "https://pypi.org/simple/"
+    return unreachable((index or "https://pypi.org/simple/").rstrip("/") + "/uv/")
+
+
+def unreachable(url: str) -> str | None:
+    """Why `url` cannot be read from here (None: it can)."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/uv/", timeout=15) as answer:
+        with urllib.request.urlopen(url, timeout=15) as answer:
             answer.read(1)
     except (OSError, urllib.error.URLError) as error:
         return f"{url} is unreachable ({error})"
