@@ -25,7 +25,7 @@ readonly DEPLOY_DIR
 # Applied in this order: the namespace before what lives in it. Namespaced
 # manifests are listed apart because a server-side dry run cannot place them in
 # a namespace that does not exist yet.
-readonly CLUSTER_MANIFESTS=(namespace.yaml rbac.yaml admission-policy.yaml config-policy.yaml deviceclass.yaml)
+readonly CLUSTER_MANIFESTS=(namespace.yaml rbac.yaml admission-policy.yaml config-policy.yaml core-request-policy.yaml deviceclass.yaml)
 readonly NAMESPACED_MANIFESTS=(serviceaccount.yaml service.yaml networkpolicy.yaml daemonset.yaml)
 
 usage() {

@@ -41,9 +41,10 @@ def lenient_parser() -> argparse.ArgumentParser:
     return top
 
 
-def test_the_in_pod_discover_reads_where_the_daemonset_mounts_the_host() -> None:
+def test_the_in_pod_commands_read_where_the_daemonset_mounts_the_host() -> None:
     """In the plugin pod `/sys` is the container's: the host's is under the mount of the
-    hostPath /sys, whose parent the documented --sysfs-root must be."""
+    hostPath /sys, whose parent the documented --sysfs-root must be; `slices` takes its
+    node from the $NODE_NAME the DaemonSet sets from the pod's node."""
     daemonset = yaml.safe_load((REPO / "deploy/daemonset.yaml").read_text())
     spec = daemonset["spec"]["template"]["spec"]
     [container] = spec["containers"]
@@ -57,8 +58,11 @@ def test_the_in_pod_discover_reads_where_the_daemonset_mounts_the_host() -> None
         if c.page == "docs/operators/inspecting-a-node.md"
     ]
     assert [c.argv[c.argv.index("--") + 1 :] for c in documented] == [
-        ["neuron-dra", "discover", "--sysfs-root", root]
+        ["neuron-dra", "discover", "--sysfs-root", root],
+        ["neuron-dra", "slices", "--sysfs-root", root],
     ]
+    [node_name] = [e for e in container["env"] if e["name"] == "NODE_NAME"]
+    assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
 def test_the_release_page_names_only_commands_that_exist() -> None:

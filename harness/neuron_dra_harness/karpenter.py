@@ -1,8 +1,9 @@
 """Karpenter provisioning simulated Neuron nodes on a real control plane.
 
 ``KarpenterCluster`` starts the control plane (``Cluster``) with the driver's
-DeviceClasses and Karpenter's CRDs, a KWOKNodeClass and the NodePool of
-``examples/karpenter/nodepool.yaml`` (its node class KWOK's), then Karpenter's operator
+DeviceClasses, its policy on device-plugin-style core requests and Karpenter's CRDs,
+a KWOKNodeClass and the NodePool of ``examples/karpenter/nodepool.yaml`` (its node
+class KWOK's), then Karpenter's operator
 (``karpenter_build``) with DRA simulation on, reading the driver's catalog as
 ``neuron-dra templates`` prints it. KWOK's provider creates the Node object of each
 NodeClaim itself; a ``NodeFollower`` then plays the machine that boots: it reports
@@ -39,6 +40,9 @@ from neuron_dra_harness.nodes import DEVICE_CLASSES, SimulatedNode, simulate_nod
 from neuron_dra_harness.processes import Component, free_port, http_ok
 
 Obj = dict[str, Any]
+# Refuses, at creation, a pod asking more aws.amazon.com/neuroncore than its instance
+# types serve on DRA nodes, before Karpenter can launch a node for it.
+CORE_REQUEST_POLICY = DEVICE_CLASSES.parent / "core-request-policy.yaml"
 NODE_POOL_FILE = Path(__file__).resolve().parents[2] / "examples" / "karpenter" / "nodepool.yaml"
 NODE_POOL_LABEL = "karpenter.sh/nodepool"
 # An UltraServer has four nodes: the follower places trn2u-like nodes in launch order.
@@ -302,6 +306,7 @@ def _running(
     cluster: Cluster, follower: NodeFollower, karpenter: KarpenterBinary, consolidate_after: str
 ) -> Iterator[KarpenterCluster]:
     cluster.apply_yaml(DEVICE_CLASSES.read_text())
+    cluster.apply_yaml(CORE_REQUEST_POLICY.read_text())
     _apply_crds(cluster, karpenter)
     catalog_path = cluster.workdir / "karpenter-catalog.json"
     catalog = write_catalog(catalog_path, f"1.{cluster.binaries.minor}")

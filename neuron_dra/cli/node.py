@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
+from consts import ENV_NODE_NAME
 from neuron_dra.cli.flags import SubParsers, add_sysfs_root
 from neuron_dra.hardware.devicegroups import group_ids
 from neuron_dra.hardware.discovery import Discovery, discover, log_findings
@@ -34,7 +36,13 @@ def add_commands(subparsers: SubParsers) -> None:
 
     cmd = subparsers.add_parser("slices", help="print the ResourceSlices the driver would publish")
     add_sysfs_root(cmd)
-    cmd.add_argument("--node-name", required=True, help="the pool's name and the slices' node")
+    # Defaults to the plugin pod's own node, so that `kubectl exec ... neuron-dra slices`
+    # there prints that node's slices with nothing to look up first.
+    cmd.add_argument(
+        "--node-name",
+        default=os.environ.get(ENV_NODE_NAME),
+        help=f"the pool's name and the slices' node (${ENV_NODE_NAME}, set in the plugin pod)",
+    )
     cmd.add_argument("--node-uid", help="Node UID for the owner reference")
     cmd.add_argument(
         "--ultraserver-devices",
@@ -108,6 +116,8 @@ def _discover(args: argparse.Namespace) -> int:
 
 
 def _slices(args: argparse.Namespace) -> int:
+    if not args.node_name:
+        raise ValueError(f"slices: --node-name or ${ENV_NODE_NAME} is required")
     inventory = _discovered(args.sysfs_root).inventory
     options = SliceOptions(
         node_name=args.node_name,

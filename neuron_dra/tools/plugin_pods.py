@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from consts import ATTR_DEVICE_ID, DRIVER_NAME, GROUP_ATTRIBUTE_DOMAIN
+from neuron_dra.tools.core_requests import mismatch
 from neuron_dra.tools.counted import counted
 from neuron_dra.tools.releases import FIRST_EXTENDED, Release, named
 from neuron_dra.tools.simulate import CORE_CLASS, CORE_RESOURCE, MAX_CLAIM_DEVICES, pod_specs
@@ -44,6 +45,12 @@ def pod_warnings(
                 claims = _claims(container)
                 if asked and claims:
                     warnings.append((at, _MIXED.format(", ".join(asked), ", ".join(claims))))
+        # A container asking more than a claim holds has its own warning already.
+        why = mismatch(spec) if release is None or release >= FIRST_EXTENDED else None
+        if why and not any(
+            m.startswith(f"{CORE_RESOURCE}: ") and "ever allocate" in m for _, m in warnings
+        ):
+            warnings.append((": ".join(p for p in (subject, where) if p), why))
     return warnings
 
 

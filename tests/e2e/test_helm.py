@@ -358,8 +358,8 @@ def test_defaults(helm_bin: Path, offline: dict[str, str]) -> None:
             "Service",
             "DaemonSet",
             *["DeviceClass"] * 5,
-            *["ValidatingAdmissionPolicy"] * 5,
-            *["ValidatingAdmissionPolicyBinding"] * 5,
+            *["ValidatingAdmissionPolicy"] * 6,
+            *["ValidatingAdmissionPolicyBinding"] * 6,
             "NetworkPolicy",
             # The `helm test` pod's claim template.
             "ResourceClaimTemplate",
@@ -461,6 +461,7 @@ def test_parts_turn_off(helm_bin: Path, offline: dict[str, str]) -> None:
         "--set=admissionPolicy.enabled=false",
         "--set=metrics.enabled=false",
         "--set=configPolicy.enabled=false",
+        "--set=coreRequestPolicy.enabled=false",
         "--set=networkPolicy.enabled=false",
         "--set=tests.enabled=false",
     )
@@ -550,7 +551,7 @@ def test_install(cluster: Cluster, installed: tuple[str, list[Key]]) -> None:
     output, keys = installed
     assert "STATUS: deployed" in output and "REVISION: 1" in output
     assert all(object_state(cluster, keys).values())
-    assert len(keys) == 25, keys
+    assert len(keys) == 27, keys
     for k in keys:
         labels = cluster.get(*k)["metadata"]["labels"]
         assert {name: labels.get(name) for name in STANDARD_LABELS} == STANDARD_LABELS, k

@@ -30,6 +30,7 @@ from neuron_dra_harness.cluster import DEFAULT_CONTROLLERS, Cluster
 from neuron_dra_harness.manifests import INSTALL_SCRIPT, install_environment, run_install_script
 from neuron_dra_harness.processes import free_port
 from tests import doc_commands
+from tests.e2e import aws_driver_standin
 from tests.e2e.claim_status_access import (
     check_own_nodes_claim_status,
     check_rbac_for_claim_status,
@@ -274,6 +275,7 @@ def test_the_documented_cluster_commands_run(cluster: Cluster, installed: str) -
     }
     if cluster.get_or_none("v1", "Pod", "waits", "default") is None:
         cluster.create(pod)
+    aws_driver_standin.ensure(cluster)  # migration.md's node-by-node steps patch it
     neuron_dra = Path(sys.executable).with_name("neuron-dra")
     values = {"node": node, "pod": "waits", "file": "single-device.yaml"}
     for command in ran:
@@ -303,6 +305,12 @@ def test_the_documented_cluster_commands_run(cluster: Cluster, installed: str) -
                 result.stdout,
                 result.stderr,
             )
+    # The AWS driver's DaemonSet keeps to the nodes labelled for it, beside its own choice.
+    assert aws_driver_standin.node_selector(cluster) == {
+        "kubernetes.io/os": "linux",
+        "neuron.aws.com/driver": "aws",
+    }
+    assert cluster.get("v1", "Node", node)["metadata"]["labels"]["neuron.aws.com/driver"] == "dra"
 
 
 # --------------------------------------------------------------- permissions

@@ -6,8 +6,9 @@ launches is a simulated node running the real plugin (``neuron_dra_harness.karpe
 The cases: the cheapest fitting type for one device and its provisioning time; 4
 connected devices, 16 devices, one NeuronCore and a device-plugin-style pod (its node
 never Initialized); two 8-device pods on one node; what gets no node, with Karpenter's
-reason (a claim no type satisfies, 16 devices of any type, an UltraServer gang);
-consolidation. Not part of
+reason (a claim no type satisfies, 16 devices of any type, an UltraServer gang); a
+device-plugin-style pod asking more NeuronCores than its type serves, refused at
+creation; consolidation. Not part of
 ``make test``: Karpenter needs Go 1.27 to build and the cases take minutes; run with
 ``NEURON_DRA_KARPENTER=1`` (``make test-karpenter``).
 """
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from consts import LABEL_INSTANCE_TYPE
 from neuron_dra_harness.build import Binaries
@@ -43,6 +45,7 @@ Obj = dict[str, Any]
 DEVICE = "device.attributes['neuron.aws.com'].resourceType == 'neuron_device'"
 TRN2 = f"{DEVICE} && device.attributes['neuron.aws.com'].instanceType == 'trn2.48xlarge'"
 NEURON = "aws.amazon.com/neuron"
+CORES = "aws.amazon.com/neuroncore"
 PROVISION_TIMEOUT = 120.0
 PROVISIONING_GOAL = 30.0  # seconds from a pod's creation to Running
 
@@ -235,6 +238,37 @@ def test_a_device_plugin_style_pod_runs_on_a_node_never_initialized(
     assert condition["status"] == "Unknown"
     assert condition["message"] == f'Resource "{NEURON}" was requested but not registered'
     assert "karpenter.sh/initialized" not in node["metadata"]["labels"]
+
+
+def test_more_cores_than_a_trn2_3xlarge_serves_are_refused_before_a_node(
+    karpenter: KarpenterCluster, record_property: Any
+) -> None:
+    """`aws.amazon.com/neuroncore: 8` on a trn2.3xlarge: Karpenter counts 8 physical
+    NeuronCores there and would launch one, whose DRA node serves 4 logical cores at LNC
+    2: the pod would never run on the node bought for it. The chart's core-request
+    policy refuses the pod at creation, so nothing is launched."""
+    cluster = karpenter.cluster
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "eight-cores", "namespace": "default"},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "nodeSelector": {LABEL_INSTANCE_TYPE: "trn2.3xlarge"},
+            "containers": [{"name": "c", "image": "none", "resources": {"limits": {CORES: "8"}}}],
+        },
+    }
+    with pytest.raises(ApiException) as refused:
+        cluster.create(pod)
+    message = str(refused.value.body)
+    record_property("refusal", message)
+    assert refused.value.status == 422, message
+    assert (
+        "aws.amazon.com/neuroncore: 8 is more than DRA nodes of trn2.3xlarge serve "
+        "(at most 4 logical NeuronCores at LNC 2" in message
+    )
+    assert not cluster.list_objects("v1", "Pod", namespace="default")
+    assert not karpenter.node_claims()
 
 
 def test_sixteen_of_any_type_times_out(karpenter: KarpenterCluster) -> None:

@@ -282,6 +282,10 @@ def test_the_documented_exec_commands_run_in_the_plugin_pod(real: RealCluster) -
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
         if "discover" in command.argv:
             assert INSTANCE_TYPE in done.stdout and "neurondevice0" in done.stdout, done.stdout
+        elif "slices" in command.argv:  # the pod's node's pool, as the plugin publishes it
+            pools = {s["spec"]["pool"]["name"] for s in yaml.safe_load_all(done.stdout)}
+            assert pools == {NODE}, done.stdout
+            assert "neurondevice0" in done.stdout, done.stdout
         else:
             assert done.stdout.strip() == "0 errors, 0 warnings", done.stdout
 

@@ -67,6 +67,25 @@ def test_fake_node_then_slices(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert beside["spec"]["sharedCounters"] == counters["spec"]["sharedCounters"]
 
 
+def test_slices_name_the_plugin_pods_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the plugin pod `slices` needs no --node-name: the DaemonSet sets $NODE_NAME to
+    the pod's node; without either it says what is missing."""
+    root = tmp_path / "trn2"
+    run(capsys, "fake-node", "--instance-type", "trn2.3xlarge", "--out", str(root))
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    code, out, err = run(capsys, "slices", "--sysfs-root", str(root))
+    assert (code, out) == (2, "")
+    assert "--node-name or $NODE_NAME is required" in err
+    monkeypatch.setenv("NODE_NAME", "ip-10-0-0-7")
+    code, out, _ = run(capsys, "slices", "--sysfs-root", str(root))
+    pool = list(yaml.safe_load_all(out))
+    assert code == 0
+    assert {s["spec"]["pool"]["name"] for s in pool} == {"ip-10-0-0-7"}
+    assert {s["spec"].get("nodeName") for s in pool if "devices" in s["spec"]} == {"ip-10-0-0-7"}
+
+
 def test_discover_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "inf2"
     run(capsys, "fake-node", "--instance-type", "inf2.48xlarge", "--out", str(root))
