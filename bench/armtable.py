@@ -43,7 +43,7 @@ def _row(label: str, what: str, values: list[float], blocks: int, fmt: str) -> s
     return f"| {label} | {what} | {' | '.join(each)} | {_cell(values, fmt)} |"
 
 
-def _p50s(arm: Obj, case: str) -> list[float]:
+def p50s(arm: Obj, case: str) -> list[float]:
     return [float(b["cases"][case]["p50_ms"]) for b in arm["blocks"] if case in b["cases"]]
 
 
@@ -68,34 +68,35 @@ def run_rows(name: str, run: Obj) -> list[str]:
     ]
     for label, arm in arms.items():
         for case in arm["blocks"][0]["cases"] if arm["blocks"] else ():
-            rows.append(_row(label, f"{case} (ms)", _p50s(arm, case), blocks, ",.0f"))
+            rows.append(_row(label, f"{case} (ms)", p50s(arm, case), blocks, ",.0f"))
     for label, arm in arms.items():
         base = _yardstick(arms, arm)
         ratios = [(s, c, None) for s, c in OVER_HELD_WHOLE] + list(WITHIN_ARM)
         for state, case, over in ratios:
-            if arm["state"] != state or not _p50s(arm, case):
+            if arm["state"] != state or not p50s(arm, case):
                 continue
             if over is None:
                 if base is None:
                     continue
-                under, what = _p50s(base[1], BASE_CASE), f"{BASE_CASE}, {base[0]}"
+                under, what = p50s(base[1], BASE_CASE), f"{BASE_CASE}, {base[0]}"
             else:
-                under, what = _p50s(arm, over), over
-            values = [a / b for a, b in zip(_p50s(arm, case), under, strict=False)]
+                under, what = p50s(arm, over), over
+            values = [a / b for a, b in zip(p50s(arm, case), under, strict=False)]
             rows.append(_row(label, f"{case} / {what}", values, blocks, ".2f"))
     whole = next(
         (a for a in arms.values() if a["layout"] == WHOLE_DEVICES and a["state"] == BASE_STATE),
         None,
     )
     for label, arm in arms.items():
-        rss = [float(arm[k]["kube-apiserver"]) for k in ("rss_mib", "rss_mib_end") if k in arm]
-        rows.append(_row(label, "kube-apiserver RSS filled, at end (MiB)", rss, blocks, ",.0f"))
-        if whole is not None and arm is not whole:
-            under = [float(whole[k]["kube-apiserver"]) for k in ("rss_mib", "rss_mib_end")]
-            values = [a / b for a, b in zip(rss, under, strict=False)]
-            rows.append(
-                _row(label, "kube-apiserver RSS / whole devices, 90% full", values, blocks, ".2f")
-            )
+        for key, when in (("rss_mib", "once filled"), ("rss_mib_end", "at the end")):
+            if key not in arm:
+                continue
+            rss = float(arm[key]["kube-apiserver"])
+            rows.append(_row(label, f"kube-apiserver RSS {when} (MiB)", [rss], blocks, ",.0f"))
+            if whole is not None and arm is not whole:
+                ratio = rss / float(whole[key]["kube-apiserver"])
+                what = f"kube-apiserver RSS {when} / whole devices, 90% full"
+                rows.append(_row(label, what, [ratio], blocks, ".2f"))
     return rows
 
 
@@ -147,7 +148,7 @@ def patch_table(runs: dict[str, Obj]) -> str:
                 "| " + " | ".join("" for _ in range(blocks + 2)) + " |"
             )
             for case in arm["blocks"][0]["cases"] if arm["blocks"] else ():
-                patched, unpatched = _p50s(arm, case), _p50s(release[1], case)
+                patched, unpatched = p50s(arm, case), p50s(release[1], case)
                 lines.append(_row(release[0], f"{case} (ms)", unpatched, blocks, ",.0f"))
                 lines.append(_row(label, f"{case} (ms)", patched, blocks, ",.0f"))
                 ratios = [a / b for a, b in zip(patched, unpatched, strict=False)]

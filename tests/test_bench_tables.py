@@ -64,7 +64,7 @@ def test_a_page_without_markers_is_refused(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("| a | b |\n|---|---|\n| 1 | 2 |\n")
     done = check(page=page)
-    assert done.returncode == 1 and "no generated table" in done.stderr
+    assert done.returncode == 1 and "no generated table or figure" in done.stderr
 
 
 def test_a_layout_measured_at_two_sizes_in_two_runs_keeps_both() -> None:
@@ -265,6 +265,42 @@ def test_interleaved_ratios_are_taken_block_by_block() -> None:
     assert "| partitions, empty | 1 core / 1 device | 1.20 | 1.50 | 1.00 | 1.20 | 1.00-1.50 |" in (
         table
     )
-    rss = "| partitions, core-full-1 | kube-apiserver RSS / whole devices, 90% full | 3.00 | 3.00 "
+    rss = (
+        "| partitions, core-full-1 | kube-apiserver RSS once filled / whole devices, 90% full "
+        "| 3.00 "
+    )
     assert rss in table
-    assert "| devices, full | kube-apiserver RSS / whole devices" not in table
+    assert "| devices, full | kube-apiserver RSS once filled / whole" not in table
+
+
+def test_a_quoted_figure_is_made_from_its_run_and_a_stale_one_is_named() -> None:
+    """A figure in prose is the median of its blocks' ratios with their range; a page
+    whose quote differs from the run is stale by that figure's name."""
+    figures = load("figures")
+
+    def arm(p50s: dict[str, list[float]]) -> dict[str, Any]:
+        return {
+            "blocks": [{"cases": {c: {"p50_ms": v[i]} for c, v in p50s.items()}} for i in range(3)]
+        }
+
+    run = {
+        "arms": {
+            "partitions, full": arm({"1 device": [100, 50, 200]}),
+            "partitions, core-full-1": arm({"1 core": [150, 100, 200]}),
+        }
+    }
+    kept = {figures.INTERLEAVED: run}
+    page = "a 1-core claim costs <!-- figure core-full-1-core -->?<!-- end figure --> as much"
+    made = figures.render_figures(page, kept)
+    assert "<!-- figure core-full-1-core -->1.50x (1.00-2.00)<!-- end figure -->" in made
+    assert figures.stale_figures(made, kept) == []
+    assert figures.stale_figures(made.replace("1.50x", "1.40x"), kept) == ["core-full-1-core"]
+    # A figure whose end marker is broken takes no text after it: it is refused.
+    broken = (
+        "<!-- figure core-full-1-core -->1<!-- end\nfigure --> and "
+        "<!-- figure x -->2<!-- end figure -->"
+    )
+    with pytest.raises(ValueError, match="1 of 2 quoted figures have no"):
+        figures.render_figures(broken, kept)
+    with pytest.raises(ValueError, match="no figure named 'nope'"):
+        figures.render_figures("<!-- figure nope -->x<!-- end figure -->", kept)

@@ -1,0 +1,136 @@
+"""Figures the docs quote in their prose, each made from a run kept in bench/results.
+
+A page quotes one as `<!-- figure NAME -->TEXT<!-- end figure -->`; `python
+bench/tables.py` writes TEXT from the kept runs, and `--check` fails where the text
+differs, so a sentence cannot keep a figure its run no longer gives. Each figure of
+an interleaved run (bench/interleave.py) is a ratio taken block by block, quoted as
+the median of the blocks with their range. Pure: no other module of bench/ is
+imported but armtable, so the tests load this file alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from statistics import median
+from typing import Any
+
+from armtable import p50s
+
+Obj = dict[str, Any]
+Figure = Callable[[dict[str, Obj]], str]
+FIGURE = re.compile(
+    r"(<!-- figure (?P<name>[\w.-]+) -->)(?P<body>(?:(?!<!--).)*?)(<!-- end figure -->)",
+    re.DOTALL,
+)
+OPENING = re.compile(r"<!-- figure ")
+INTERLEAVED = "interleaved-1000-1.json"
+HELD_WHOLE = ("partitions, full", "1 device")
+
+
+def _quoted(values: list[float]) -> str:
+    return f"{median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+
+
+def block_ratio(file: str, arm: str, case: str, base: tuple[str, str]) -> Figure:
+    """`arm`'s p50 of `case` over `base` (arm, case), block by block."""
+
+    def figure(kept: dict[str, Obj]) -> str:
+        arms = kept[file]["arms"]
+        under = p50s(arms[base[0]], base[1])
+        return _quoted([a / b for a, b in zip(p50s(arms[arm], case), under, strict=True)])
+
+    return figure
+
+
+def p50(file: str, arm: str, case: str) -> Figure:
+    """`arm`'s p50 of `case`: the median of its blocks, in ms."""
+
+    def figure(kept: dict[str, Obj]) -> str:
+        return f"{median(p50s(kept[file]['arms'][arm], case)):,.0f} ms"
+
+    return figure
+
+
+def scale_p50(file: str, layout: str, state: str, case: str) -> Figure:
+    """A case's p50 in one state of a bench/scale.py run at its one size, in ms."""
+
+    def figure(kept: dict[str, Obj]) -> str:
+        [step] = kept[file]["layouts"][layout]["sizes"].values()
+        return f"{step[state][case]['p50_ms']:,.0f} ms"
+
+    return figure
+
+
+def rss_ratio(file: str, arm: str, base: str) -> Figure:
+    """kube-apiserver's RSS in `arm` over `base`'s, once filled and at the end."""
+
+    def figure(kept: dict[str, Obj]) -> str:
+        arms = kept[file]["arms"]
+        values = [
+            arms[arm][k]["kube-apiserver"] / arms[base][k]["kube-apiserver"]
+            for k in ("rss_mib", "rss_mib_end")
+        ]
+        return _quoted(values)
+
+    return figure
+
+
+CORE_FULL = "partitions, core-full-1"
+PATCHED = "partitions +allocator-cheap-checks-first, core-full-1"
+FIGURES: dict[str, Figure] = {
+    "core-full-1-core": block_ratio(INTERLEAVED, CORE_FULL, "1 core", HELD_WHOLE),
+    "core-full-1-device": block_ratio(INTERLEAVED, CORE_FULL, "1 device", HELD_WHOLE),
+    "core-full-16-devices": block_ratio(INTERLEAVED, CORE_FULL, "16 devices", HELD_WHOLE),
+    "patched-1-core": block_ratio(INTERLEAVED, PATCHED, "1 core", HELD_WHOLE),
+    "patched-1-device": block_ratio(INTERLEAVED, PATCHED, "1 device", HELD_WHOLE),
+    "patched-over-release-1-core": block_ratio(
+        INTERLEAVED, PATCHED, "1 core", (CORE_FULL, "1 core")
+    ),
+    "patched-over-release-1-device": block_ratio(
+        INTERLEAVED, PATCHED, "1 device", (CORE_FULL, "1 device")
+    ),
+    "held-whole-1-device": p50(INTERLEAVED, *HELD_WHOLE),
+    "whole-devices-1-device": p50(INTERLEAVED, "devices, full", "1 device"),
+    "held-whole-over-whole-devices": block_ratio(
+        INTERLEAVED, "partitions, full", "1 device", ("devices, full", "1 device")
+    ),
+    "empty-1-core": block_ratio(
+        INTERLEAVED, "partitions, empty", "1 core", ("partitions, empty", "1 device")
+    ),
+    "rss-core-full": rss_ratio(INTERLEAVED, CORE_FULL, "devices, full"),
+    "rss-held-whole": rss_ratio(INTERLEAVED, "partitions, full", "devices, full"),
+    "rss-empty": rss_ratio(INTERLEAVED, "partitions, empty", "devices, full"),
+    "capacity-held-whole-137": scale_p50("holds-1000-2.json", "capacity", "full", "1 device"),
+    "partitions-held-whole-137": scale_p50("holds-1000-2.json", "partitions", "full", "1 device"),
+    "capacity-held-whole-138": scale_p50("holds-1000-138-1.json", "capacity", "full", "1 device"),
+    "partitions-held-whole-138": scale_p50(
+        "holds-1000-138-1.json", "partitions", "full", "1 device"
+    ),
+}
+
+
+def render_figures(page: str, kept: dict[str, Obj]) -> str:
+    """`page` with every quoted figure made again from `kept` (runs by file name)."""
+
+    def quote(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in FIGURES:
+            raise ValueError(f"no figure named {name!r}: {', '.join(FIGURES)}")
+        return f"{match[1]}{FIGURES[name](kept)}{match[4]}"
+
+    opened, closed = len(OPENING.findall(page)), len(FIGURE.findall(page))
+    if opened != closed:
+        raise ValueError(
+            f"{opened - closed} of {opened} quoted figures have no "
+            "`<!-- end figure -->` right after their text"
+        )
+    return FIGURE.sub(quote, page)
+
+
+def stale_figures(page: str, kept: dict[str, Obj]) -> list[str]:
+    """The names of the figures of `page` that differ from what the runs give."""
+    made = [m["body"] for m in FIGURE.finditer(render_figures(page, kept))]
+    return [
+        m["name"] for m, body in zip(FIGURE.finditer(page), made, strict=True) if m["body"] != body
+    ]
