@@ -5,7 +5,8 @@ that profiled the heap), compare-NAME-{before,after}.json (a change measured,
 table compare-NAME: bench/compare.py), holds-*.json (repeated runs of what held
 claims withdraw, table holds: bench/holds.py) and interleaved-*.json (fleet states and
 layouts measured side by side, table interleaved: bench/interleave.py and
-bench/armtable.py).
+bench/armtable.py) and churn-*.json (runs of bench/scale.py churning core pods beside
+whole-device ones, table churn-cores).
 
 `python bench/tables.py` rewrites every table between its markers in the pages
 (fleet-scale.md, and upstream.md's reports of the allocator changes measured),
@@ -315,16 +316,19 @@ def render(page: str, folder: Path) -> str:
     compared = kept_runs(folder, "compare-*.json")
     holds = kept_runs(folder, "holds-*.json")
     interleaved = kept_runs(folder, "interleaved-*.json")
+    churned = kept_runs(folder, "churn-*.json")
 
     def table(match: re.Match[str]) -> str:
         name = match["name"]
         if name == "runs":
-            every = {**runs, **heaps, **compared, **holds, **interleaved}
+            every = {**runs, **heaps, **compared, **holds, **interleaved, **churned}
             return f"{match[1]}{runs_table(every, folder)}\n{match[4]}"
         if name == "holds":
             return f"{match[1]}{holds_table(holds)}\n{match[4]}"
         if name == "interleaved":
             return f"{match[1]}{interleaved_table(interleaved)}\n{match[4]}"
+        if name == "churn-cores":
+            return f"{match[1]}{churn_table(churned)}\n{match[4]}"
         if name == "patched":
             return f"{match[1]}{patch_table(interleaved)}\n{match[4]}"
         if name.startswith("compare-"):
@@ -333,7 +337,9 @@ def render(page: str, folder: Path) -> str:
         if name in HEAP_TABLES:
             return f"{match[1]}{HEAP_TABLES[name]({**runs, **heaps})}\n{match[4]}"
         if name not in TABLES:
-            known = ", ".join(["runs", "holds", "interleaved", "patched", *TABLES, *HEAP_TABLES])
+            known = ", ".join(
+                ["runs", "holds", "interleaved", "patched", "churn-cores", *TABLES, *HEAP_TABLES]
+            )
             raise ValueError(f"no table named {name!r}: {known}")
         return f"{match[1]}{TABLES[name](runs)}\n{match[4]}"
 

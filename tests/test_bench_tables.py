@@ -155,6 +155,8 @@ def sources(table: str) -> list[str]:
         return ["bench/results/heap-*.json", "bench/results/fleet-*.json"]
     if table == "holds":
         return ["bench/results/holds-*.json"]
+    if table == "churn-cores":
+        return ["bench/results/churn-*.json"]
     if table in ("interleaved", "patched"):
         return ["bench/results/interleaved-*.json"]
     if table.startswith("compare-"):
