@@ -127,7 +127,11 @@ class Agent:
         plugin_dir = options.plugins_dir / DRIVER_NAME
         boot = look.boot_id
         self.claim_status = StatusWriter(
-            kube, self.metrics, lambda: self.inventory, options.node_name
+            kube,
+            self.metrics,
+            lambda: self.inventory,
+            options.node_name,
+            enabled=options.claim_status,
         )
         self.holdings = Holdings(
             self._loop,

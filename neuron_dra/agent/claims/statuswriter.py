@@ -113,7 +113,9 @@ class StatusWriter:
         backoff: Backoff | None = None,  # each claim's steps, copied per claim
         clock: Callable[[], float] = time.monotonic,
         coalesce_s: float = COALESCE_S,
+        enabled: bool = True,  # off (--enable-claim-status=false): nothing is written
     ) -> None:
+        self._enabled = enabled
         self._kube = kube
         self._inventory = inventory
         self._pool = pool
@@ -148,6 +150,9 @@ class StatusWriter:
         return len(self._pending)
 
     def _put(self, write: _Write, *, replace: bool = True, sent: bool = False) -> None:
+        if not self._enabled:
+            return
+
         def put() -> None:
             uid = write.claim.uid
             if sent:
