@@ -29,6 +29,18 @@ HELD_SETTLE_S = 1.0
 
 
 class Holdings:
+    """What prepared claims hold, as the slices must leave it out (`withdrawn`) or keep
+    it (`kept`).
+
+    Made and used on the event loop, which alone calls `changed` and reads the two sets.
+    `changed_elsewhere` is the one method other threads call (the DRA service's, through
+    the preparer's `on_change`): it schedules one `changed` on the loop `HELD_SETTLE_S`
+    later for a whole burst, under `_due_lock`. `changed` is idempotent: it works the
+    sets out again from the preparer's claims and calls `on_change` only when they
+    differ. Nothing survives a crash: the next start takes the checkpoint's claims as
+    held long enough already (`already_held`).
+    """
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,

@@ -65,6 +65,17 @@ REVIEW_CONNECTIONS = 1  # metrics authorization reviews one token at a time
 
 
 class Agent:
+    """One node's agent: its devices, the preparer behind the kubelet's sockets, the
+    slices, the claims' status, health and metrics, wired together.
+
+    Made once a process, on the event loop, by `serve` after the first look at the node;
+    `run` runs on that loop until `stop`, once. Its own state (the inventory, the Node's
+    topology) is replaced whole on the loop, and the threads that read it (the DRA
+    service's, the metrics thread) read one reference without a lock. Nothing of it
+    survives a crash; the checkpoint, the slices and the claims' status on the API
+    server do, and the next process builds the rest again from them and from sysfs.
+    """
+
     def __init__(
         self,
         options: RunOptions,

@@ -88,6 +88,27 @@ def _failed(ref: ClaimRef, err: Exception) -> Outcome:
 
 
 class Preparer:
+    """The node side of the kubelet's `NodePrepareResources` and `NodeUnprepareResources`.
+
+    Callers and threads: `prepare` and `unprepare` are called by the DRA service
+    (`kubelet.plugin.DraV1`) from grpcio's worker threads, several calls at once; each
+    blocks its thread through the claim's API read and file writes and returns one
+    `Outcome` per claim, never raising for one claim's failure. `start` is called once,
+    off the event loop and before any of them (it reads the checkpoint); `refresh` from
+    any thread. The callbacks (`on_change`, `on_prepared`, `on_unprepared`) run in the
+    caller's thread and must only hand work on: they never block or raise.
+
+    Idempotent, as the kubelet repeats calls: a claim already prepared whose CDI spec
+    is there is answered the same devices from memory, with no read; a claim not
+    prepared, or unprepared twice, unprepares with nothing written. Calls for one claim
+    run one at a time (its lock); different claims run side by side.
+
+    A crash may come between any two steps (`STEPS`): what survives is the checkpoint and
+    the files, in the order the module docstring gives, and the kubelet's repeat of the
+    call it got no answer for repairs the rest. Nothing in memory needs surviving:
+    `start` rebuilds it from the checkpoint.
+    """
+
     def __init__(
         self,
         *,
