@@ -1,4 +1,5 @@
-"""What a prepare and an unprepare cost the API server, counted by the API server.
+"""What a prepare and an unprepare cost the API server, counted by the API server;
+and the claim status writer alone, what each sequence it is told of costs.
 
 The kubelet's calls go straight to the agent's DRA socket, one claim at a time, and
 each claim's status is let land before it is unprepared and cleared. The count is
@@ -10,20 +11,29 @@ once; the status write that follows, and the unprepare's clear, read nothing.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from consts import DRIVER_NAME
+from neuron_dra.agent.apiclient.kube import Kube
+from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.plan import PreparedClaim, plan
+from neuron_dra.agent.claims.statuswriter import StatusWriter
+from neuron_dra.agent.telemetry.metrics import Metrics
+from neuron_dra.hardware.discovery import discover
+from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra_harness.cluster import Cluster
 from neuron_dra_harness.nodes import DEVICE_CLASSES, SimulatedNode, add_simulated_node
 from tests.reliability.test_crash_storm import allocated_claim
 from tests.reliability.test_outages import call, claim_ref
+from tests.sysfs_tree import FakeNode
 
 pytestmark = pytest.mark.e2e
 
@@ -98,3 +108,126 @@ def test_a_prepare_reads_its_claim_once(cluster: Cluster, node: SimulatedNode) -
     assert spent.get("GET -", 0.0) == CLAIMS, spent
     writes = sum(v for k, v in spent.items() if k.endswith(" status"))
     assert writes == 2 * CLAIMS, spent
+
+
+# The status writer alone, against the same kube-apiserver: what each sequence of
+# prepares and unprepares it is told of costs the server.
+
+
+def writer_claim(
+    cluster: Cluster, name: str, device: int, inventory: NodeInventory
+) -> PreparedClaim:
+    """A claim allocated `neurondevice{device}` of NODE's pool, as its prepare planned it."""
+    obj = allocated_claim(cluster, name, NODE, device)
+    meta = obj["metadata"]
+    return plan(ClaimRef(meta["namespace"], meta["name"], meta["uid"]), obj, inventory, NODE)
+
+
+def spent_on(
+    cluster: Cluster,
+    inventory: NodeInventory,
+    steps: Callable[[StatusWriter], None],
+    wait_s: float,
+) -> Obj:
+    """The claim requests a writer told `steps` makes within `wait_s`."""
+
+    async def main() -> None:
+        kube = Kube.connect(cluster.kubeconfig)
+        writer = StatusWriter(kube, Metrics(), lambda: inventory, NODE)
+        task = asyncio.create_task(writer.run())
+        try:
+            steps(writer)
+            await asyncio.sleep(wait_s)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            kube.close()
+
+    before = claim_requests(cluster)
+    asyncio.run(main())
+    after = claim_requests(cluster)
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+
+
+@pytest.fixture
+def inventory(fake_node: FakeNode) -> NodeInventory:
+    return discover(fake_node("trn2.48xlarge")).inventory
+
+
+def test_a_claim_unprepared_before_its_write_costs_the_server_nothing(
+    cluster: Cluster, node: SimulatedNode, inventory: NodeInventory
+) -> None:
+    prepared = writer_claim(cluster, "writer-quick", 8, inventory)
+
+    def steps(writer: StatusWriter) -> None:
+        writer.prepared(prepared, inventory)
+        writer.unprepared(prepared.claim)
+
+    assert spent_on(cluster, inventory, steps, 1.0) == {}
+    assert entries(cluster, "writer-quick") == []
+
+
+def test_a_burst_of_writes_of_one_claim_is_one_apply(
+    cluster: Cluster, node: SimulatedNode, inventory: NodeInventory
+) -> None:
+    prepared = writer_claim(cluster, "writer-burst", 9, inventory)
+
+    def steps(writer: StatusWriter) -> None:
+        for _ in range(5):
+            writer.prepared(prepared, inventory)
+
+    assert spent_on(cluster, inventory, steps, 1.0) == {"APPLY status": 1.0}
+    assert [e["device"] for e in entries(cluster, "writer-burst")] == ["neurondevice9"]
+
+
+def test_a_clear_applies_without_reading_the_claim(
+    cluster: Cluster, node: SimulatedNode, inventory: NodeInventory
+) -> None:
+    """Written, then cleared once its write landed: two applies, no GET."""
+    prepared = writer_claim(cluster, "writer-clear", 10, inventory)
+
+    def steps(writer: StatusWriter) -> None:
+        writer.prepared(prepared, inventory)
+        asyncio.get_running_loop().call_later(0.6, writer.unprepared, prepared.claim)
+
+    assert spent_on(cluster, inventory, steps, 1.5) == {"APPLY status": 2.0}
+    assert entries(cluster, "writer-clear") == []
+
+
+def test_a_restored_claim_is_read_once_and_cleared_without_another_read(
+    cluster: Cluster, node: SimulatedNode, inventory: NodeInventory
+) -> None:
+    """A claim prepared before the start, with no entries: read, planned and written;
+    its unprepare then clears it with an apply alone."""
+    prepared = writer_claim(cluster, "writer-restored", 11, inventory)
+
+    def steps(writer: StatusWriter) -> None:
+        writer.restored([prepared.claim])
+        asyncio.get_running_loop().call_later(0.6, writer.unprepared, prepared.claim)
+
+    assert spent_on(cluster, inventory, steps, 1.5) == {"GET -": 1.0, "APPLY status": 2.0}
+    assert entries(cluster, "writer-restored") == []
+
+
+def test_a_writer_turned_off_writes_nothing(
+    cluster: Cluster, node: SimulatedNode, inventory: NodeInventory
+) -> None:
+    prepared = writer_claim(cluster, "writer-off", 12, inventory)
+
+    async def main() -> None:
+        kube = Kube.connect(cluster.kubeconfig)
+        writer = StatusWriter(kube, Metrics(), lambda: inventory, NODE, enabled=False)
+        task = asyncio.create_task(writer.run())
+        try:
+            writer.restored([prepared.claim])
+            writer.prepared(prepared, inventory)
+            await asyncio.sleep(0.6)
+            assert writer.pending == 0
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            kube.close()
+
+    before = claim_requests(cluster)
+    asyncio.run(main())
+    assert claim_requests(cluster) == before
