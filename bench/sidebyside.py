@@ -123,16 +123,18 @@ def main() -> int:
             rss = {who: rss_mib(pid) for who, pid in pids.items()}
             repeats.append({"sizes": sizes, "rss_mib": rss, "load_average": load_average()})
             print(f"repeat {repeat + 1}: {json.dumps(rounded(repeats[-1]))}", flush=True)
-        record |= {
+        placed = {
             "kubelet_root_fs": filesystem(roots),
             "cdi_fs": filesystem(on.cdi_dir),
             "rss_start_mib": rss_start,
         }
-    result = at_end(record) | {
+    result = {
+        "run": at_end(record),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
         "claims_per_size": args.claims,
+        **placed,
         "repeats": repeats,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -97,13 +97,13 @@ def side_by_side_table(run: Obj) -> str:
 
 
 def provenance_table(run: Obj) -> str:
-    load = run["load_average"]
+    load = run["run"]["load_average"]
     return "\n".join(
         [
             "| run | value |",
             "|---|---|",
-            f"| measured | {run['date']}, commit `{run['commit'][:12]}`"
-            f"{' (with uncommitted changes)' if run.get('dirty') else ''} |",
+            f"| measured | {run['date']}, commit `{run['run']['commit'][:12]}`"
+            f"{' (with uncommitted changes)' if run['run'].get('dirty') else ''} |",
             f"| machine | {run['machine']}, kubelet root on {run['kubelet_root_fs']}, "
             f"CDI on {run['cdi_fs']} |",
             f"| repeats, claims per size and repeat | {len(run['repeats'])}, "

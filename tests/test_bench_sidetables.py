@@ -32,12 +32,12 @@ def test_the_pages_are_what_the_kept_run_gives() -> None:
 def test_the_kept_run_names_its_commit_and_load() -> None:
     run = json.loads(KEPT.read_text())
     assert len(run["repeats"]) >= 3
-    assert set(run["load_average"]) == {"start", "end"}
+    assert set(run["run"]["load_average"]) == {"start", "end"}
     assert all(len(r["load_average"]) == 3 for r in run["repeats"])
     known = subprocess.run(
-        ["git", "cat-file", "-e", f"{run['commit']}^{{commit}}"], cwd=REPO, check=False
+        ["git", "cat-file", "-e", f"{run['run']['commit']}^{{commit}}"], cwd=REPO, check=False
     )
-    assert known.returncode == 0, f"{run['commit']} is no commit of this repository"
+    assert known.returncode == 0, f"{run['run']['commit']} is no commit of this repository"
 
 
 def test_a_figure_changed_in_the_kept_run_is_a_stale_table(tmp_path: Path) -> None:
