@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.kube import Kube
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.events import ClaimPrepared, ClaimUnprepared
 from neuron_dra.agent.claims.plan import PreparedClaim, plan
 from neuron_dra.agent.claims.statuswriter import StatusWriter
 from neuron_dra.agent.telemetry.metrics import Metrics
@@ -170,8 +171,8 @@ def test_a_claim_unprepared_before_its_write_costs_the_server_nothing(
     prepared = writer_claim(cluster, "writer-quick", 8, inventory)
 
     async def steps(writer: StatusWriter) -> None:
-        writer.prepared(prepared, inventory)
-        writer.unprepared(prepared.claim)
+        writer.prepared(ClaimPrepared(prepared, inventory))
+        writer.unprepared(ClaimUnprepared(prepared.claim))
         await written(writer)
 
     assert spent_on(cluster, inventory, steps) == {}
@@ -185,7 +186,7 @@ def test_a_burst_of_writes_of_one_claim_is_one_apply(
 
     async def steps(writer: StatusWriter) -> None:
         for _ in range(5):
-            writer.prepared(prepared, inventory)
+            writer.prepared(ClaimPrepared(prepared, inventory))
         await written(writer)
 
     assert spent_on(cluster, inventory, steps) == {"APPLY status": 1.0}
@@ -199,9 +200,9 @@ def test_a_clear_applies_without_reading_the_claim(
     prepared = writer_claim(cluster, "writer-clear", 10, inventory)
 
     async def steps(writer: StatusWriter) -> None:
-        writer.prepared(prepared, inventory)
+        writer.prepared(ClaimPrepared(prepared, inventory))
         await written(writer)
-        writer.unprepared(prepared.claim)
+        writer.unprepared(ClaimUnprepared(prepared.claim))
         await written(writer)
 
     assert spent_on(cluster, inventory, steps) == {"APPLY status": 2.0}
@@ -218,7 +219,7 @@ def test_a_restored_claim_is_read_once_and_cleared_without_another_read(
     async def steps(writer: StatusWriter) -> None:
         writer.restored([prepared.claim])
         await written(writer)
-        writer.unprepared(prepared.claim)
+        writer.unprepared(ClaimUnprepared(prepared.claim))
         await written(writer)
 
     assert spent_on(cluster, inventory, steps) == {"GET -": 1.0, "APPLY status": 2.0}
@@ -236,7 +237,7 @@ def test_a_writer_turned_off_writes_nothing(
         task = asyncio.create_task(writer.run())
         try:
             writer.restored([prepared.claim])
-            writer.prepared(prepared, inventory)
+            writer.prepared(ClaimPrepared(prepared, inventory))
             await asyncio.sleep(0)
             assert writer.pending == 0
         finally:

@@ -48,6 +48,7 @@ from neuron_dra.agent.apiclient.errors import ApiError
 from neuron_dra.agent.apiclient.kube import Json
 from neuron_dra.agent.claims import devicestatus
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.events import ClaimPrepared, ClaimUnprepared
 from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim, plan
 from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
@@ -95,12 +96,13 @@ class _Write:
 class StatusWriter:
     """The claims' `status.devices`, written on the event loop beside the kubelet's calls.
 
-    Created on the event loop, whose `run` task makes every API call. `prepared`,
-    `unprepared` and `restored` may be called from any thread, never block and never
-    raise: they only hand the write to the loop. Idempotent: a claim's later write
-    replaces its pending one, and applying the same entries again changes nothing on
-    the server. Nothing survives a crash but what was applied; `restored` at the next
-    start writes the entries of claims still prepared that have none.
+    Made and used on the event loop, whose `run` task makes every API call; `prepared`
+    and `unprepared` are the handlers of the preparer's events (`events`), and they and
+    `restored` never block and never raise: they only note the write. Idempotent: a
+    claim's later write replaces its pending one, and applying the same entries again
+    changes nothing on the server. Nothing survives a crash but what was applied;
+    `restored` at the next start writes the entries of claims still prepared that have
+    none.
     """
 
     def __init__(
@@ -123,7 +125,6 @@ class StatusWriter:
         self._steps = backoff or Backoff(initial_s=1.0, max_s=60.0)
         self._clock = clock
         self._coalesce_s = coalesce_s
-        self._loop = asyncio.get_running_loop()
         self._pending: dict[str, _Write] = {}  # by claim UID; touched on the loop only
         self._due: dict[str, _Due] = {}  # by claim UID, of each pending write
         # Claims whose entries this process may have sent, or a previous one (restored):
@@ -132,11 +133,12 @@ class StatusWriter:
         self._wake = asyncio.Event()
         self.served = True  # until an apply's answer shows the field is not served
 
-    def prepared(self, prepared: PreparedClaim, inventory: NodeInventory) -> None:
-        self._put(_Write(prepared.claim, "apply", (prepared, inventory.lnc, _now())))
+    def prepared(self, event: ClaimPrepared) -> None:
+        prepared = event.prepared
+        self._put(_Write(prepared.claim, "apply", (prepared, event.inventory.lnc, _now())))
 
-    def unprepared(self, claim: ClaimRef) -> None:
-        self._put(_Write(claim, "clear"))
+    def unprepared(self, event: ClaimUnprepared) -> None:
+        self._put(_Write(event.claim, "clear"))
 
     def restored(self, claims: Iterable[ClaimRef]) -> None:
         """Claims prepared before this start: each written if it has no entries (a
@@ -152,24 +154,19 @@ class StatusWriter:
     def _put(self, write: _Write, *, replace: bool = True, sent: bool = False) -> None:
         if not self._enabled:
             return
-
-        def put() -> None:
-            uid = write.claim.uid
-            if sent:
-                self._sent.add(uid)
-            if write.kind == "clear" and uid not in self._sent:
-                # Nothing of this process's reached the claim: no call to make.
-                self._pending.pop(uid, None)
-                self._due.pop(uid, None)
-                return
-            if replace or uid not in self._pending:
-                self._pending[uid] = write
-                # A new write waits the coalescing time, never a failed one's backoff.
-                self._due[uid] = _Due(self._clock() + self._coalesce_s)
-            self._wake.set()
-
-        with contextlib.suppress(RuntimeError):  # the loop closed: the agent is stopping
-            self._loop.call_soon_threadsafe(put)
+        uid = write.claim.uid
+        if sent:
+            self._sent.add(uid)
+        if write.kind == "clear" and uid not in self._sent:
+            # Nothing of this process's reached the claim: no call to make.
+            self._pending.pop(uid, None)
+            self._due.pop(uid, None)
+            return
+        if replace or uid not in self._pending:
+            self._pending[uid] = write
+            # A new write waits the coalescing time, never a failed one's backoff.
+            self._due[uid] = _Due(self._clock() + self._coalesce_s)
+        self._wake.set()
 
     async def run(self) -> None:
         """Until cancelled: each pending write as it comes, a failed one again when its

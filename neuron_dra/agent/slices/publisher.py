@@ -121,9 +121,9 @@ class SlicePublisher:
         self._generation = 0
         self.last_publish: float | None = None
 
-    def refresh(self, build: BuildSlices, *, reprobe: bool = False) -> None:
-        """New desired slices (the inventory changed): reconcile soon, re-probing first if asked."""
-        self._build = build
+    def refresh(self, *, reprobe: bool = False) -> None:
+        """The desired slices changed (what `build` reads: the inventory, health, what
+        claims hold, the Node's topology): reconcile soon, re-probing first if asked."""
         self._reprobe_due = self._reprobe_due or (reprobe and self._reprobe is not None)
         self._wake.set()
 

@@ -18,6 +18,7 @@ from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.backoff import Backoff
 from neuron_dra.agent.apiclient.errors import ApiError
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.events import ClaimPrepared, ClaimUnprepared
 from neuron_dra.agent.claims.plan import PreparedClaim, plan
 from neuron_dra.agent.claims.statuswriter import ERRORS_METRIC, StatusWriter
 from neuron_dra.agent.telemetry.metrics import Metrics
@@ -116,9 +117,9 @@ def test_a_claim_whose_write_keeps_failing_does_not_delay_another(
         writer = StatusWriter(api, Metrics(), lambda: inventory, POOL, backoff=backoff)
         loop = asyncio.create_task(writer.run())
         try:
-            writer.prepared(a, inventory)
+            writer.prepared(ClaimPrepared(a, inventory))
             await api.applied("a")
-            writer.prepared(b, inventory)
+            writer.prepared(ClaimPrepared(b, inventory))
             # A bound on a failure only: B's apply is what the test waits for.
             await asyncio.wait_for(api.applied("b"), timeout=20)
             assert api.applies == ["a", "b"]
@@ -152,10 +153,10 @@ def test_each_claim_backs_off_on_its_own_schedule(inventory: NodeInventory) -> N
             api, metrics, lambda: inventory, POOL, backoff=steps, clock=clock, coalesce_s=0
         )
 
-        writer.prepared(a, inventory)
+        writer.prepared(ClaimPrepared(a, inventory))
         await settled()
         assert await writer.write_due() == 1.0 and api.applies == ["a"]
-        writer.prepared(b, inventory)
+        writer.prepared(ClaimPrepared(b, inventory))
         await settled()
         assert await writer.write_due() == 1.0  # B written, A's retry not due yet
         assert api.applies == ["a", "b"] and writer.pending == 1
@@ -190,16 +191,16 @@ def test_a_later_write_of_a_backing_off_claim_is_tried_at_once(inventory: NodeIn
         writer = StatusWriter(
             api, Metrics(), lambda: inventory, POOL, backoff=steps, clock=clock, coalesce_s=0
         )
-        writer.prepared(a, inventory)
+        writer.prepared(ClaimPrepared(a, inventory))
         await settled()
         assert await writer.write_due() == 1.0
-        writer.unprepared(a.claim)
+        writer.unprepared(ClaimUnprepared(a.claim))
         del api.failing["a"]
         await settled()
         assert await writer.write_due() is None and writer.pending == 0
         assert api.applies == ["a", "a"] and api.reads == 0
 
-        writer.prepared(a, inventory)  # prepared again, and now written at once
+        writer.prepared(ClaimPrepared(a, inventory))  # prepared again, and now written at once
         await settled()
         assert await writer.write_due() is None and api.applies == ["a", "a", "a"]
 
@@ -212,7 +213,7 @@ def test_a_claim_gone_while_backing_off_is_dropped(inventory: NodeInventory) -> 
         a = claim(api, inventory, "a", "neurondevice0")
         api.failing["a"] = 500
         writer = StatusWriter(api, Metrics(), lambda: inventory, POOL, clock=clock, coalesce_s=0)
-        writer.prepared(a, inventory)
+        writer.prepared(ClaimPrepared(a, inventory))
         await settled()
         assert (delay := await writer.write_due()) is not None and 0.5 <= delay <= 1.0
         del api.claims["a"]
