@@ -151,9 +151,51 @@ def test_the_prepare_path_names_each_function_where_it_starts() -> None:
     found = re.findall(r"`([\w.]+)`[^`]{0,25}?`(neuron_dra/[\w/]+\.py):(\d+)`", text)
     assert len(found) >= 20, found
     for dotted, path, line in found:
-        name = dotted.rpartition(".")[2]
-        source = (REPO / path).read_text().splitlines()[int(line) - 1]
+        owner, _, name = dotted.rpartition(".")
+        lines = (REPO / path).read_text().splitlines()
+        source = lines[int(line) - 1]
         assert re.match(rf"\s*(async )?(def|class) {name}\b", source), (name, path, line, source)
+        # `Class.method`: the method is that class's, not another's of the same name.
+        if owner:
+            assert _enclosing_class(lines, int(line) - 1) == owner, (dotted, path, line)
+
+
+def _enclosing_class(lines: list[str], index: int) -> str | None:
+    """The class whose body holds line `index`; None for a module-level definition."""
+    indent = len(lines[index]) - len(lines[index].lstrip())
+    for earlier in reversed(lines[:index]):
+        stripped = earlier.lstrip()
+        depth = len(earlier) - len(stripped)
+        if stripped and depth < indent and not stripped.startswith(("#", ")", '"', "@")):
+            found = re.match(r"class (\w+)", stripped)
+            if depth == 0 or found:
+                return found[1] if found else None
+    return None
+
+
+def _class_body(name: str) -> str:
+    """The source of class `name` in the agent's package; it must be defined once."""
+    bodies = []
+    for path in (REPO / "neuron_dra").rglob("*.py"):
+        text = path.read_text()
+        for match in re.finditer(rf"^class {name}\b.*?(?=^\S|\Z)", text, re.MULTILINE | re.DOTALL):
+            bodies.append(match[0])
+    assert len(bodies) == 1, (name, len(bodies))
+    return bodies[0]
+
+
+def test_the_prepare_path_names_members_of_the_classes_it_names() -> None:
+    """docs/contributors/prepare-path.md: each `Class.member` it names (locks included,
+    which have no line) is a method or attribute of that class."""
+    text = (REPO / "docs/contributors/prepare-path.md").read_text()
+    named = set(re.findall(r"`([A-Z]\w+)\.(\w+)`", text))
+    assert len(named) >= 10, named
+    for owner, member in sorted(named):
+        body = _class_body(owner)
+        assert re.search(rf"(def {member}\b|self\.{member}\b|\b{member}[,)]?\s*[:=])", body), (
+            owner,
+            member,
+        )
 
 
 def test_the_readmes_first_screen_says_what_a_new_user_needs() -> None:

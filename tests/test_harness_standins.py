@@ -133,7 +133,7 @@ def test_the_pinned_1_38_module_names_its_local_stand_ins() -> None:
         check=True,
         capture_output=True,
         text=True,
-        env=build._go_env(build.toolchain(NEXT)),
+        env=build.go_env(build.toolchain(NEXT)),
     ).stdout
     assert standins.local_replacements(go_mod_json) == {
         "./standins/apiextensions-api",

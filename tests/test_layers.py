@@ -21,7 +21,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # Contracts by the words before the colon in their names.
 LAYERS, TOOLS, CEL, SIMULATOR = "Driver layers", "Tools", "CEL", "Simulator"
 PACKAGES, HARDWARE, AGENT, ROOMS = "Packages", "Hardware", "Agent", "Agent rooms"
-CLIENT = "Agent client"
+CLIENT, DOCTOR = "Agent client", "Doctor"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -66,6 +66,8 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
         ("neuron_dra/agent/apiclient/kube.py", "import aiohttp", [CLIENT]),
         ("neuron_dra/tools/lint.py", "import neuron_dra.cli", [LAYERS, TOOLS]),  # via cli.tools
         ("neuron_dra/tools/picture.py", "from neuron_dra.tools import lint", [TOOLS]),
+        ("neuron_dra/tools/doctor/verdicts.py", "from neuron_dra.tools import lint", [DOCTOR]),
+        ("neuron_dra/tools/doctor/nodechecks.py", "import celpy", [DOCTOR]),
         ("neuron_dra/tools/cel/device.py", "from neuron_dra.tools.cel import fast", [CEL]),
         (
             "neuron_dra/tools/simulate/nodes.py",
@@ -98,10 +100,12 @@ def test_an_upward_import_breaks_its_contract(
 
 
 def test_no_module_imports_another_modules_private_name() -> None:
-    """What two modules share is public in the one that defines it."""
-    ours = ("neuron_dra", "api", "consts")
+    """What two modules share is public in the one that defines it: in the driver's
+    packages and in the harness that builds and runs it."""
+    ours = ("neuron_dra", "api", "consts", "neuron_dra_harness")
+    folders = [REPO / "neuron_dra", REPO / "api", REPO / "consts", REPO / "harness"]
     found = []
-    for path in sorted(p for package in ours for p in (REPO / package).rglob("*.py")):
+    for path in sorted(p for folder in folders for p in folder.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ours:
                 names = [a.name for a in node.names if a.name.startswith("_")]

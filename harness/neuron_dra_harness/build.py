@@ -222,7 +222,7 @@ def go_version(version: str | None = None) -> str:
     """The Go release that builds Kubernetes ``version`` (default: the local one)."""
     out = subprocess.run(
         ["go", "env", "GOVERSION"],
-        env=_go_env(toolchain(version)),
+        env=go_env(toolchain(version)),
         check=True,
         capture_output=True,
         text=True,
@@ -252,7 +252,7 @@ def _go_mod_json(module: Path, go: str = "local") -> str:
     return subprocess.run(
         ["go", "mod", "edit", "-json"],
         cwd=module,
-        env=_go_env(go),
+        env=go_env(go),
         check=True,
         capture_output=True,
         text=True,
@@ -264,7 +264,7 @@ def _requirements(module: Path, go: str = "local") -> list[dict[str, str]]:
     return list(json.loads(_go_mod_json(module, go)).get("Require") or [])
 
 
-def _required_version(module: Path, path: str, go: str = "local") -> str:
+def required_version(module: Path, path: str, go: str = "local") -> str:
     """The version of `path` the module's go.mod requires (read with toolchain `go`)."""
     for req in _requirements(module, go):
         if req["Path"] == path:
@@ -273,7 +273,7 @@ def _required_version(module: Path, path: str, go: str = "local") -> str:
 
 
 def committed_k8s_version() -> str:
-    return _required_version(K8S_MODULE_DIR, "k8s.io/kubernetes")
+    return required_version(K8S_MODULE_DIR, "k8s.io/kubernetes")
 
 
 def ldflags(version: str) -> str:
@@ -308,10 +308,10 @@ def stamp(version: str, go: str, *, kubelet_only: bool = False) -> str:
     parts = [_BUILD_FORMAT, version, go, ldflags(version), release_tags(version), str(kubelet_only)]
     if minor(version) >= standins.FIRST_MINOR:
         parts.append(Path(standins.__file__).read_text())
-    return _source_digest(parts, _source_files(version))
+    return source_digest(parts, _source_files(version))
 
 
-def _source_digest(parts: Iterable[str], files: Iterable[Path]) -> str:
+def source_digest(parts: Iterable[str], files: Iterable[Path]) -> str:
     """sha256 of the build's parameters and its Go sources (by path under go/ and content)."""
     digest = hashlib.sha256()
     for part in parts:
@@ -322,11 +322,11 @@ def _source_digest(parts: Iterable[str], files: Iterable[Path]) -> str:
     return digest.hexdigest()
 
 
-def _log(message: str) -> None:
+def build_log(message: str) -> None:
     print(f"[e2e-build] {message}", file=sys.stderr, flush=True)
 
 
-def _go_env(go: str = "local") -> dict[str, str]:
+def go_env(go: str = "local") -> dict[str, str]:
     """The go command's environment. The pinned go directive must never trigger a
     toolchain download: ``GOTOOLCHAIN`` is ``local`` unless a release's build asks
     for its own (``TOOLCHAINS``)."""
@@ -337,26 +337,24 @@ def _go_env(go: str = "local") -> dict[str, str]:
 
 
 def _run(cmd: list[str], cwd: Path, *, go: str = "local") -> None:
-    proc = subprocess.run(
-        cmd, check=False, cwd=cwd, env=_go_env(go), capture_output=True, text=True
-    )
+    proc = subprocess.run(cmd, check=False, cwd=cwd, env=go_env(go), capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{' '.join(cmd)} failed in {cwd} (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
         )
 
 
-def _go_build(
+def go_build(
     target: Path, name: str, module: Path, package: str, flags: list[str], *, go: str = "local"
 ) -> None:
     """`go build` of `package` in `module` to `target`/`name` with toolchain `go`. Built
     next to the target and renamed, so a binary is either complete or absent."""
     t0 = time.monotonic()
-    _log(f"building {name} ...")
+    build_log(f"building {name} ...")
     tmp_out = target / f".{name}.tmp"
     _run(["go", "build", "-trimpath", *flags, "-o", str(tmp_out), package], module, go=go)
     tmp_out.replace(target / name)
-    _log(f"built {name} in {time.monotonic() - t0:.1f}s")
+    build_log(f"built {name} in {time.monotonic() - t0:.1f}s")
 
 
 def _copy_module(module: Path, version: str) -> None:
@@ -398,11 +396,11 @@ def pin_release(module: Path, version: str) -> None:
     edits = [f"-droprequire={r['Path']}" for r in _requirements(module, go)]
     edits.append(f"-require=k8s.io/kubernetes@{version}")
     edits += [f"-replace=k8s.io/{m}=k8s.io/{m}@{staging}" for m in staging_modules(version)]
-    _log(f"generating go.mod for Kubernetes {version} in {module}")
+    build_log(f"generating go.mod for Kubernetes {version} in {module}")
     _run(["go", "mod", "edit", *edits], module, go=go)
     needed = needed_standins(version)
     for standin in needed:
-        _log(f"stand-in for {standin.module}@{standin.version}, refused: {standin.why}")
+        build_log(f"stand-in for {standin.module}@{standin.version}, refused: {standin.why}")
     standins.apply(module, needed, staging, lambda cmd: _run(cmd, module, go=go))
     _run(["go", "mod", "tidy"], module, go=go)
 
@@ -419,8 +417,9 @@ def needed_standins(version: str) -> list[standins.StandIn]:
 
 
 @contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    # Parallel test sessions share the cache; one builds, the others wait.
+def locked(directory: Path) -> Iterator[None]:
+    """Held while one build writes `directory` (a cache key's): parallel test sessions
+    share the cache; one builds, the others wait."""
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -455,15 +454,15 @@ def build_release(version: str, *, kubelet_only: bool = False, force: bool = Fal
     target = bin_dir(version, go, kubelet_only=kubelet_only)
     expected = stamp(version, go, kubelet_only=kubelet_only)
     names = KUBELET_BINARIES if kubelet_only else BINARIES
-    with _locked(target.parent):
+    with locked(target.parent):
         if not force and is_fresh(target, expected, names):
-            _log(f"up to date: {target}")
+            build_log(f"up to date: {target}")
             return Binaries(target, version)
         target.mkdir(parents=True, exist_ok=True)
         (target.parent / "stamp").unlink(missing_ok=True)
         started = time.monotonic()
         flags = [f"-ldflags={ldflags(version)}"]
-        _log(f"building Kubernetes {version} ({go}) ...")
+        build_log(f"building Kubernetes {version} ({go}) ...")
         with _k8s_module(version) as k8s_dir:
             jobs: list[tuple[str, Path, str, list[str]]] = []
             if not kubelet_only:
@@ -476,25 +475,25 @@ def build_release(version: str, *, kubelet_only: bool = False, force: bool = Fal
             if not kubelet_only:
                 jobs.append(("etcd", ETCD_MODULE_DIR, "go.etcd.io/etcd/server/v3", []))
             for name, module, package, extra in jobs:
-                _go_build(target, name, module, package, flags + extra, go=toolchain(version))
+                go_build(target, name, module, package, flags + extra, go=toolchain(version))
         if stamp(version, go, kubelet_only=kubelet_only) != expected:
             # Sources changed while building: leave the set marked stale.
-            _log("sources changed during the build; the next run rebuilds")
+            build_log("sources changed during the build; the next run rebuilds")
         else:
             (target.parent / "stamp").write_text(expected + "\n")
-        _log(f"all binaries built in {time.monotonic() - started:.1f}s: {target}")
+        build_log(f"all binaries built in {time.monotonic() - started:.1f}s: {target}")
         return Binaries(target, version)
 
 
 def helm_version() -> str:
     """The helm release ``go/helm/go.mod`` pins, e.g. v3.22.0."""
-    return _required_version(HELM_MODULE_DIR, "helm.sh/helm/v3")
+    return required_version(HELM_MODULE_DIR, "helm.sh/helm/v3")
 
 
 def helm_ldflags(version: str) -> str:
     """As helm's Makefile: its version, and the Kubernetes release of its client-go as
     the default of `helm template` and `helm lint` (v1.20 otherwise)."""
-    client_go = _required_version(HELM_MODULE_DIR, "k8s.io/client-go")
+    client_go = required_version(HELM_MODULE_DIR, "k8s.io/client-go")
     kube_minor = client_go.split(".")[1]  # v0.37.0: Kubernetes 1.37
     flags = ["-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={version}"]
     flags.append("-X helm.sh/helm/v3/internal/version.gitTreeState=clean")
@@ -554,14 +553,14 @@ def _build_tool(
     for name in ("go.mod", "go.sum", "tools.go", *sources):
         digest.update(name.encode() + b"\0" + (module / name).read_bytes() + b"\0")
     expected = digest.hexdigest()
-    with _locked(target.parent):
+    with locked(target.parent):
         if not force and is_fresh(target, expected, tuple(p.name for p in programs)):
             return target
         target.mkdir(parents=True, exist_ok=True)
         (target.parent / "stamp").unlink(missing_ok=True)
-        _log(f"{what} ({go})")
+        build_log(f"{what} ({go})")
         for program in programs:
-            _go_build(target, program.name, module, program.package, program.flags)
+            go_build(target, program.name, module, program.package, program.flags)
         (target.parent / "stamp").write_text(expected + "\n")
         return target
 
@@ -571,7 +570,7 @@ PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 
 def promtool_module_version() -> str:
     """The Prometheus module ``go/prometheus/go.mod`` pins, e.g. v0.316.0."""
-    return _required_version(PROMETHEUS_MODULE_DIR, PROMETHEUS_MODULE)
+    return required_version(PROMETHEUS_MODULE_DIR, PROMETHEUS_MODULE)
 
 
 def prometheus_release(module_version: str) -> str:
@@ -662,7 +661,7 @@ _CONTAINERD_TAGS = "no_btrfs,no_devmapper,no_zfs"
 
 
 def containerd_version() -> str:
-    return _required_version(NODE_MODULE_DIR, "github.com/containerd/containerd/v2")
+    return required_version(NODE_MODULE_DIR, "github.com/containerd/containerd/v2")
 
 
 def node_stamp(version: str, go: str) -> str:
@@ -672,7 +671,7 @@ def node_stamp(version: str, go: str) -> str:
         for module in (K8S_MODULE_DIR, NODE_MODULE_DIR)
         for path in [module / "go.mod", module / "go.sum", *sorted(module.rglob("*.go"))]
     ]
-    return _source_digest(parts, files)
+    return source_digest(parts, files)
 
 
 def build_node(force: bool = False) -> NodeBinaries:
@@ -681,7 +680,7 @@ def build_node(force: bool = False) -> NodeBinaries:
     version, go = committed_k8s_version(), go_version()
     target = cache_root() / f"node-{version}-{containerd_version()}-{go}" / "bin"
     expected = node_stamp(version, go)
-    with _locked(target.parent):
+    with locked(target.parent):
         if not force and is_fresh(target, expected, NODE_BINARIES):
             return NodeBinaries(target, version)
         target.mkdir(parents=True, exist_ok=True)
@@ -689,11 +688,11 @@ def build_node(force: bool = False) -> NodeBinaries:
         k8s = [f"-ldflags={ldflags(version)}"]
         containerd = ["-ldflags=-s -w", f"-tags={_CONTAINERD_TAGS}"]
         for name in _NODE_K8S_COMMANDS:
-            _go_build(target, name, K8S_MODULE_DIR, f"k8s.io/kubernetes/cmd/{name}", k8s)
+            go_build(target, name, K8S_MODULE_DIR, f"k8s.io/kubernetes/cmd/{name}", k8s)
         for name in _CONTAINERD_COMMANDS:
             package = f"github.com/containerd/containerd/v2/cmd/{name}"
-            _go_build(target, name, NODE_MODULE_DIR, package, containerd)
-        _go_build(target, "pause", NODE_MODULE_DIR, "./cmd/pause", ["-ldflags=-s -w"])
+            go_build(target, name, NODE_MODULE_DIR, package, containerd)
+        go_build(target, "pause", NODE_MODULE_DIR, "./cmd/pause", ["-ldflags=-s -w"])
         (target.parent / "stamp").write_text(expected + "\n")
         return NodeBinaries(target, version)
 
@@ -765,7 +764,7 @@ def pin(version: str) -> None:
         target.mkdir(parents=True, exist_ok=True)
         for name in ("go.mod", "go.sum"):
             shutil.copyfile(module / name, target / name)
-    _log(f"pinned {version} in {target}")
+    build_log(f"pinned {version} in {target}")
 
 
 if __name__ == "__main__":

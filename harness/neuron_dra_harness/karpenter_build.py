@@ -19,14 +19,14 @@ from pathlib import Path
 
 from neuron_dra_harness.build import (
     GO_DIR,
-    _go_build,
-    _go_env,
-    _locked,
-    _log,
-    _required_version,
-    _source_digest,
+    build_log,
     cache_root,
+    go_build,
+    go_env,
     is_fresh,
+    locked,
+    required_version,
+    source_digest,
 )
 
 KARPENTER_MODULE_DIR = GO_DIR / "karpenter"
@@ -64,7 +64,7 @@ class KarpenterBinary:
 
 def karpenter_version() -> str:
     """The Karpenter release ``go/karpenter/go.mod`` pins, e.g. v1.15.0."""
-    return _required_version(KARPENTER_MODULE_DIR, KARPENTER_MODULE, KARPENTER_TOOLCHAIN)
+    return required_version(KARPENTER_MODULE_DIR, KARPENTER_MODULE, KARPENTER_TOOLCHAIN)
 
 
 def _module_dir() -> Path:
@@ -72,7 +72,7 @@ def _module_dir() -> Path:
     out = subprocess.run(
         ["go", "mod", "download", "-json", KARPENTER_MODULE],
         cwd=KARPENTER_MODULE_DIR,
-        env=_go_env(KARPENTER_TOOLCHAIN),
+        env=go_env(KARPENTER_TOOLCHAIN),
         check=True,
         capture_output=True,
         text=True,
@@ -90,16 +90,16 @@ def build_karpenter(force: bool = False) -> KarpenterBinary:
         KARPENTER_MODULE_DIR / "go.sum",
         *sorted(KARPENTER_MODULE_DIR.glob("*.go")),
     ]
-    expected = _source_digest((_FORMAT, version, KARPENTER_TOOLCHAIN), sources)
+    expected = source_digest((_FORMAT, version, KARPENTER_TOOLCHAIN), sources)
     binary = KarpenterBinary(target, version)
-    with _locked(target.parent):
+    with locked(target.parent):
         if not force and is_fresh(target, expected, ("karpenter",)):
             return binary
         target.mkdir(parents=True, exist_ok=True)
         (target.parent / "stamp").unlink(missing_ok=True)
-        _log(f"Karpenter {version} with the KWOK provider ({KARPENTER_TOOLCHAIN})")
+        build_log(f"Karpenter {version} with the KWOK provider ({KARPENTER_TOOLCHAIN})")
         flags = ["-ldflags=-s -w"]
-        _go_build(target, "karpenter", KARPENTER_MODULE_DIR, ".", flags, go=KARPENTER_TOOLCHAIN)
+        go_build(target, "karpenter", KARPENTER_MODULE_DIR, ".", flags, go=KARPENTER_TOOLCHAIN)
         module = _module_dir()
         (target / "crds").mkdir(exist_ok=True)
         for path in CRD_FILES:

@@ -53,7 +53,7 @@ def patched_binaries(name: str) -> Binaries:
     label = f"scheduler-{release.version}-{digest.hexdigest()[:16]}"
     target = e2e_build.cache_root() / label / "bin"
     scheduler = target / "kube-scheduler"
-    with e2e_build._locked(target.parent):
+    with e2e_build.locked(target.parent):
         if not scheduler.is_file():
             target.mkdir(parents=True, exist_ok=True)
             _build(patches, release.version, target)
@@ -72,7 +72,7 @@ def patched_source(patches: list[Path], version: str, into: Path) -> Path:
         listed = subprocess.run(
             ["go", "mod", "download", "-json", f"{MODULE}@{staging}"],
             cwd=outside,
-            env=e2e_build._go_env(),
+            env=e2e_build.go_env(),
             check=True,
             capture_output=True,
             text=True,
@@ -92,6 +92,6 @@ def _build(patches: list[Path], version: str, target: Path) -> None:
         source = patched_source(patches, version, Path(tmp) / "dra")
         e2e_build._run(["go", "mod", "edit", f"-replace={MODULE}={source}"], module)
         flags = [f"-ldflags={e2e_build.ldflags(version)}"]
-        e2e_build._go_build(
+        e2e_build.go_build(
             target, "kube-scheduler", module, "k8s.io/kubernetes/cmd/kube-scheduler", flags
         )

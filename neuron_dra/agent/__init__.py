@@ -13,7 +13,9 @@ the `Agent rooms` import contract: `kubelet` (the kubelet plugin), `claims`
 (claim preparation), `slices` (publishing the node), `telemetry` (health and
 metrics), `apiclient` (the API server), `files`. `run` serves the kubelet's
 sockets first; `firstlook` reads the node off the event loop, with a deadline;
-`node`'s Agent wires the rooms and owns their lifecycle only.
+`node`'s Agent wires the rooms and owns their lifecycle only: the preparer's
+events (`claims.events`) reach the status writer and the holdings through one
+queue on the loop; `gauges` reads the agent's parts at each scrape.
 May use: `resources`, `hardware`, `api` and `consts`; never the tools or their
 dependencies.
 """

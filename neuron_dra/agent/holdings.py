@@ -4,19 +4,19 @@ A device a claim holds whole leaves its NeuronCores out of the slices, and a cor
 claim holds its whole device, once held for `withdraw_after_s` (`slices.holdoff`);
 every device a claim on this node has stays published. `Holdings` keeps both sets for
 the slice source and asks for a rebuild of the slices when either changes. It runs on
-the event loop; `changed_elsewhere` is what the DRA server's threads call.
+the event loop, where the preparer's `ClaimsChanged` events reach it (`claims.events`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 
 from consts import NODE_DEVICE_NAME
 from neuron_dra.agent.claims.checkpoint import ClaimRecord
+from neuron_dra.agent.claims.events import ClaimsChanged
 from neuron_dra.agent.slices.holdoff import already_held, hold_off
 from neuron_dra.hardware.cores import logical_cores
 from neuron_dra.hardware.inventory import NodeInventory
@@ -24,23 +24,33 @@ from neuron_dra.hardware.inventory import NodeInventory
 log = logging.getLogger("neuron_dra")
 
 # The changes of a burst of prepares share one rebuild of the slices, this long after
-# the first (`Holdings.changed_elsewhere`).
+# the first (`Holdings.claims_changed`).
 HELD_SETTLE_S = 1.0
 
 
 class Holdings:
+    """What prepared claims hold, as the slices must leave it out (`withdrawn`) or keep
+    it (`kept`).
+
+    Made and used on the event loop only: `claims_changed` takes the preparer's claims
+    as they are now and schedules one `changed` `HELD_SETTLE_S` later for a whole burst
+    (`_due`); `changed` is idempotent: it works the sets out again from the last claims
+    and calls `on_change` only when they differ. Nothing survives a crash: the next
+    start takes the checkpoint's claims as held long enough already (`already_held`).
+    """
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         *,
         pool: str,
         withdraw_after_s: float,
-        prepared: Callable[[], Mapping[str, ClaimRecord]],
         inventory: Callable[[], NodeInventory],
         on_change: Callable[[], None],
     ) -> None:
         self._loop, self._pool, self._after = loop, pool, withdraw_after_s
-        self._prepared, self._inventory, self._on_change = prepared, inventory, on_change
+        self._inventory, self._on_change = inventory, on_change
+        self._prepared: Mapping[str, ClaimRecord] = {}  # as the last ClaimsChanged had them
         # Devices and cores held long enough that what shares their counters is left
         # out; devices a claim on this node has, never left out.
         self.withdrawn: frozenset[str] = frozenset()
@@ -48,10 +58,15 @@ class Holdings:
         # Since when each device or core is held (monotonic), once the claims were read.
         self._since: Mapping[str, float] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._due, self._due_lock = False, threading.Lock()
+        self._due: asyncio.TimerHandle | None = None  # the rebuild after a burst
 
-    def changed_elsewhere(self) -> None:
-        """`changed` a moment later, from the DRA server's threads.
+    def restored(self, claims: ClaimsChanged) -> None:
+        """The claims the checkpoint held at start: followed at once."""
+        self._prepared = claims.claims
+        self.changed()
+
+    def claims_changed(self, claims: ClaimsChanged) -> None:
+        """The prepared claims now; `changed` a moment later.
 
         What prepared claims hold only trims the slices (the counters already keep the
         scheduler from giving a held device's cores to another claim), so the changes
@@ -59,21 +74,18 @@ class Holdings:
         the first, rather than costing every prepare a rebuild on the event loop's
         thread while the prepare waits for the interpreter's lock.
         """
-        with self._due_lock:
-            if self._due:
-                return
-            self._due = True
-        self._loop.call_soon_threadsafe(self._loop.call_later, HELD_SETTLE_S, self._settled)
+        self._prepared = claims.claims
+        if self._due is None:
+            self._due = self._loop.call_later(HELD_SETTLE_S, self._settled)
 
     def _settled(self) -> None:
-        with self._due_lock:
-            self._due = False
+        self._due = None
         self.changed()
 
     def changed(self) -> None:
         """On the event loop: what prepared claims hold, followed into the slices; a
         device or core held counts only once it has been for `withdraw_after_s`."""
-        prepared = self._prepared()
+        prepared = self._prepared
         held_now = held_here(self._inventory(), self._pool, prepared)
         now = time.monotonic()
         if self._since is None:

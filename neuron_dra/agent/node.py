@@ -20,11 +20,18 @@ from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claims.checkpoint import CheckpointStore
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.events import (
+    ClaimEvents,
+    ClaimPrepared,
+    ClaimsChanged,
+    ClaimUnprepared,
+)
 from neuron_dra.agent.claims.metadatafiles import MetadataFiles
 from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
 from neuron_dra.agent.claims.statuswriter import StatusWriter
 from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
+from neuron_dra.agent.gauges import agent_gauges
 from neuron_dra.agent.holdings import Holdings
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
@@ -36,18 +43,16 @@ from neuron_dra.agent.slices.publisher import SlicePublisher
 from neuron_dra.agent.slices.source import NodeState, SliceSource
 from neuron_dra.agent.supervisor import Supervisor
 from neuron_dra.agent.telemetry.attribution import PodResources
-from neuron_dra.agent.telemetry.devicemetrics import StatsReader, device_states, health_samples
+from neuron_dra.agent.telemetry.devicemetrics import StatsReader
 from neuron_dra.agent.telemetry.events import (
     EVENT_NAMESPACE,
     DerivedNotice,
-    derived_samples,
     health_event,
 )
 from neuron_dra.agent.telemetry.health import Change, health_entries
 from neuron_dra.agent.telemetry.healthpoll import HealthPoll
 from neuron_dra.agent.telemetry.metrics import Metrics, Sample
 from neuron_dra.agent.telemetry.metricsauth import RESULTS, REVIEWS_METRIC, Authorizer
-from neuron_dra.agent.telemetry.mounts import read_only_samples
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.nodelabels import owned_labels
@@ -65,6 +70,17 @@ REVIEW_CONNECTIONS = 1  # metrics authorization reviews one token at a time
 
 
 class Agent:
+    """One node's agent: its devices, the preparer behind the kubelet's sockets, the
+    slices, the claims' status, health and metrics, wired together.
+
+    Made once a process, on the event loop, by `serve` after the first look at the node;
+    `run` runs on that loop until `stop`, once. Its own state (the inventory, the Node's
+    topology) is replaced whole on the loop, and the threads that read it (the DRA
+    service's, the metrics thread) read one reference without a lock. Nothing of it
+    survives a crash; the checkpoint, the slices and the claims' status on the API
+    server do, and the next process builds the rest again from them and from sysfs.
+    """
+
     def __init__(
         self,
         options: RunOptions,
@@ -99,19 +115,19 @@ class Agent:
         self.node_watch = NodeWatch(kube, options.node_name, self._node_seen)
         self.device_plugin = DevicePluginGuard(options.node_name)
         self.loops = Supervisor(plugin.health)
-        self.metrics = Metrics()
         self._derived = DerivedNotice()
-        self.metrics.gauges = self._gauges
-        stats = StatsReader(options.sysfs_root, options.node_name)
-        # The inventory is read in the metrics thread: rediscovery replaces it whole.
-        self.metrics.file_gauges = lambda: stats.samples(self.inventory)
+        self._stats = StatsReader(options.sysfs_root, options.node_name)
         self.pod_resources = PodResources(
             options.pod_resources_socket,
             DRIVER_NAME,
             options.node_name,
             max_age_s=options.pod_resources_interval_s,
         )
-        self.metrics.before_scrape = self.pod_resources.refresh
+        self.metrics = Metrics(
+            gauges=lambda: agent_gauges(self),
+            file_gauges=self._file_gauges,
+            before_scrape=self.pod_resources.refresh,
+        )
         # Scrapers show a token the API server vouches for, of a user allowed /metrics.
         # Reviews have a connection of their own: scrapers, or anyone who reaches the
         # port, never hold the ones a prepare's claim read needs.
@@ -126,19 +142,27 @@ class Agent:
         self.health_poll = HealthPoll(self.health.poll)
         plugin_dir = options.plugins_dir / DRIVER_NAME
         boot = look.boot_id
+        self.source = SliceSource(kube, options, self._state)
+        self.publisher = SlicePublisher(
+            kube, options.node_name, self.source.build, self.source.reprobe, self.metrics
+        )
         self.claim_status = StatusWriter(
-            kube, self.metrics, lambda: self.inventory, options.node_name
+            kube, self.metrics, self._inventory, options.node_name, enabled=options.claim_status
         )
         self.holdings = Holdings(
             self._loop,
             pool=options.node_name,
             withdraw_after_s=options.withdraw_after_s,
-            prepared=lambda: self.preparer.prepared,
-            inventory=lambda: self.inventory,
-            on_change=lambda: self.publisher.refresh(self.source.build),
+            inventory=self._inventory,
+            on_change=self.publisher.refresh,
         )
+        # The preparer's events, from the DRA service's threads, handled on the loop.
+        self.events = ClaimEvents()
+        self.events.on(ClaimPrepared, self.claim_status.prepared)
+        self.events.on(ClaimUnprepared, self.claim_status.unprepared)
+        self.events.on(ClaimsChanged, self.holdings.claims_changed)
         self.preparer = Preparer(
-            inventory=lambda: self.inventory,
+            inventory=self._inventory,
             pool=options.node_name,
             cdi_root=options.cdi_root,
             # Durable only when reboots cannot be told apart (see `checkpoint`).
@@ -147,22 +171,27 @@ class Agent:
             get_claim=kube.get_resource_claim,
             after_step=after_step,
             metrics=self.metrics,
-            on_change=self.holdings.changed_elsewhere,
-            on_prepared=self.claim_status.prepared,
-            on_unprepared=self.claim_status.unprepared,
+            post=self.events.post,
             metadata=MetadataFiles(
                 plugin_dir,
                 options.cdi_root,
-                lambda name: self.source.device_attributes(
-                    self._published_inventory(), self.topology
-                ).get(name),
+                self._device_attributes,
                 enabled=options.device_metadata,
             ),
         )
-        self.source = SliceSource(kube, options, self._state)
-        self.publisher = SlicePublisher(
-            kube, options.node_name, self.source.build, self.source.reprobe, self.metrics
-        )
+
+    def _inventory(self) -> NodeInventory:
+        """The devices as last found; rediscovery replaces them whole, so a thread that
+        reads them (the DRA service's, the metrics thread) sees one inventory or the other."""
+        return self.inventory
+
+    def _device_attributes(self, name: str) -> Json | None:
+        """A device's attributes as the slices publish them (the metadata files')."""
+        published = self.source.device_attributes(self._published_inventory(), self.topology)
+        return published.get(name)
+
+    def _file_gauges(self) -> list[Sample]:
+        return list(self._stats.samples(self.inventory))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`; the kubelet's sockets are served already (see `run.run`)."""
@@ -173,8 +202,9 @@ class Agent:
         except StoppedError:
             log.info("stopped before the checkpoint was read")
             return
-        self.holdings.changed()  # the devices restored claims hold
-        restored = self.preparer.prepared.values()
+        restored_claims = self.preparer.prepared
+        self.holdings.restored(ClaimsChanged(restored_claims))  # the devices they hold
+        restored = restored_claims.values()
         self.claim_status.restored(ClaimRef(c.namespace, c.name, c.uid) for c in restored)
         # The kubelet can prepare from here while the publisher probes the API server.
         self.plugin.serve_claims(self.preparer)
@@ -191,6 +221,7 @@ class Agent:
             ("rediscovery", self._rediscover),
             ("claims", self._follow_claims),
             ("claim-status", self.claim_status.run),
+            ("claim-events", self.events.run),
         ):
             loops.start(name, loop)
         ready = asyncio.create_task(self._report_ready(), name="ready")
@@ -263,7 +294,7 @@ class Agent:
         if node is None:
             return
         if self.device_plugin.seen(node):
-            self.publisher.refresh(self.source.build)
+            self.publisher.refresh()
         topology, problems = from_labels(node.get("metadata", {}).get("labels"))
         if problems != self._topology_problems:
             for problem in problems:
@@ -276,7 +307,7 @@ class Agent:
                 extra={"node": self.options.node_name, "layers": topology.attributes()},
             )
             self.topology = topology
-            self.publisher.refresh(self.source.build)
+            self.publisher.refresh()
         await self.labels.keep(node)
 
     async def _rediscover(self) -> None:
@@ -288,7 +319,7 @@ class Agent:
                 # UltraServer membership decides whether the pool has counters to lay out.
                 reprobe = inventory.ultraserver != self.inventory.ultraserver
                 self.inventory = inventory
-                self.publisher.refresh(self.source.build, reprobe=reprobe)
+                self.publisher.refresh(reprobe=reprobe)
                 node = self.options.node_name
                 await self._record(self._derived.news(node, inventory, time.time()))
                 try:
@@ -305,10 +336,10 @@ class Agent:
                 notices = self.health.notices.all()
                 if notices != self._notices:
                     self._notices = notices
-                    self.publisher.refresh(self.source.build)  # informational taints
+                    self.publisher.refresh()  # informational taints
                 if not changes:
                     continue
-                self.publisher.refresh(self.source.build)
+                self.publisher.refresh()
                 await self._publish_health()
                 for change in changes:
                     await self._report_health(change)
@@ -341,27 +372,6 @@ class Agent:
 
     async def _publish_health(self) -> None:
         self.plugin.resource_health.update(health_entries(self.inventory, self.health.problems))
-
-    def _gauges(self) -> list[Sample]:
-        node, prepared = self.options.node_name, self.preparer.prepared
-        allocated = {d.device for c in prepared.values() for d in c.devices}
-        samples = device_states(self.inventory, self.health.problems, allocated)
-        samples.append(Sample("neuron_dra_prepared_claims", (), len(prepared)))
-        samples.append(Sample("neuron_dra_claim_status_pending", (), self.claim_status.pending))
-        registered = self.plugin.registration.registered.is_set()
-        samples.append(Sample("neuron_dra_registered", (), float(registered)))
-        samples += health_samples(self.inventory, self.health.problems, self.health.unwatched, node)
-        samples += read_only_samples(self.read_only_mounts)
-        samples += self.health_poll.samples(node)
-        samples += self.device_plugin.samples()
-        samples += derived_samples(self.inventory)
-        up = float(self.pod_resources.up)
-        samples.append(Sample("neuron_dra_pod_resources_up", (("node", node),), up))
-        samples += self.pod_resources.samples(self.inventory, node)
-        if self.publisher.last_publish is not None:
-            last = self.publisher.last_publish
-            samples.append(Sample("neuron_dra_slice_last_publish_timestamp_seconds", (), last))
-        return samples
 
     def _count_review(self, result: HTTPStatus) -> None:
         self.metrics.inc(REVIEWS_METRIC, result=RESULTS[result])

@@ -46,6 +46,8 @@ class RunOptions:
     pod_resources_interval_s: float = POD_RESOURCES_INTERVAL_S
     # Device metadata files (KEP-5304) bind-mounted into the claim's containers.
     device_metadata: bool = True
+    # Each prepared claim's status.devices (KEP-4817), written and cleared by the agent.
+    claim_status: bool = True
 
     @property
     def pod_resources_socket(self) -> Path:

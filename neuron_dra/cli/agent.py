@@ -172,6 +172,13 @@ def add_command(subparsers: SubParsers) -> None:
         "their published attributes) and bind-mount it read-only into the claim's "
         "containers under /var/run/kubernetes.io/dra-device-attributes",
     )
+    cmd.add_argument(
+        "--enable-claim-status",
+        default="true",
+        choices=["true", "false"],
+        help="write each prepared claim's status.devices entries (KEP-4817: Ready, the Neuron "
+        "devices, serial numbers and NeuronCores) and clear them at unprepare",
+    )
     cmd.set_defaults(command=_run)
 
 
@@ -206,6 +213,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         pod_resources_path=args.pod_resources_socket,
         pod_resources_interval_s=args.pod_resources_interval,
         device_metadata=args.enable_device_metadata == "true",
+        claim_status=args.enable_claim_status == "true",
     )
 
 

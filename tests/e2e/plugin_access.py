@@ -14,7 +14,7 @@ import http.client
 import json
 import logging
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -325,18 +325,23 @@ def check_probes_and_writes(
         assert forbidden == []
 
         layout = cluster.counter_layout()
-        publisher = SlicePublisher(plugin, own, lambda g, _: slices(layout, g))
+        # What the publisher builds, the last of these: the layout, then devices only,
+        # then nothing.
+        builds: list[Callable[[int], list[Obj]]] = [lambda g: slices(layout, g)]
+        publisher = SlicePublisher(plugin, own, lambda g, _: builds[-1](g))
         asyncio.run(publisher.reconcile(node_uid))
         published = on_node()
         assert len(published) == len(slices(layout))
         assert {s["spec"]["pool"]["name"] for s in published} == {own}
         # Devices only, in one slice: a published slice rewritten, any other deleted.
-        publisher.refresh(lambda g, _: slices(layout, g, UltraServerDevices.DEVICES))
+        builds.append(lambda g: slices(layout, g, UltraServerDevices.DEVICES))
+        publisher.refresh()
         asyncio.run(publisher.reconcile(node_uid))
         [rewritten] = on_node()
         assert rewritten["metadata"]["name"] in {s["metadata"]["name"] for s in published}
         assert "neuronnode" not in {d["name"] for d in rewritten["spec"]["devices"]}
-        publisher.refresh(lambda g, _: [])
+        builds.append(lambda g: [])
+        publisher.refresh()
         asyncio.run(publisher.reconcile(node_uid))
         assert on_node() == []
     finally:

@@ -66,6 +66,16 @@ class Listed:
 
 
 class Kube:
+    """The API calls the agent makes, over a few keep-alive connections.
+
+    The blocking calls (`get_resource_claim`, `list_sync`, `get_sync`) may be made from
+    any thread and block it, within the request's deadline; the `async` ones are made on
+    the event loop and run the request in a worker thread. Every call raises `ApiError`
+    for an error answer, a timeout or a broken connection; a GET, PUT, DELETE or PATCH
+    that failed on a stale connection before any answer is sent once more, which
+    changes nothing on the server. It keeps no state a crash could lose.
+    """
+
     def __init__(
         self,
         config: ApiConfig,

@@ -120,6 +120,16 @@ class Loaded:
 
 
 class CheckpointStore:
+    """The file of prepared claims a node's plugin instances share.
+
+    Its caller is the preparer, from the DRA service's threads and the thread that runs
+    `Preparer.start`; the preparer lets one thread at a time at a store (its commit lock),
+    and the file lock orders that thread with a second instance's during a rolling
+    update. `apply` is idempotent: changes the file already holds write nothing. A crash
+    of the process keeps every write that returned (renamed whole; fsynced as well when
+    `durable`); a reboot keeps none of it, as the boot marker tells the next start.
+    """
+
     def __init__(self, path: Path, *, durable: bool = True) -> None:
         """`durable`: fsync each write; the agent turns it off when it knows the boot id."""
         self.path = path

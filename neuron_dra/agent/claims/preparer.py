@@ -38,6 +38,13 @@ from neuron_dra.agent.claims import cdi
 from neuron_dra.agent.claims.answer import claim_record
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.events import (
+    ClaimPrepared,
+    ClaimsChanged,
+    ClaimUnprepared,
+    Post,
+    no_post,
+)
 from neuron_dra.agent.claims.exclusive import check_exclusive
 from neuron_dra.agent.claims.metadatafiles import MetadataFiles, metadata_claim, with_metadata
 from neuron_dra.agent.claims.plan import ClaimError, Holding, PreparedClaim, plan
@@ -88,6 +95,27 @@ def _failed(ref: ClaimRef, err: Exception) -> Outcome:
 
 
 class Preparer:
+    """The node side of the kubelet's `NodePrepareResources` and `NodeUnprepareResources`.
+
+    Callers and threads: `prepare` and `unprepare` are called by the DRA service
+    (`kubelet.plugin.DraV1`) from grpcio's worker threads, several calls at once; each
+    blocks its thread through the claim's API read and file writes and returns one
+    `Outcome` per claim, never raising for one claim's failure. `start` is called once,
+    off the event loop and before any of them (it reads the checkpoint); `refresh` from
+    any thread. It tells the rest of the agent what changed through `post` (`events`),
+    which only hands each event to the event loop.
+
+    Idempotent, as the kubelet repeats calls: a claim already prepared whose CDI spec
+    is there is answered the same devices from memory, with no read; a claim not
+    prepared, or unprepared twice, unprepares with nothing written. Calls for one claim
+    run one at a time (its lock); different claims run side by side.
+
+    A crash may come between any two steps (`STEPS`): what survives is the checkpoint and
+    the files, in the order the module docstring gives, and the kubelet's repeat of the
+    call it got no answer for repairs the rest. Nothing in memory needs surviving:
+    `start` rebuilds it from the checkpoint.
+    """
+
     def __init__(
         self,
         *,
@@ -99,20 +127,16 @@ class Preparer:
         get_claim: GetClaim,
         after_step: StepHook = no_step_hook,
         metrics: Metrics | None = None,
-        on_change: Callable[[], None] = lambda: None,
-        on_prepared: Callable[[PreparedClaim, NodeInventory], None] = lambda p, i: None,
-        on_unprepared: Callable[[ClaimRef], None] = lambda ref: None,
+        post: Post = no_post,
         metadata: MetadataFiles | None = None,
     ) -> None:
         # Device metadata files (KEP-5304); None: neither written nor cleaned up.
         self._metadata = metadata
         self._metrics = metrics or Metrics()
-        # Told whenever the prepared claims change (this instance's or, read from the
-        # checkpoint, the other's of a rolling update): what is held shapes the slices.
-        self._on_change = on_change
-        # Told of each claim this instance prepared in full, or unprepared (`statuswriter`):
-        # they must only note it, never block or raise.
-        self._on_prepared, self._on_unprepared = on_prepared, on_unprepared
+        # Where the preparer's events go (`events`): each claim this instance prepared in
+        # full or unprepared, and the prepared claims whenever they change (this
+        # instance's or, read from the checkpoint, the other's of a rolling update).
+        self._post = post
         self._inventory = inventory
         self._pool = pool
         self._cdi_root = cdi_root
@@ -242,7 +266,7 @@ class Preparer:
                         del self._preparing[ref.uid]
                 self._phase("checkpoint", phase)
                 self._after_step("after-checkpoint")
-                self._on_prepared(prepared, inventory)
+                self._post(ClaimPrepared(prepared, inventory))
             except ClaimError as err:
                 log.warning("claim not prepared: %s", err, extra=extra)
                 return Outcome(error=str(err), reason="claim")
@@ -284,7 +308,7 @@ class Preparer:
                 # Unconditionally: during a rolling update the other instance may have
                 # prepared it, and only the file on disk knows.
                 self._commit({ref.uid: None})
-                self._on_unprepared(ref)
+                self._post(ClaimUnprepared(ref))
             except Exception as err:
                 log.exception("claim not unprepared", extra={"claim": ref.uid})
                 return _failed(ref, err)
@@ -309,7 +333,7 @@ class Preparer:
                     log.error(loaded.problem)
                 with self._mutex:
                     self._claims = dict(loaded.claims)
-                self._on_change()
+                self._post(ClaimsChanged(dict(loaded.claims)))
 
     def _hold(self, prepared: PreparedClaim, inventory: NodeInventory) -> None:
         """Refuse devices another claim holds; otherwise hold them for this one.
@@ -371,4 +395,4 @@ class Preparer:
             with self._mutex:
                 changed, self._claims = claims != self._claims, claims
         if changed:
-            self._on_change()
+            self._post(ClaimsChanged(dict(claims)))

@@ -15,14 +15,20 @@ which is written as soon as it is prepared. One write per claim is pending at a
 time: a later one replaces it, and is tried at once, so an unprepare that comes
 first clears instead of writing.
 
-Unprepare reads the claim first and clears only what is there: once a claim is
-deallocated the API server drops every entry itself. Where the API server does not
-serve the field (DRAResourceClaimDeviceStatus off; on by default since 1.33) an
-apply answers without it: the writer says so once and writes nothing more for the
-life of the process. Pending writes live in memory; at start each claim the checkpoint
-holds is read again and, where it has no entries of this driver, planned again and
-written, so a write pending when the last instance stopped is made. A clear pending
-then is not: the entries stay until the claim is deallocated.
+The writer reads no claim on the way: a prepare's entries are built from what the
+prepare planned, and an unprepare clears with an apply that leaves out the entries
+only where this process may have sent some (an apply was tried, or the claim was
+restored at start); a claim whose apply was never sent is dropped with no call at
+all. Writes wait `COALESCE_S` before their first try, so a claim prepared and
+unprepared within it costs the API server nothing, and a burst of claims is
+written once each. Where the API server does not serve the field
+(DRAResourceClaimDeviceStatus off; on by default since 1.33) an apply answers
+without it: the writer says so once and writes nothing more for the life of the
+process. Pending writes live in memory; at start each claim the checkpoint holds is
+read again and, where it has no entries of this driver, planned again and written,
+so a write pending when the last instance stopped is made. A clear pending then is
+not: the entries stay until the claim is deallocated, when the API server drops
+them itself.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from neuron_dra.agent.apiclient.errors import ApiError
 from neuron_dra.agent.apiclient.kube import Json
 from neuron_dra.agent.claims import devicestatus
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.events import ClaimPrepared, ClaimUnprepared
 from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim, plan
 from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
@@ -61,12 +68,18 @@ class ClaimStatusApi(Protocol):
     ) -> Json: ...
 
 
-@dataclass
-class _Retry:
-    """A claim whose last write failed: its own backoff, and when it is tried again."""
+# Seconds a write waits before its first try: a claim unprepared meanwhile costs no
+# call, and the status is for people and tools, not the container.
+COALESCE_S = 0.25
 
-    backoff: Backoff
+
+@dataclass
+class _Due:
+    """When a pending write is tried: after the coalescing wait, or, once it failed,
+    after its claim's own backoff."""
+
     due: float
+    backoff: Backoff | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,7 +94,16 @@ class _Write:
 
 
 class StatusWriter:
-    """Created on the event loop; `prepared` and `unprepared` may be called from any thread."""
+    """The claims' `status.devices`, written on the event loop beside the kubelet's calls.
+
+    Made and used on the event loop, whose `run` task makes every API call; `prepared`
+    and `unprepared` are the handlers of the preparer's events (`events`), and they and
+    `restored` never block and never raise: they only note the write. Idempotent: a
+    claim's later write replaces its pending one, and applying the same entries again
+    changes nothing on the server. Nothing survives a crash but what was applied;
+    `restored` at the next start writes the entries of claims still prepared that have
+    none.
+    """
 
     def __init__(
         self,
@@ -92,45 +114,59 @@ class StatusWriter:
         *,
         backoff: Backoff | None = None,  # each claim's steps, copied per claim
         clock: Callable[[], float] = time.monotonic,
+        coalesce_s: float = COALESCE_S,
+        enabled: bool = True,  # off (--enable-claim-status=false): nothing is written
     ) -> None:
+        self._enabled = enabled
         self._kube = kube
         self._inventory = inventory
         self._pool = pool
         self._metrics = metrics
         self._steps = backoff or Backoff(initial_s=1.0, max_s=60.0)
         self._clock = clock
-        self._loop = asyncio.get_running_loop()
+        self._coalesce_s = coalesce_s
         self._pending: dict[str, _Write] = {}  # by claim UID; touched on the loop only
-        self._retries: dict[str, _Retry] = {}  # by claim UID, of pending writes that failed
+        self._due: dict[str, _Due] = {}  # by claim UID, of each pending write
+        # Claims whose entries this process may have sent, or a previous one (restored):
+        # only these have anything to clear.
+        self._sent: set[str] = set()
         self._wake = asyncio.Event()
         self.served = True  # until an apply's answer shows the field is not served
 
-    def prepared(self, prepared: PreparedClaim, inventory: NodeInventory) -> None:
-        self._put(_Write(prepared.claim, "apply", (prepared, inventory.lnc, _now())))
+    def prepared(self, event: ClaimPrepared) -> None:
+        prepared = event.prepared
+        self._put(_Write(prepared.claim, "apply", (prepared, event.inventory.lnc, _now())))
 
-    def unprepared(self, claim: ClaimRef) -> None:
-        self._put(_Write(claim, "clear"))
+    def unprepared(self, event: ClaimUnprepared) -> None:
+        self._put(_Write(event.claim, "clear"))
 
     def restored(self, claims: Iterable[ClaimRef]) -> None:
         """Claims prepared before this start: each written if it has no entries (a
         write still pending when the last instance stopped), unless a prepare or
         unprepare of this instance came first."""
         for claim in claims:
-            self._put(_Write(claim, "check"), replace=False)
+            self._put(_Write(claim, "check"), replace=False, sent=True)
 
     @property
     def pending(self) -> int:
         return len(self._pending)
 
-    def _put(self, write: _Write, *, replace: bool = True) -> None:
-        def put() -> None:
-            if replace or write.claim.uid not in self._pending:
-                self._pending[write.claim.uid] = write
-                self._retries.pop(write.claim.uid, None)  # a new write is tried at once
-            self._wake.set()
-
-        with contextlib.suppress(RuntimeError):  # the loop closed: the agent is stopping
-            self._loop.call_soon_threadsafe(put)
+    def _put(self, write: _Write, *, replace: bool = True, sent: bool = False) -> None:
+        if not self._enabled:
+            return
+        uid = write.claim.uid
+        if sent:
+            self._sent.add(uid)
+        if write.kind == "clear" and uid not in self._sent:
+            # Nothing of this process's reached the claim: no call to make.
+            self._pending.pop(uid, None)
+            self._due.pop(uid, None)
+            return
+        if replace or uid not in self._pending:
+            self._pending[uid] = write
+            # A new write waits the coalescing time, never a failed one's backoff.
+            self._due[uid] = _Due(self._clock() + self._coalesce_s)
+        self._wake.set()
 
     async def run(self) -> None:
         """Until cancelled: each pending write as it comes, a failed one again when its
@@ -142,26 +178,27 @@ class StatusWriter:
                 await asyncio.wait_for(self._wake.wait(), delay)
 
     async def write_due(self) -> float | None:
-        """Try each pending write that is not waiting out a backoff, once; the seconds
-        until the next retry is due, None when no write waits for one."""
+        """Try each pending write that is due, once; the seconds until the next one is
+        due, None when no write is pending."""
         for uid, write in list(self._pending.items()):
-            retry = self._retries.get(uid)
-            if retry is not None and retry.due > self._clock():
+            waiting = self._due.get(uid)
+            if waiting is not None and waiting.due > self._clock():
                 continue
             try:
                 await self._write(write)
             except Exception as err:
                 self._failed(write.claim, err)
                 if self._pending.get(uid) is write:  # not replaced meanwhile
-                    backoff = retry.backoff if retry is not None else self._backoff()
-                    self._retries[uid] = _Retry(backoff, self._clock() + backoff.delay())
+                    found = waiting.backoff if waiting is not None else None
+                    backoff = found or self._backoff()
+                    self._due[uid] = _Due(self._clock() + backoff.delay(), backoff)
                 continue
             if self._pending.get(uid) is write:
                 del self._pending[uid]
-                self._retries.pop(uid, None)
-        if not self._retries:
+                self._due.pop(uid, None)
+        if not self._due:
             return None
-        return max(0.0, min(r.due for r in self._retries.values()) - self._clock())
+        return max(0.0, min(d.due for d in self._due.values()) - self._clock())
 
     def _backoff(self) -> Backoff:
         return Backoff(self._steps.initial_s, self._steps.max_s, self._steps.rng)
@@ -197,6 +234,7 @@ class StatusWriter:
             if found is None:
                 return
             entries = found
+        self._sent.add(claim.uid)  # from here the server may hold entries to clear
         try:
             answer = await self._apply(claim, _body(claim, entries))
         except ApiError as err:
@@ -226,19 +264,23 @@ class StatusWriter:
         )
 
     async def _clear(self, claim: ClaimRef) -> None:
-        """Remove this driver's entries, if the claim is still allocated and has them (a
-        deallocated claim has none: the server dropped them)."""
-        obj = await self._read(claim)
-        if obj is None or not _allocation(obj) or not _entries_of_driver(obj):
+        """Remove this driver's entries with no read first: an apply without them
+        releases them (the server removes what this manager owned and no longer
+        applies), and changes nothing where there are none. A deallocated claim has
+        none already: the server dropped them."""
+        if claim.uid not in self._sent:
             return
-        # An apply without the entries releases them: the server removes what this
-        # manager owned and no longer applies.
+        if not self.served:
+            self._sent.discard(claim.uid)
+            return
         try:
             answer = await self._apply(claim, _body(claim, None))
         except ApiError as err:
             if err.status == 422 and not _allocation(await self._read(claim)):
+                self._sent.discard(claim.uid)
                 return
             raise
+        self._sent.discard(claim.uid)
         if answer is not None:
             log.info("device status of the claim cleared", extra=_fields(claim))
 

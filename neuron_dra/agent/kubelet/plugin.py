@@ -75,6 +75,17 @@ MAX_WAITING_CALLS = 256
 
 
 class DraV1(dra_v1_grpc.DRAPluginServicer):
+    """The kubelet's DRA v1 service: its prepare and unprepare calls, answered by the
+    preparer.
+
+    grpcio's synchronous server calls it, each call in one of its `DRA_WORKERS` threads
+    from request to answer and calls side by side. A call that comes before the
+    preparer is served (`serve`, from the event loop once the checkpoint is read) waits
+    for it, and once `refuse`d is answered with that error; a call with more claims than
+    `MAX_CLAIMS_PER_CALL` is refused whole before anything is touched. It keeps no state
+    of claims: idempotency and what survives a crash are the preparer's.
+    """
+
     def __init__(self, preparer: Preparer | None) -> None:
         self._preparer = preparer
         self._refusal = ""
@@ -140,7 +151,11 @@ class DraV1(dra_v1_grpc.DRAPluginServicer):
 
 
 class DraV1beta1(dra_v1beta1_grpc.DRAPluginServicer):
-    """v1beta1 is v1 on the wire (v1 only adds fields), so requests are re-read as v1."""
+    """The DRA v1beta1 service of 1.33 kubelets: `DraV1`'s calls, with its contract.
+
+    v1beta1 is v1 on the wire (v1 only adds fields), so requests are re-read as v1 and
+    answered by the same `DraV1`, in the same worker thread.
+    """
 
     def __init__(self, v1: DraV1) -> None:
         self._v1 = v1

@@ -72,6 +72,15 @@ RESYNC_S = 600.0
 
 
 class SlicePublisher:
+    """Keeps the API server's ResourceSlices of this node's pool equal to the desired ones.
+
+    On the event loop: `run` is the one task that writes (across instances, under the
+    publisher's file lock, `leader`), and `refresh` is called on the loop to ask for a
+    reconcile soon. Idempotent: a reconcile that finds the slices as desired writes
+    nothing, and any number of `refresh` calls before it cost one. Nothing needs to
+    survive a crash: the next process lists the slices and writes only what differs.
+    """
+
     def __init__(
         self,
         kube: Kube,
@@ -112,9 +121,9 @@ class SlicePublisher:
         self._generation = 0
         self.last_publish: float | None = None
 
-    def refresh(self, build: BuildSlices, *, reprobe: bool = False) -> None:
-        """New desired slices (the inventory changed): reconcile soon, re-probing first if asked."""
-        self._build = build
+    def refresh(self, *, reprobe: bool = False) -> None:
+        """The desired slices changed (what `build` reads: the inventory, health, what
+        claims hold, the Node's topology): reconcile soon, re-probing first if asked."""
         self._reprobe_due = self._reprobe_due or (reprobe and self._reprobe is not None)
         self._wake.set()
 

@@ -181,7 +181,17 @@ class _Families:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        gauges: Gauges | None = None,
+        file_gauges: Gauges | None = None,
+        before_scrape: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """The sources a scrape reads beside the counters and histograms: `gauges` on the
+        event loop (no I/O), `file_gauges` in a worker thread (may read sysfs), and
+        `before_scrape` awaited on the loop first, for at most BEFORE_SCRAPE_S (state
+        the gauges show that another process holds)."""
         # Unregistered: each agent (and each test) has its own series, not the global registry's.
         self._counters = {
             name: Counter(name, spec.help, spec.labels, registry=None)
@@ -197,11 +207,9 @@ class Metrics:
         self._build = Info(
             BUILD_INFO.removesuffix("_info"), METRICS[BUILD_INFO].help, registry=None
         )
-        self.gauges: Gauges = lambda: ()  # called on the event loop: no I/O
-        self.file_gauges: Gauges = lambda: ()  # called in a worker thread: may read sysfs
-        # Awaited on the event loop before the gauges are read, for at most
-        # BEFORE_SCRAPE_S: state the gauges show that another process holds.
-        self.before_scrape: Callable[[], Awaitable[None]] | None = None
+        self.gauges: Gauges = gauges or _none
+        self.file_gauges: Gauges = file_gauges or _none
+        self.before_scrape = before_scrape
         self._scrape: asyncio.Future[bytes] | None = None
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
@@ -291,3 +299,7 @@ def _without_created(series: Counter | Histogram | Info) -> list[Metric]:
         # undocumented gauge families.
         family.samples = [s for s in family.samples if not s.name.endswith("_created")]
     return families
+
+
+def _none() -> list[Sample]:
+    return []

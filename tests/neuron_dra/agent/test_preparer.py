@@ -15,6 +15,7 @@ import pytest
 from neuron_dra.agent.claims import cdi
 from neuron_dra.agent.claims.checkpoint import CheckpointStore, ClaimRecord, RecordedDevice, decode
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.events import ClaimEvent, ClaimsChanged, Post, no_post
 from neuron_dra.agent.claims.plan import plan
 from neuron_dra.agent.claims.preparer import (
     GetClaim,
@@ -93,7 +94,7 @@ class Node:
         boot_id: str = BOOT,
         get_claim: GetClaim | None = None,
         store: CheckpointStore | None = None,
-        on_change: Callable[[], None] = lambda: None,
+        post: Post = no_post,
     ) -> Preparer:
         preparer = Preparer(
             inventory=lambda: self.inventory,
@@ -103,7 +104,7 @@ class Node:
             boot_id=boot_id,
             get_claim=get_claim or self.api.get_claim,
             after_step=after_step,
-            on_change=on_change,
+            post=post,
         )
         preparer.start()
         return preparer
@@ -685,13 +686,12 @@ def test_what_claims_hold_is_told_as_it_changes(node: Node) -> None:
     each time the prepared claims change: its own prepares and unprepares, and those of the
     other instance of a rolling update, read from the checkpoint they share."""
     seen: list[frozenset[str]] = []
-    preparer: Preparer | None = None
 
-    def changed() -> None:
-        assert preparer is not None
-        seen.append(held_here(node.inventory, POOL, preparer.prepared))
+    def changed(event: ClaimEvent) -> None:
+        if isinstance(event, ClaimsChanged):
+            seen.append(held_here(node.inventory, POOL, event.claims))
 
-    preparer = node.preparer(on_change=changed)
+    preparer = node.preparer(post=changed)
     whole = node.api.add(uid(1), ["neurondevice2", "neurondevice3"])
     core = node.api.add(uid(2), ["neuroncore1"])
     admin = node.api.add(uid(3), ["neurondevice9"], admin=True)
