@@ -13,26 +13,19 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from http import HTTPStatus
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
-from neuron_dra.agent.claims.checkpoint import CheckpointStore
+from neuron_dra.agent.claimpath import claim_path
 from neuron_dra.agent.claims.claimref import ClaimRef
-from neuron_dra.agent.claims.events import (
-    ClaimEvents,
-    ClaimPrepared,
-    ClaimsChanged,
-    ClaimUnprepared,
-)
-from neuron_dra.agent.claims.metadatafiles import MetadataFiles
-from neuron_dra.agent.claims.preparer import Preparer, StepHook, no_step_hook
-from neuron_dra.agent.claims.statuswriter import StatusWriter
+from neuron_dra.agent.claims.events import ClaimsChanged
+from neuron_dra.agent.claims.preparer import StepHook, no_step_hook
 from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
 from neuron_dra.agent.gauges import agent_gauges
-from neuron_dra.agent.holdings import Holdings
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.slices import leader
@@ -53,6 +46,7 @@ from neuron_dra.agent.telemetry.health import Change, health_entries
 from neuron_dra.agent.telemetry.healthpoll import HealthPoll
 from neuron_dra.agent.telemetry.metrics import Metrics, Sample
 from neuron_dra.agent.telemetry.metricsauth import RESULTS, REVIEWS_METRIC, Authorizer
+from neuron_dra.agent.telemetry.metricsserver import Authorize
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.nodelabels import owned_labels
@@ -64,9 +58,41 @@ log = logging.getLogger("neuron_dra")
 # How often the checkpoint is looked at for claims a second instance (a rolling update)
 # prepared or unprepared: a stat while it is unchanged.
 CLAIMS_FOLLOW_S = 2.0
-UNKNOWN_BOOT = "unknown"
 # How long after a claim is prepared or unprepared the slices follow what claims hold.
 REVIEW_CONNECTIONS = 1  # metrics authorization reviews one token at a time
+
+
+def _watched_rediscovery(look_again: Callable[[], NodeInventory]) -> Watched[NodeInventory]:
+    return Watched(
+        look_again,
+        "neuron-dra-rediscovery",
+        what="rediscovery",
+        cause="a sysfs read hangs",
+        meanwhile="the devices stay as last found until it ends",
+        recovered="the devices are followed again",
+    )
+
+
+def _pod_resources(options: RunOptions) -> PodResources:
+    return PodResources(
+        options.pod_resources_socket,
+        DRIVER_NAME,
+        options.node_name,
+        max_age_s=options.pod_resources_interval_s,
+    )
+
+
+def _metrics_access(
+    kube: Kube, options: RunOptions, on_review: Callable[[HTTPStatus], None]
+) -> tuple[Kube | None, Authorize | None]:
+    """Where `--metrics-auth` is on, a client of its own for reviews and the check of a
+    scraper's token: the API server must vouch for it, and its user must be allowed
+    /metrics. Scrapers, or anyone who reaches the port, never hold the connections a
+    prepare's claim read needs."""
+    if not options.metrics_auth:
+        return None, None
+    reviews = kube.apart(REVIEW_CONNECTIONS)
+    return reviews, Authorizer(reviews.create, on_review=on_review).status
 
 
 class Agent:
@@ -99,86 +125,50 @@ class Agent:
         self._started = started
         self._discover_node = discover_node
         self.inventory = look.inventory
-        self._rediscovery = Watched(
-            self._look_again,
-            "neuron-dra-rediscovery",
-            what="rediscovery",
-            cause="a sysfs read hangs",
-            meanwhile="the devices stay as last found until it ends",
-            recovered="the devices are followed again",
-        )
+        self._rediscovery = _watched_rediscovery(self._look_again)
         self.read_only_mounts = look.read_only_mounts
         # The Node's EC2 network topology labels, followed with the Node.
         self.topology = NodeTopology()
         self._topology_problems: tuple[str, ...] = ()
-        self.labels = LabelKeeper(kube, options.node_name, lambda: owned_labels(self.inventory))
+        self.labels = LabelKeeper(kube, options.node_name, self._owned_labels)
         self.node_watch = NodeWatch(kube, options.node_name, self._node_seen)
         self.device_plugin = DevicePluginGuard(options.node_name)
         self.loops = Supervisor(plugin.health)
         self._derived = DerivedNotice()
         self._stats = StatsReader(options.sysfs_root, options.node_name)
-        self.pod_resources = PodResources(
-            options.pod_resources_socket,
-            DRIVER_NAME,
-            options.node_name,
-            max_age_s=options.pod_resources_interval_s,
-        )
+        self.pod_resources = _pod_resources(options)
         self.metrics = Metrics(
-            gauges=lambda: agent_gauges(self),
+            gauges=self._gauges,
             file_gauges=self._file_gauges,
             before_scrape=self.pod_resources.refresh,
         )
-        # Scrapers show a token the API server vouches for, of a user allowed /metrics.
-        # Reviews have a connection of their own: scrapers, or anyone who reaches the
-        # port, never hold the ones a prepare's claim read needs.
-        self._reviews = kube.apart(REVIEW_CONNECTIONS) if options.metrics_auth else None
-        self._authorize = (
-            Authorizer(self._reviews.create, on_review=self._count_review).status
-            if self._reviews
-            else None
-        )
+        self._reviews, self._authorize = _metrics_access(kube, options, self._count_review)
         self.health = look.health
         self._notices = self.health.notices.all()  # as the slices were last built with
         self.health_poll = HealthPoll(self.health.poll)
-        plugin_dir = options.plugins_dir / DRIVER_NAME
-        boot = look.boot_id
         self.source = SliceSource(kube, options, self._state)
         self.publisher = SlicePublisher(
             kube, options.node_name, self.source.build, self.source.reprobe, self.metrics
         )
-        self.claim_status = StatusWriter(
-            kube, self.metrics, self._inventory, options.node_name, enabled=options.claim_status
-        )
-        self.holdings = Holdings(
-            self._loop,
-            pool=options.node_name,
-            withdraw_after_s=options.withdraw_after_s,
+        path = claim_path(
+            options,
+            kube,
+            self.metrics,
             inventory=self._inventory,
-            on_change=self.publisher.refresh,
-        )
-        # The preparer's events, from the DRA service's threads, handled on the loop.
-        self.events = ClaimEvents()
-        self.events.on(ClaimPrepared, self.claim_status.prepared)
-        self.events.on(ClaimUnprepared, self.claim_status.unprepared)
-        self.events.on(ClaimsChanged, self.holdings.claims_changed)
-        self.preparer = Preparer(
-            inventory=self._inventory,
-            pool=options.node_name,
-            cdi_root=options.cdi_root,
-            # Durable only when reboots cannot be told apart (see `checkpoint`).
-            store=CheckpointStore(plugin_dir / "checkpoint.json", durable=boot is None),
-            boot_id=boot or UNKNOWN_BOOT,
-            get_claim=kube.get_resource_claim,
+            device_attributes=self._device_attributes,
+            on_hold_change=self.publisher.refresh,
+            boot_id=look.boot_id,
             after_step=after_step,
-            metrics=self.metrics,
-            post=self.events.post,
-            metadata=MetadataFiles(
-                plugin_dir,
-                options.cdi_root,
-                self._device_attributes,
-                enabled=options.device_metadata,
-            ),
+            plugin_dir=options.plugins_dir / DRIVER_NAME,
         )
+        self.preparer, self.events = path.preparer, path.events
+        self.claim_status, self.holdings = path.claim_status, path.holdings
+
+    def _owned_labels(self) -> dict[str, str | None]:
+        return owned_labels(self.inventory)
+
+    def _gauges(self) -> list[Sample]:
+        return agent_gauges(self)
 
     def _inventory(self) -> NodeInventory:
         """The devices as last found; rediscovery replaces them whole, so a thread that
