@@ -56,10 +56,9 @@ def _yardstick(arms: Obj, arm: Obj) -> tuple[str, Obj] | None:
     return None
 
 
-def run_rows(name: str, run: Obj) -> list[str]:
-    """The rows of one kept run."""
+def run_rows(name: str, run: Obj, blocks: int) -> list[str]:
+    """The rows of one kept run, in a table of `blocks` block columns."""
     arms: Obj = run["arms"]
-    blocks = max(len(a["blocks"]) for a in arms.values())
     rows = [
         f"| **`{name}`** | {run['size']:,} nodes, {run['run'].get('kubernetes', '?')}, "
         f"{run['pods_per_block']} pods a case and block | "
@@ -100,18 +99,23 @@ def run_rows(name: str, run: Obj) -> list[str]:
     return rows
 
 
-def interleaved_table(runs: dict[str, Obj]) -> str:
-    """Every kept run's rows under one header; a run's figures are compared within it."""
+def _header(runs: dict[str, Obj]) -> tuple[int, list[str]]:
+    """The most blocks any kept run has, and the table's head with a column each."""
     blocks = max(
         (len(a["blocks"]) for run in runs.values() for a in run["arms"].values()), default=0
     )
     header = " | ".join(f"block {i + 1}" for i in range(blocks))
-    lines = [
+    return blocks, [
         f"| arm | figure | {header} | median | range |",
         "|---|---|" + "---|" * blocks + "---|---|",
     ]
+
+
+def interleaved_table(runs: dict[str, Obj]) -> str:
+    """Every kept run's rows under one header; a run's figures are compared within it."""
+    blocks, lines = _header(runs)
     for name, run in runs.items():
-        lines += run_rows(name, run)
+        lines += run_rows(name, run, blocks)
     return "\n".join(lines)
 
 
@@ -119,14 +123,7 @@ def patch_table(runs: dict[str, Obj]) -> str:
     """What each patched scheduler changes, from the kept runs that measured one: the
     arm on the patched scheduler against the same layout and state on the release's,
     p50 by case, and their ratio block by block."""
-    blocks = max(
-        (len(a["blocks"]) for run in runs.values() for a in run["arms"].values()), default=0
-    )
-    header = " | ".join(f"block {i + 1}" for i in range(blocks))
-    lines = [
-        f"| arm | figure | {header} | median | range |",
-        "|---|---|" + "---|" * blocks + "---|---|",
-    ]
+    blocks, lines = _header(runs)
     for name, run in runs.items():
         arms: Obj = run["arms"]
         for label, arm in arms.items():

@@ -306,3 +306,22 @@ def test_a_quoted_figure_is_made_from_its_run_and_a_stale_one_is_named() -> None
         figures.render_figures(broken, kept)
     with pytest.raises(ValueError, match="no figure named 'nope'"):
         figures.render_figures("<!-- figure nope -->x<!-- end figure -->", kept)
+
+
+def test_runs_of_different_block_counts_share_one_table_shape() -> None:
+    """A run of 3 blocks beside one of 6: every row has the header's columns."""
+    armtable = load("armtable")
+
+    def run(blocks: int) -> dict[str, Any]:
+        arm = {
+            "layout": "partitions",
+            "state": "full",
+            "patch": None,
+            "blocks": [{"cases": {"1 device": {"p50_ms": 10.0}}}] * blocks,
+            "rss_mib": {"kube-apiserver": 100},
+        }
+        return {"run": {}, "size": 10, "pods_per_block": 1, "arms": {"partitions, full": arm}}
+
+    table = armtable.interleaved_table({"a.json": run(3), "b.json": run(6)})
+    widths = {line.count(" | ") for line in table.splitlines() if not line.startswith("|---")}
+    assert widths == {9}, table
