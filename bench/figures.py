@@ -25,6 +25,7 @@ FIGURE = re.compile(
 )
 OPENING = re.compile(r"<!-- figure ")
 INTERLEAVED = "interleaved-1000-1.json"
+INTERLEAVED_138 = "interleaved-1000-138-1.json"
 HELD_WHOLE = ("partitions, full", "1 device")
 
 
@@ -101,6 +102,12 @@ FIGURES: dict[str, Figure] = {
     "rss-core-full": rss_ratio(INTERLEAVED, CORE_FULL, "devices, full"),
     "rss-held-whole": rss_ratio(INTERLEAVED, "partitions, full", "devices, full"),
     "rss-empty": rss_ratio(INTERLEAVED, "partitions, empty", "devices, full"),
+    "core-full-1-core-138": block_ratio(INTERLEAVED_138, CORE_FULL, "1 core", HELD_WHOLE),
+    "core-full-1-device-138": block_ratio(INTERLEAVED_138, CORE_FULL, "1 device", HELD_WHOLE),
+    "empty-1-core-138": block_ratio(
+        INTERLEAVED_138, "partitions, empty", "1 core", ("partitions, empty", "1 device")
+    ),
+    "rss-core-full-138": rss_ratio(INTERLEAVED_138, CORE_FULL, "devices, full"),
     "capacity-held-whole-137": scale_p50("holds-1000-2.json", "capacity", "full", "1 device"),
     "partitions-held-whole-137": scale_p50("holds-1000-2.json", "partitions", "full", "1 device"),
     "capacity-held-whole-138": scale_p50("holds-1000-138-1.json", "capacity", "full", "1 device"),
