@@ -100,7 +100,7 @@ SCHEDULER_PATCH ?= $(NEURON_DRA_SCHEDULER_PATCH)
 FLOOD_S ?= 600
 test-probe-flood: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) NEURON_DRA_PROBE_FLOOD_S=$(FLOOD_S) $(BIN)/pytest -s \
-		tests/neuron_dra/agent/test_probe_flood.py tests/e2e/test_realnode_probes.py
+		tests/neuron_dra/agent/kubelet/test_probe_flood.py tests/e2e/test_realnode_probes.py
 
 test-held-long: $(STAMP)
 	TMPDIR=$(TEST_TMPDIR) NEURON_DRA_SCHEDULER_PATCH=$(SCHEDULER_PATCH) \

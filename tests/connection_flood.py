@@ -2,7 +2,7 @@
 
 CONNECTIONS raw connections, none sending anything (no HTTP/2 preface, no TLS hello),
 each opened again as soon as the server closes it. Shared by the probe tests on a
-plugin process (`tests/neuron_dra/agent/test_probe_flood.py`) and on the real node
+plugin process (`tests/neuron_dra/agent/kubelet/test_probe_flood.py`) and on the real node
 (`tests/e2e/test_realnode_probes.py`); `NEURON_DRA_PROBE_FLOOD_S` sets how long both
 hold it (the ten-minute run: 600).
 """

@@ -21,7 +21,7 @@ from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.node import serve
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.hardware.discovery import Discovery, discover
-from tests.neuron_dra.agent.test_apiconfig import kubeconfig
+from tests.neuron_dra.agent.apiclient.test_apiconfig import kubeconfig
 from tests.sysfs_tree import FakeNode
 
 UID = "7f0e6b2c-0000-4000-8000-000000000001"

@@ -19,7 +19,7 @@ from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.preparer import Outcome, Preparer
 from neuron_dra.agent.node import Agent
 from neuron_dra.hardware.discovery import discover
-from tests.neuron_dra.agent.test_preparer import (
+from tests.neuron_dra.agent.claims.test_preparer import (
     UID,
     Node,
     prepare,

@@ -39,7 +39,7 @@ from api.kubelet.grpchealth.v1 import api_pb2 as health
 from api.kubelet.grpchealth.v1 import api_pb2_grpc as health_grpc
 from tests.connection_flood import CONNECTIONS, Flood, flood, flood_seconds
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 FLOOD_S = flood_seconds(15.0)
 PROBE_PERIOD_S = 0.5
 POD_UID = "0b7f1c2e-5d3a-4e8f-9a61-2c4d6e8f0a1b"

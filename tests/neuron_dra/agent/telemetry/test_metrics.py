@@ -46,7 +46,7 @@ def test_every_metric_is_prefixed_and_documented() -> None:
 
 
 def test_the_docs_document_every_metric_with_its_type() -> None:
-    page = (Path(__file__).parents[3] / "docs/operators/health-and-metrics.md").read_text()
+    page = (Path(__file__).parents[4] / "docs/operators/health-and-metrics.md").read_text()
     rows = re.findall(r"^\| `(neuron_dra_\w+)(?:\{[\w,]*\})?` \| (\w+) \|", page, re.MULTILINE)
     assert dict(rows) == {name: spec.kind for name, spec in METRICS.items()}
 

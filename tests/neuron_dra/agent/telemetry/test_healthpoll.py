@@ -14,7 +14,7 @@ import pytest
 from neuron_dra.agent.telemetry.health import HealthMonitor, Kind
 from neuron_dra.agent.telemetry.healthpoll import HealthPoll
 from neuron_dra.agent.telemetry.metrics import Sample
-from tests.neuron_dra.agent.test_health import Clock, ecc
+from tests.neuron_dra.agent.telemetry.test_health import Clock, ecc
 from tests.sysfs_tree import FakeNode
 
 DEADLINE_S = 0.2

@@ -20,7 +20,7 @@ from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.slices import SliceOptions, build_slices
 from tests.claim_objects import allocated_claim
-from tests.neuron_dra.agent.test_preparer import BOOT, OTHER_BOOT, POOL, UID, Api, Crash, uid
+from tests.neuron_dra.agent.claims.test_preparer import BOOT, OTHER_BOOT, POOL, UID, Api, Crash, uid
 from tests.reliability.test_corruption import FullDisk
 from tests.sysfs_tree import FakeNode
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from consts import TAINT_CORRECTED_ECC, TAINT_HEARTBEAT_SLOW, TAINT_UNWATCHED
 from neuron_dra.agent.telemetry.health import HealthMonitor
 from neuron_dra.resources.taints import Notice
-from tests.neuron_dra.agent.test_health import Clock, status
+from tests.neuron_dra.agent.telemetry.test_health import Clock, status
 from tests.sysfs_tree import FakeNode, write
 
 
