@@ -5,14 +5,15 @@ Each run gives its own rows: every case each arm timed, as the p50 of each block
 their median and range; then the goal's ratios, each taken within a block (the arms
 of a block ran minutes apart at most, so the machine's load moves both sides alike)
 and summed up by the median and range of the blocks; then kube-apiserver's RSS per
-arm against the arm of whole devices held whole. Pure: no other module of bench/ is
-imported, so the tests load this file alone.
+arm against the arm of whole devices held whole. Pure: no module of bench/ but
+holds (the table cells) is imported, so the tests load this file alone.
 """
 
 from __future__ import annotations
 
-from statistics import median
 from typing import Any
+
+from holds import median_and_range
 
 Obj = dict[str, Any]
 BASE_STATE, BASE_CASE = "full", "1 device"
@@ -33,18 +34,18 @@ WHOLE_DEVICES = "devices"
 """The layout that publishes whole devices alone: the memory goal's yardstick."""
 
 
-def _cell(values: list[float], fmt: str) -> str:
-    spread = f"{min(values):{fmt}}-{max(values):{fmt}}" if len(values) > 1 else "-"
-    return f"{median(values):{fmt}} | {spread}"
-
-
 def _row(label: str, what: str, values: list[float], blocks: int, fmt: str) -> str:
     each = [f"{v:{fmt}}" for v in values] + ["-"] * (blocks - len(values))
-    return f"| {label} | {what} | {' | '.join(each)} | {_cell(values, fmt)} |"
+    return f"| {label} | {what} | {' | '.join(each)} | {median_and_range(values, fmt)} |"
 
 
 def p50s(arm: Obj, case: str) -> list[float]:
     return [float(b["cases"][case]["p50_ms"]) for b in arm["blocks"] if case in b["cases"]]
+
+
+def block_ratios(top: list[float], bottom: list[float], *, strict: bool = False) -> list[float]:
+    """Each block's `top` over the same block's `bottom`; `strict`: as many of each."""
+    return [a / b for a, b in zip(top, bottom, strict=strict)]
 
 
 def _yardstick(arms: Obj, arm: Obj) -> tuple[str, Obj] | None:
@@ -80,7 +81,7 @@ def run_rows(name: str, run: Obj, blocks: int) -> list[str]:
                 under, what = p50s(base[1], BASE_CASE), f"{BASE_CASE}, {base[0]}"
             else:
                 under, what = p50s(arm, over), over
-            values = [a / b for a, b in zip(p50s(arm, case), under, strict=False)]
+            values = block_ratios(p50s(arm, case), under)
             rows.append(_row(label, f"{case} / {what}", values, blocks, ".2f"))
     whole = next(
         (a for a in arms.values() if a["layout"] == WHOLE_DEVICES and a["state"] == BASE_STATE),
@@ -148,6 +149,6 @@ def patch_table(runs: dict[str, Obj]) -> str:
                 patched, unpatched = p50s(arm, case), p50s(release[1], case)
                 lines.append(_row(release[0], f"{case} (ms)", unpatched, blocks, ",.0f"))
                 lines.append(_row(label, f"{case} (ms)", patched, blocks, ",.0f"))
-                ratios = [a / b for a, b in zip(patched, unpatched, strict=False)]
+                ratios = block_ratios(patched, unpatched)
                 lines.append(_row(label, f"{case}: patched / release", ratios, blocks, ".2f"))
     return "\n".join(lines)

@@ -5,7 +5,7 @@ bench/tables.py` writes TEXT from the kept runs, and `--check` fails where the t
 differs, so a sentence cannot keep a figure its run no longer gives. Each figure of
 an interleaved run (bench/interleave.py) is a ratio taken block by block, quoted as
 the median of the blocks with their range. Pure: no other module of bench/ is
-imported but armtable, so the tests load this file alone.
+imported but armtable (and its holds), so the tests load this file alone.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from statistics import median
 from typing import Any
 
-from armtable import p50s
+from armtable import block_ratios, p50s
 
 Obj = dict[str, Any]
 Figure = Callable[[dict[str, Obj]], str]
@@ -39,7 +39,7 @@ def block_ratio(file: str, arm: str, case: str, base: tuple[str, str]) -> Figure
     def figure(kept: dict[str, Obj]) -> str:
         arms = kept[file]["arms"]
         under = p50s(arms[base[0]], base[1])
-        return _quoted([a / b for a, b in zip(p50s(arms[arm], case), under, strict=True)])
+        return _quoted(block_ratios(p50s(arms[arm], case), under, strict=True))
 
     return figure
 

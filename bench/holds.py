@@ -39,7 +39,8 @@ def _step(name: str, run: Obj, layout: str) -> Obj | None:
     return dict(sizes[0])
 
 
-def _cell(values: list[float], fmt: str) -> str:
+def median_and_range(values: list[float], fmt: str) -> str:
+    """Two table cells: the median of `values`, and their range (`-` for one value)."""
     spread = f"{min(values):{fmt}}-{max(values):{fmt}}" if len(values) > 1 else "-"
     return f"{median(values):{fmt}} | {spread}"
 
@@ -67,7 +68,9 @@ def holds_table(runs: dict[str, Obj]) -> str:
             values = [None if step is None else figure(step) for step in steps]
             each = " | ".join("-" if v is None else f"{v:{fmt}}" for v in values)
             measured = [v for v in values if v is not None]
-            lines.append(f"| {layout}, {release} | {label} | {each} | {_cell(measured, fmt)} |")
+            lines.append(
+                f"| {layout}, {release} | {label} | {each} | {median_and_range(measured, fmt)} |"
+            )
     return "\n".join(lines)
 
 

@@ -38,10 +38,15 @@ from fleet import LAYOUTS, NAMESPACE, Api, Fleet
 from observe import PodWatch, SchedulerMetrics
 from pods import CASES, Case, Scheduling
 from provenance import DirtyTreeError, at_end, load_average
-from scale import DEFAULT_API_VERSIONS, device_classes, footprint, metadata, say
+from scale import (
+    DEFAULT_API_VERSIONS,
+    device_classes,
+    fake_inventories,
+    footprint,
+    metadata,
+    say,
+)
 
-from neuron_dra.hardware.discovery import discover
-from neuron_dra.hardware.fakenode import build_fake_node
 from neuron_dra.resources.slices import CoreLayout
 from neuron_dra_harness.build import Binaries, build
 from neuron_dra_harness.cluster import Cluster
@@ -93,10 +98,7 @@ class Arm:
         self.spec = spec
         layout = LAYOUTS[spec.layout]
         binaries: Binaries = patched_binaries(spec.patch) if spec.patch else build()
-        inventories = {
-            kind: discover(build_fake_node(tmp / kind, kind, lnc=layout.lnc)).inventory
-            for kind in ("trn2.48xlarge", "trn2u.48xlarge")
-        }
+        inventories = fake_inventories(layout, tmp)
         lnc = inventories["trn2.48xlarge"].lnc or 1
         cluster = stack.enter_context(Cluster(binaries, runtime_config=args.runtime_config))
         for obj in device_classes(layout):

@@ -75,6 +75,7 @@ from stats import percentile
 from consts import DRIVER_NAME
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.fakenode import build_fake_node
+from neuron_dra.hardware.inventory import NodeInventory
 from neuron_dra.resources.slices import CoreLayout
 from neuron_dra_harness.build import Binaries, build
 from neuron_dra_harness.cluster import Cluster
@@ -126,15 +127,21 @@ def profile(
     return result, top.stdout or top.stderr
 
 
-def run_layout(
-    layout: Layout, sizes: list[int], args: argparse.Namespace, tmp: Path, binaries: Binaries
-) -> Obj:
-    inventories = {
+def fake_inventories(layout: Layout, tmp: Path) -> dict[str, NodeInventory]:
+    """What a trn2 and a trn2u node of `layout`'s LNC discover, by instance type, from
+    fake sysfs trees written under `tmp`."""
+    return {
         kind: discover(
             build_fake_node(tmp / f"{layout.name}-{kind}", kind, lnc=layout.lnc)
         ).inventory
         for kind in ("trn2.48xlarge", "trn2u.48xlarge")
     }
+
+
+def run_layout(
+    layout: Layout, sizes: list[int], args: argparse.Namespace, tmp: Path, binaries: Binaries
+) -> Obj:
+    inventories = fake_inventories(layout, tmp)
     lnc = inventories["trn2.48xlarge"].lnc or 1
     figures: Obj = {"layout": layout.name, "lnc": lnc, "sizes": {}}
     started = time.monotonic()
