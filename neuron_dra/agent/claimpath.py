@@ -8,6 +8,7 @@ The preparer posts a typed event (`claims.events`) from the DRA service's thread
 |---|---|---|
 | `ClaimPrepared` | `StatusWriter.prepared` | the claim's device status on the API server |
 | `ClaimUnprepared` | `StatusWriter.unprepared` | that status cleared |
+| `ClaimUnprepared` | `MetadataFiles.unprepared` (a worker thread) | emptied directories gone |
 | `ClaimsChanged` | `Holdings.claims_changed` | what claims hold, withdrawn from the slices |
 
 The holdings refresh the slice publisher themselves (`on_change`), once a hold has
@@ -75,9 +76,13 @@ def claim_path(
         inventory=inventory,
         on_change=on_hold_change,
     )
+    metadata = MetadataFiles(
+        plugin_dir, options.cdi_root, device_attributes, enabled=options.device_metadata
+    )
     events = ClaimEvents()
     events.on(ClaimPrepared, claim_status.prepared)
     events.on(ClaimUnprepared, claim_status.unprepared)
+    events.on_thread(ClaimUnprepared, metadata.unprepared)
     events.on(ClaimsChanged, holdings.claims_changed)
     preparer = Preparer(
         inventory=inventory,
@@ -90,8 +95,6 @@ def claim_path(
         after_step=after_step,
         metrics=metrics,
         post=events.post,
-        metadata=MetadataFiles(
-            plugin_dir, options.cdi_root, device_attributes, enabled=options.device_metadata
-        ),
+        metadata=metadata,
     )
     return ClaimPath(preparer, events, claim_status, holdings)

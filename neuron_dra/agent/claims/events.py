@@ -6,13 +6,16 @@ the event loop. `post` is the one way across: it hands the event to the loop and
 returns at once, never blocking the kubelet's call and never raising into it. On
 the loop, `run` takes the events in the order they were posted and calls each
 handler registered for its type; a handler that raises is logged and the others
-still run, as a status write must not stop the slices from following.
+still run, as a status write must not stop the slices from following. A handler that
+touches the disk is registered with `on_thread`: the loop hands it to its worker
+threads, as it does every call that may block.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -72,6 +75,15 @@ class ClaimEvents:
         registered before it."""
         self._handlers.setdefault(kind, []).append(handler)
 
+    def on_thread(self, kind: type[E], handler: Callable[[E], None]) -> None:
+        """As `on`, but `handler` runs in the loop's worker threads, in no set order
+        with the other handlers."""
+        self.on(kind, functools.partial(self._in_thread, handler))
+
+    def _in_thread(self, handler: Callable[[E], None], event: E) -> None:
+        done = self._loop.run_in_executor(None, handler, event)
+        done.add_done_callback(functools.partial(_log_failure, type(event).__name__))
+
     def post(self, event: ClaimEvent) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed: the agent is stopping
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
@@ -88,3 +100,8 @@ class ClaimEvents:
         """Until cancelled: every event as it comes."""
         while True:
             self.dispatch(await self._queue.get())
+
+
+def _log_failure(event: str, done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and (err := done.exception()) is not None:
+        log.error("claim event not handled", exc_info=err, extra={"event": event})

@@ -19,6 +19,14 @@ what the sweep lists last.
 The directory of a claim is named by namespace and name, as the helper names it;
 a claim deleted and made again under the same name while the old one is still
 prepared shares it, so unprepare removes only the files of its own UID.
+
+Unprepare removes the files and specs, and leaves the claim's directories, empty, to
+`tidy`, which the agent runs on its event loop once the kubelet has its answer
+(`ClaimUnprepared`): a directory's removal on a disk costs several times what the rest
+of an unprepare does, and an empty directory gives a container nothing. The two never
+meet a write halfway: `write` and `tidy` take one lock, so a directory is never removed
+between its creation and the rename of the file into it. A directory a crash left
+behind is removed by the start sweep.
 """
 
 from __future__ import annotations
@@ -28,9 +36,9 @@ import json
 import logging
 import os
 import re
-import shutil
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +46,7 @@ from neuron_dra.agent.claims import metadata as md
 from neuron_dra.agent.claims.cdi import check_uid
 from neuron_dra.agent.claims.checkpoint import ClaimRecord
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.events import ClaimUnprepared
 from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim
 from neuron_dra.agent.files.atomicfile import atomic_write
 
@@ -58,6 +67,8 @@ class MetadataFiles:
     attributes: DeviceAttributes
     # Off: nothing is written; what an earlier run wrote is still removed.
     enabled: bool = True
+    # Held by `write` and `tidy`: see the module's docstring.
+    _dirs: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def write(self, prepared: PreparedClaim, claim: md.MetadataClaim) -> dict[str, str]:
         """Write each request's metadata spec and file; the CDI id to give per request."""
@@ -75,13 +86,21 @@ class MetadataFiles:
             by_request.setdefault(device.request_names[-1], []).append(found)
         ids = {}
         for request, devices in by_request.items():
-            atomic_write(
-                md.cdi_spec_path(self.cdi_root, ref.uid, request),
-                md.encode_cdi_spec(self.plugin_dir, claim, request),
-                mode=md.FILE_MODE,
-                dir_mode=md.DIR_MODE,
-                durable=False,
-            )
+            self._write_request(claim, request, devices)
+            ids[md.base_request(request)] = md.cdi_device_id(ref.uid, request)
+        return ids
+
+    def _write_request(
+        self, claim: md.MetadataClaim, request: str, devices: list[md.MetadataDevice]
+    ) -> None:
+        atomic_write(
+            md.cdi_spec_path(self.cdi_root, claim.uid, request),
+            md.encode_cdi_spec(self.plugin_dir, claim, request),
+            mode=md.FILE_MODE,
+            dir_mode=md.DIR_MODE,
+            durable=False,
+        )
+        with self._dirs:
             atomic_write(
                 md.metadata_path(self.plugin_dir, claim, request),
                 md.encode_metadata(claim, request, devices),
@@ -89,16 +108,14 @@ class MetadataFiles:
                 dir_mode=md.DIR_MODE,
                 durable=False,
             )
-            ids[md.base_request(request)] = md.cdi_device_id(ref.uid, request)
-        return ids
 
     def remove(self, ref: ClaimRef) -> None:
-        """Remove the claim's metadata files, then their specs; nothing there is fine."""
+        """Remove the claim's metadata files, then their specs; nothing there is fine.
+        The directories stay, for `tidy`."""
         directory = md.claim_dir(self.plugin_dir, ref.namespace, ref.name)
         for file in _files(directory):
             if _uid_of(file) in (ref.uid, None):
-                _remove_request_dir(file.parent)
-        _remove_if_empty(directory)
+                file.unlink(missing_ok=True)
         # A listing rather than a glob: a glob compiles its pattern, new for every UID,
         # which cost an unprepare 0.3 ms more than the listing.
         prefix = f"{md.CDI_PREFIX}{check_uid(ref.uid)}_"
@@ -106,6 +123,21 @@ class MetadataFiles:
             for entry in found:
                 if entry.name.startswith(prefix) and entry.name.endswith(".json"):
                     Path(entry.path).unlink(missing_ok=True)
+
+    def tidy(self, ref: ClaimRef) -> None:
+        """Remove the directories of the claim's name that hold no file: its request
+        directories and its own. One that holds the file of a claim made again under the
+        same name stays; one that holds only what the agent never writes goes whole."""
+        directory = md.claim_dir(self.plugin_dir, ref.namespace, ref.name)
+        with self._dirs:
+            for request_dir in _dirs(directory):
+                if not (request_dir / md.FILE_NAME).exists():
+                    _remove_request_dir(request_dir)
+            _remove_if_empty(directory)
+
+    def unprepared(self, event: ClaimUnprepared) -> None:
+        """`tidy`, once the claim's unprepare has answered."""
+        self.tidy(event.claim)
 
     def sweep(self, claim_spec_uids: Callable[[], set[str]], *, everything: bool) -> int:
         """Remove leftovers (see the module's docstring), or every file after a reboot;
@@ -167,6 +199,9 @@ def _remove_request_dir(directory: Path) -> None:
     except FileNotFoundError:
         pass
     except OSError:
+        # Deferred: rarely needed, and it brings the archive modules with it.
+        import shutil  # noqa: PLC0415
+
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -287,6 +287,7 @@ class Preparer:
         try:
             if self._metadata is not None:
                 self._metadata.remove(ref)
+                self._metadata.tidy(ref)
             cdi.remove_spec(self._cdi_root, ref.uid)
         except OSError as err:
             log.warning(

@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import pytest
 
+from neuron_dra.agent.claims import events as events_module
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.events import (
     ClaimEvents,
     ClaimsChanged,
     ClaimUnprepared,
 )
+
+
+class Logged(logging.Filter):
+    """Sets `seen` when the events' logger logs."""
+
+    def __init__(self, seen: asyncio.Event) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.seen.set()
+        return True
+
 
 A, B = ClaimRef("default", "a", "uid-a"), ClaimRef("default", "b", "uid-b")
 
@@ -68,3 +83,30 @@ def test_an_event_posted_after_the_loop_closed_is_dropped() -> None:
 
     events = asyncio.run(make())
     events.post(ClaimUnprepared(A))  # the agent is stopping: no error for the kubelet's call
+
+
+def test_a_thread_handler_runs_off_the_loop_and_its_failure_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> list[tuple[str, bool]]:
+        events, seen = ClaimEvents(), list[tuple[str, bool]]()
+        loop_thread = threading.current_thread()
+        failed = asyncio.Event()
+
+        def tidy(event: ClaimUnprepared) -> None:
+            seen.append((event.claim.name, threading.current_thread() is loop_thread))
+            raise OSError("directory busy")
+
+        events.on_thread(ClaimUnprepared, tidy)
+        logger, logged = logging.getLogger(events_module.__name__), Logged(failed)
+        logger.addFilter(logged)
+        try:
+            events.dispatch(ClaimUnprepared(A))
+            await asyncio.wait_for(failed.wait(), 10)
+        finally:
+            logger.removeFilter(logged)
+        return seen
+
+    assert asyncio.run(main()) == [("a", False)]
+    assert "claim event not handled" in caplog.text
+    assert "directory busy" in caplog.text

@@ -14,6 +14,7 @@ from neuron_dra.agent.claims import cdi
 from neuron_dra.agent.claims import metadata as md
 from neuron_dra.agent.claims.checkpoint import CheckpointStore
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.claims.events import ClaimEvent, ClaimUnprepared
 from neuron_dra.agent.claims.metadatafiles import POD_CLAIM_ANNOTATION, MetadataFiles
 from neuron_dra.agent.claims.preparer import Outcome, Preparer, Step, StepHook, no_step_hook
 from neuron_dra.hardware.discovery import discover
@@ -42,6 +43,13 @@ class Node:
     def preparer(
         self, *, after_step: StepHook = no_step_hook, boot_id: str = BOOT, enabled: bool = True
     ) -> Preparer:
+        files = self.files(enabled=enabled)
+
+        def dispatch(event: ClaimEvent) -> None:
+            """What the agent's event loop does after an unprepare (`claimpath`)."""
+            if isinstance(event, ClaimUnprepared):
+                files.unprepared(event)
+
         preparer = Preparer(
             inventory=lambda: self.inventory,
             pool=POOL,
@@ -50,7 +58,8 @@ class Node:
             boot_id=boot_id,
             get_claim=self.api.get_claim,
             after_step=after_step,
-            metadata=self.files(enabled=enabled),
+            metadata=files,
+            post=dispatch,
         )
         preparer.start()
         return preparer
@@ -60,12 +69,14 @@ class Node:
         self.api.claims["default", ref.name]["metadata"] |= meta
         return ref
 
-    def left(self) -> list[str]:
+    def left(self, *, directories: bool = True) -> list[str]:
         """Every metadata file and spec on the node, and every directory of them."""
         found = sorted(p.name for p in self.cdi_root.glob(f"{md.CDI_PREFIX}*"))
         root = self.plugin_dir / md.SUBDIR
         if root.exists():
-            found += sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+            found += sorted(
+                str(p.relative_to(root)) for p in root.rglob("*") if directories or not p.is_dir()
+            )
         return found
 
     def metadata(self, ref: ClaimRef, request: str) -> dict[str, Any]:
@@ -241,7 +252,10 @@ def test_unprepare_cut_short_leaves_nothing(node: Node, step: Step) -> None:
     prepare(node.preparer(), ref)
     with pytest.raises(Crash):
         unprepare(node.preparer(after_step=crash_at(step)), ref)
-    assert node.left() == []
+    # Files and specs are gone; the directories are the event loop's to remove, after
+    # the answer a crash never gave.
+    assert node.left(directories=False) == []
+    assert node.left() != []
     assert unprepare(node.preparer(), ref) == Outcome()
     assert node.left() == []
 
@@ -301,3 +315,45 @@ def test_a_device_the_node_does_not_publish_has_no_attributes(node: Node) -> Non
     node.published.pop("neurondevice1")
     prepare(node.preparer(), ref)
     assert attributes_of(node.metadata(ref, "neurons")) is None
+
+
+def test_unprepare_answers_before_the_directories_go(node: Node) -> None:
+    ref = node.add(UID, {"train": ["neurondevice2"], "infer": ["neurondevice4"]})
+    files = node.files()
+    preparer = Preparer(
+        inventory=lambda: node.inventory,
+        pool=POOL,
+        cdi_root=node.cdi_root,
+        store=CheckpointStore(node.plugin_dir / "checkpoint.json"),
+        boot_id=BOOT,
+        get_claim=node.api.get_claim,
+        metadata=files,
+    )
+    preparer.start()
+    prepare(preparer, ref)
+
+    assert unprepare(preparer, ref) == Outcome()
+
+    # Nothing a container could mount is left; the empty directories wait for the loop.
+    assert node.left(directories=False) == []
+    assert node.left() == [
+        f"default_{ref.name}",
+        f"default_{ref.name}/infer",
+        f"default_{ref.name}/train",
+    ]
+    files.tidy(ref)
+    assert node.left() == []
+
+
+def test_tidy_leaves_a_file_and_removes_what_the_agent_never_wrote(node: Node) -> None:
+    ref = node.add(UID, {"neurons": ["neurondevice1"]})
+    prepare(node.preparer(), ref)
+    claim_dir = node.plugin_dir / md.SUBDIR / f"default_{ref.name}"
+    foreign = claim_dir / "other" / "notes.txt"
+    foreign.parent.mkdir()
+    foreign.write_text("not the agent's")
+
+    node.files().tidy(ref)
+
+    assert not foreign.parent.exists()
+    assert node.metadata(ref, "neurons")["metadata"]["uid"] == UID
