@@ -4,8 +4,10 @@ A page quotes one as `<!-- figure NAME -->TEXT<!-- end figure -->`; `python
 bench/tables.py` writes TEXT from the kept runs, and `--check` fails where the text
 differs, so a sentence cannot keep a figure its run no longer gives. Each figure of
 an interleaved run (bench/interleave.py) is a ratio taken block by block, quoted as
-the median of the blocks with their range. Pure: no other module of bench/ is
-imported but armtable (and its holds), so the tests load this file alone.
+the median of the blocks with their range. The summary's figures of the runs of
+bench/scale.py are made in bench/fleetfigures.py and registered here with the rest.
+Pure: no other module of bench/ is imported but armtable (and its holds) and
+fleetfigures (and its stats), so the tests load this file alone.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from statistics import median
 from typing import Any
 
 from armtable import block_ratios, p50s
+from fleetfigures import FLEET_FIGURES
 
 Obj = dict[str, Any]
 Figure = Callable[[dict[str, Obj]], str]
@@ -79,7 +82,7 @@ def rss_ratio(file: str, arm: str, base: str) -> Figure:
 
 CORE_FULL = "partitions, core-full-1"
 PATCHED = "partitions +allocator-cheap-checks-first, core-full-1"
-FIGURES: dict[str, Figure] = {
+INTERLEAVED_FIGURES: dict[str, Figure] = {
     "core-full-1-core": block_ratio(INTERLEAVED, CORE_FULL, "1 core", HELD_WHOLE),
     "core-full-1-device": block_ratio(INTERLEAVED, CORE_FULL, "1 device", HELD_WHOLE),
     "core-full-16-devices": block_ratio(INTERLEAVED, CORE_FULL, "16 devices", HELD_WHOLE),
@@ -115,6 +118,10 @@ FIGURES: dict[str, Figure] = {
         "holds-1000-138-1.json", "partitions", "full", "1 device"
     ),
 }
+if shared := INTERLEAVED_FIGURES.keys() & FLEET_FIGURES.keys():
+    # One name quoting two figures would quote whichever was registered last.
+    raise ValueError(f"figures named twice: {', '.join(sorted(shared))}")
+FIGURES: dict[str, Figure] = {**INTERLEAVED_FIGURES, **FLEET_FIGURES}
 
 
 def render_figures(page: str, kept: dict[str, Obj]) -> str:

@@ -325,3 +325,81 @@ def test_runs_of_different_block_counts_share_one_table_shape() -> None:
     table = armtable.interleaved_table({"a.json": run(3), "b.json": run(6)})
     widths = {line.count(" | ") for line in table.splitlines() if not line.startswith("|---")}
     assert widths == {9}, table
+
+
+SUMMARY = "### What the figures say"
+NOT_MEASURED = (
+    # Fleet sizes, the machine, the fleet's states and the goal: what was set, not measured.
+    "1,000- and 2,000-node",
+    "2,000-node",
+    "1,000 nodes",
+    "5,000 nodes",
+    "at 5,000 now",
+    "1,000 to 5,000 nodes at 30,000 or 100,000",
+    "4-node UltraServer",
+    "2-core",
+    "2 cores",
+    "2 shared cores",
+    "90% full",
+    "90% goal",
+    "1.25x",
+    "16 devices and 64 cores",
+    "1-core",
+    "4-core",
+    "1-device",
+    # The rates offered, the pods' lives and the agent's default: the runs' settings.
+    "5 pods a second",
+    "2 whole-device pods starting a second (each living 5 s)",
+    "At 8 a second",
+    "at 8 a second",
+    "between 2 and 8 whole-device pods starting a second per 1,000 nodes",
+    "(60 by default",
+)
+UNQUOTED = re.compile(r"(?<![\w.])\d(?:[\d,.]*\d)?%?(?:-\d(?:[\d,.]*\d)?)?")
+
+
+def unquoted_figures(page: str) -> list[str]:
+    """The numbers of the page's summary that are neither a quoted figure (made by
+    `python bench/tables.py` from a kept run) nor a setting of the runs: each is a figure
+    typed by hand, which no test holds to the runs kept."""
+    figures = load("figures")
+    start = page.index(SUMMARY) + len(SUMMARY)
+    end = re.search(r"^#{2,3} ", page[start:], re.MULTILINE)
+    text = page[start : start + end.start() if end else len(page)]
+    text = figures.FIGURE.sub("", text)
+    text = re.sub(r"`[^`]*`", "", text)  # names: paths, flags, cases
+    text = re.sub(r"\]\([^)]*\)", "]", text)  # where a link goes
+    text = " ".join(re.sub(r"KEP[- ]\d+", "", text).split())
+    for phrase in sorted(NOT_MEASURED, key=len, reverse=True):
+        text = text.replace(phrase, "")
+    return UNQUOTED.findall(text)
+
+
+def test_the_summary_quotes_no_figure_typed_by_hand() -> None:
+    """Every measured figure of "What the figures say" is quoted from a kept run, so
+    `--check` holds it to the run; one no kept run gives is not on the page."""
+    assert unquoted_figures(PAGE.read_text()) == []
+
+
+def test_a_figure_typed_into_the_summary_is_found() -> None:
+    page = PAGE.read_text().replace(SUMMARY, f"{SUMMARY}\n\nA pod takes 321-750 ms, 2.5x.")
+    assert unquoted_figures(page) == ["321-750", "2.5"]
+
+
+def test_a_summary_range_is_over_the_cases_with_a_claim() -> None:
+    """A pod with no claim never reaches the allocator: it is in no range of the
+    summary, and a case over the goal is named with its state and ratio."""
+    fleet = load("fleetfigures")
+
+    def run(layout: str, p50s: dict[str, float]) -> dict[str, Any]:
+        cases = {case: {"p50_ms": p50} for case, p50 in p50s.items()}
+        return {"layouts": {layout: {"sizes": {"10": {"empty": cases}}}}}
+
+    kept = {
+        "p.json": run("partitions", {"no claim": 30, "1 device": 150, "16 devices": 90}),
+        "d.json": run("devices", {"no claim": 10, "1 device": 100, "16 devices": 100}),
+    }
+    assert fleet.ratio_span("empty", "p.json", "d.json")(kept) == "0.90-1.50x"
+    assert fleet.p50_span("p.json", "partitions", ("empty",))(kept) == "90-150 ms"
+    both = {"f.json": {"layouts": kept["p.json"]["layouts"] | kept["d.json"]["layouts"]}}
+    assert fleet.over_goal("f.json", ("empty",), 1.25)(both) == "1 device empty (1.50)"
