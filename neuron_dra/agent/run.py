@@ -14,6 +14,7 @@ import importlib
 import signal
 from typing import TYPE_CHECKING
 
+from neuron_dra.agent import arenas
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.options import RunOptions
 
@@ -53,5 +54,6 @@ def run(options: RunOptions, started: float, after_step: StepHook | None = None)
         finally:
             await plugin.stop()
 
+    arenas.limit()
     asyncio.run(main())
     return 0
