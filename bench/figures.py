@@ -29,6 +29,7 @@ FIGURE = re.compile(
 OPENING = re.compile(r"<!-- figure ")
 INTERLEAVED = "interleaved-1000-1.json"
 INTERLEAVED_138 = "interleaved-1000-138-1.json"
+STATES_138 = "interleaved-1000-138-2.json"
 HELD_WHOLE = ("partitions, full", "1 device")
 
 
@@ -81,6 +82,8 @@ def rss_ratio(file: str, arm: str, base: str) -> Figure:
 
 
 CORE_FULL = "partitions, core-full-1"
+CORE_FULL_4 = "partitions, core-full-4"
+MIXED = "partitions, mixed"
 PATCHED = "partitions +allocator-cheap-checks-first, core-full-1"
 INTERLEAVED_FIGURES: dict[str, Figure] = {
     "core-full-1-core": block_ratio(INTERLEAVED, CORE_FULL, "1 core", HELD_WHOLE),
@@ -111,6 +114,13 @@ INTERLEAVED_FIGURES: dict[str, Figure] = {
         INTERLEAVED_138, "partitions, empty", "1 core", ("partitions, empty", "1 device")
     ),
     "rss-core-full-138": rss_ratio(INTERLEAVED_138, CORE_FULL, "devices, full"),
+    "core-full-4-1-core-138": block_ratio(STATES_138, CORE_FULL_4, "1 core", HELD_WHOLE),
+    "core-full-4-1-device-138": block_ratio(STATES_138, CORE_FULL_4, "1 device", HELD_WHOLE),
+    "mixed-1-core-138": block_ratio(STATES_138, MIXED, "1 core", HELD_WHOLE),
+    "mixed-1-device-138": block_ratio(STATES_138, MIXED, "1 device", HELD_WHOLE),
+    "rss-core-full-4-138": rss_ratio(STATES_138, CORE_FULL_4, "devices, full"),
+    "rss-mixed-138": rss_ratio(STATES_138, MIXED, "devices, full"),
+    "rss-held-whole-138": rss_ratio(STATES_138, "partitions, full", "devices, full"),
     "capacity-held-whole-137": scale_p50("holds-1000-2.json", "capacity", "full", "1 device"),
     "partitions-held-whole-137": scale_p50("holds-1000-2.json", "partitions", "full", "1 device"),
     "capacity-held-whole-138": scale_p50("holds-1000-138-1.json", "capacity", "full", "1 device"),
