@@ -247,19 +247,33 @@ CHURNED: dict[str, Callable[[Obj], str]] = {
 """What a churn phase is quoted by, and how."""
 
 
-def churned(file: str, layout: str, offered: float, rewrite: bool, what: str) -> Figure:
-    """A figure of the churn phase of whole-device pods offered at `offered` a second,
-    the agent rewriting its slices for their holds or not."""
+def _churn(kept: dict[str, Obj], file: str, layout: str, case: str, offered: float) -> Obj:
+    """The phases churning `case` at `offered` a second, by whether the agent rewrote."""
+    return {
+        c["rewrite"]: c
+        for c in _step(kept, file, layout)["churn"]
+        if c["offered_per_s"] == offered and c.get("case", "1 device") == case
+    }
+
+
+def churned(
+    file: str, layout: str, offered: float, rewrite: bool, what: str, *, case: str = "1 device"
+) -> Figure:
+    """A figure of the churn phase of `case` pods offered at `offered` a second, the
+    agent rewriting its slices for their holds or not."""
 
     def figure(kept: dict[str, Obj]) -> str:
-        [churn] = (
-            c
-            for c in _step(kept, file, layout)["churn"]
-            if c["offered_per_s"] == offered
-            and c["rewrite"] == rewrite
-            and c.get("case", "1 device") == "1 device"
-        )
-        return CHURNED[what](churn)
+        return CHURNED[what](_churn(kept, file, layout, case, offered)[rewrite])
+
+    return figure
+
+
+def rewrite_cost(file: str, case: str, offered: float) -> Figure:
+    """The p50 of a churn with the agent's rewrites over the same churn without them."""
+
+    def figure(kept: dict[str, Obj]) -> str:
+        phases = _churn(kept, file, "partitions", case, offered)
+        return f"{phases[True]['p50_ms'] / phases[False]['p50_ms']:.2f}x"
 
     return figure
 
@@ -267,6 +281,8 @@ def churned(file: str, layout: str, offered: float, rewrite: bool, what: str) ->
 F5000 = "fleet-5000.json"
 F1000 = "fleet-1000-partitions.json"
 D1000 = "fleet-1000-devices.json"
+C137 = "churn-1000-1.json"
+C138 = "churn-1000-138-1.json"
 FLEET_FIGURES: dict[str, Figure] = {
     "rss-5000-apiserver": rss(F5000, "partitions", ("published", "full"), "kube-apiserver"),
     "rss-5000-scheduler": rss(F5000, "partitions", ("published", "full"), "kube-scheduler"),
@@ -313,6 +329,12 @@ FLEET_FIGURES: dict[str, Figure] = {
     "churn-2-writes": churned(F1000, "partitions", 2, True, "slice writes/s"),
     "churn-2-incomplete": churned(F1000, "partitions", 2, True, "incomplete p50"),
     "churn-2-requeued": churned(F1000, "partitions", 2, True, "slice requeues"),
+    "churn-cores-8-137": rewrite_cost(C137, "1 core", 8),
+    "churn-cores-8-138": rewrite_cost(C138, "1 core", 8),
+    "churn-cores-8-pods-137": churned(C137, "partitions", 8, True, "pods/s", case="1 core"),
+    "churn-cores-8-pods-137-kept": churned(C137, "partitions", 8, False, "pods/s", case="1 core"),
+    "churn-cores-8-pods-138": churned(C138, "partitions", 8, True, "pods/s", case="1 core"),
+    "churn-cores-8-pods-138-kept": churned(C138, "partitions", 8, False, "pods/s", case="1 core"),
     "churn-8-pods-per-s-rewriting": churned(F1000, "partitions", 8, True, "pods/s"),
     "churn-8-pods-per-s": churned(F1000, "partitions", 8, False, "pods/s"),
     "churn-8-pods-per-s-devices": churned(D1000, "devices", 8, False, "pods/s"),

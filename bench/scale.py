@@ -22,7 +22,9 @@ node as an agent does (bench/fleet.py). At each size:
    "mixed", a third held whole, a third full of 1-core claims, a third free), filled by
    claims allocated by hand, then the same cases, then the fleet emptied again. After
    "full" come a **steady** phase (short-lived 1-device pods created at `--rate`, each
-   deleted once bound, as clusterloader2's DRA steady-state test does) and the
+   deleted once bound, as clusterloader2's DRA steady-state test does; `--steady-cases`
+   adds others, "no claim" giving what the scheduler keeps up with when no pod asks
+   for a device, the cases taking turns `--steady-repeats` times) and the
    **churn** phases (bench/churn.py) at each rate of `--churn-rates`: pods of each case
    of `--churn-cases` (whole devices by default; "1 core" churns core pods) living
    `--churn-life` seconds, with the agent's slice rewrites and, where the layout
@@ -241,13 +243,22 @@ class Run:
 
     def steady_and_churn(self, step: Obj) -> None:
         args = self.args
-        steady = step["steady"] = self.scheduling.steady(
-            next(c for c in self.cases if c.name == STEADY), args.steady_pods, args.rate
-        )
-        say(
-            f"steady {STEADY}: p50 {steady['p50_ms']:.0f} ms, "
-            f"{steady['pods_per_s']:.2f} pods/s of {args.rate}"
-        )
+        names = args.steady_cases.split(",")
+        by_case: dict[str, list[Obj]] = {}
+        # The cases take turns, `--steady-repeats` times, so that a load that moves
+        # during the phases moves each case alike.
+        for _ in range(args.steady_repeats):
+            for case in (c for name in names for c in self.cases if c.name == name):
+                steady = self.scheduling.steady(case, args.steady_pods, args.rate)
+                by_case.setdefault(case.name, []).append(steady)
+                say(
+                    f"steady {case.name}: p50 {steady['p50_ms']:.0f} ms, "
+                    f"{steady['pods_per_s']:.2f} pods/s of {args.rate}"
+                )
+        if STEADY in by_case:
+            step["steady"] = by_case[STEADY][0]
+        if names != [STEADY] or args.steady_repeats > 1:
+            step["steady_cases"] = by_case
         step["churn"] = []
         rates = [float(r) for r in args.churn_rates.split(",") if r]
         churned = [c for c in self.cases if c.name in args.churn_cases.split(",")]
@@ -323,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--states", default=",".join(STATES), help=", ".join(STATES))
     parser.add_argument("--pods", type=int, default=30, help="timed pods per case and phase")
     parser.add_argument("--steady-pods", type=int, default=60)
+    parser.add_argument(
+        "--steady-cases",
+        default=STEADY,
+        help='cases of the steady phase, comma-separated ("no claim": the scheduler alone)',
+    )
+    parser.add_argument("--steady-repeats", type=int, default=1, help="turns the steady cases take")
     parser.add_argument("--rate", type=float, default=5.0, help="steady pods created a second")
     parser.add_argument("--churn-rates", default="2,8", help="churning pods created a second")
     parser.add_argument(

@@ -173,34 +173,45 @@ def slice_requeues(requeued: Obj) -> float:
 
 
 def churn_table(runs: dict[str, Obj]) -> str:
+    """Every churn phase of every run, a run's rows together: runs of one layout and
+    size on two releases are rows of their own, not one run in place of the other."""
     lines = [
-        "| nodes | layout | pods churned | offered | agent rewrites | p50 (p99) ms | pods/s "
-        "| rewrites | slice writes/s | requeued by slice events / by all | pool incomplete per "
-        "rewrite, p50 (p99) ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Kubernetes | nodes | layout | pods churned | offered | agent rewrites "
+        "| p50 (p99) ms | pods/s | rewrites | slice writes/s "
+        "| requeued by slice events / by all | pool incomplete per rewrite, p50 (p99) ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, figures in layouts(runs).items():
-        for size, step in sorted(figures["sizes"].items(), key=lambda kv: int(kv[0])):
-            for churn in step.get("churn", []):
-                gaps = churn["incomplete_ms"]
-                incomplete = (
-                    "-"
-                    if not gaps
-                    else cell(
-                        {"p50_ms": percentile(gaps, 0.5)}
-                        | ({"p99_ms": percentile(gaps, 0.99)} if len(gaps) >= 30 else {})
-                    )
-                )
-                lines.append(
-                    f"| {int(size):,} | {name} | {churn.get('case', '1 device')} | "
-                    f"{churn['offered_per_s']:.0f}/s, "
-                    f"{churn['life_s']:.0f} s each | {'yes' if churn['rewrite'] else 'no'} | "
-                    f"{cell(churn)} | {churn['pods_per_s']:.2f} | {churn['rewrites']} | "
-                    f"{churn['slice_writes_per_s']:.1f} | "
-                    f"{slice_requeues(churn['requeued']):.0f} / "
-                    f"{sum(churn['requeued'].values()):.0f} | {incomplete} |"
-                )
+    for _, run in sorted(runs.items()):
+        rows = layouts({"run": run}).items()
+        release = run["run"].get("kubernetes", "-")
+        for name, figures in rows:
+            for size, step in sorted(figures["sizes"].items(), key=lambda kv: int(kv[0])):
+                lines += _churn_rows(release, name, size, step)
     return "\n".join(lines)
+
+
+def _churn_rows(release: str, name: str, size: str, step: Obj) -> list[str]:
+    lines = []
+    for churn in step.get("churn", []):
+        gaps = churn["incomplete_ms"]
+        incomplete = (
+            "-"
+            if not gaps
+            else cell(
+                {"p50_ms": percentile(gaps, 0.5)}
+                | ({"p99_ms": percentile(gaps, 0.99)} if len(gaps) >= 30 else {})
+            )
+        )
+        lines.append(
+            f"| {release} | {int(size):,} | {name} | {churn.get('case', '1 device')} | "
+            f"{churn['offered_per_s']:.0f}/s, "
+            f"{churn['life_s']:.0f} s each | {'yes' if churn['rewrite'] else 'no'} | "
+            f"{cell(churn)} | {churn['pods_per_s']:.2f} | {churn['rewrites']} | "
+            f"{churn['slice_writes_per_s']:.1f} | "
+            f"{slice_requeues(churn['requeued']):.0f} / "
+            f"{sum(churn['requeued'].values()):.0f} | {incomplete} |"
+        )
+    return lines
 
 
 def carried_table(runs: dict[str, Obj]) -> str:

@@ -83,6 +83,16 @@ def test_a_layout_measured_at_two_sizes_in_two_runs_keeps_both() -> None:
         assert f"| {size}, 90% full | 1 device |" in page
 
 
+def test_churn_runs_of_one_layout_on_two_releases_are_rows_of_their_own() -> None:
+    """The churn of the same layout and size on 1.37 and on 1.38: each run's rows, each
+    naming its release, not the later run's in place of the earlier's."""
+    section = PAGE.read_text().split("<!-- table churn-cores:")[1].split("<!-- end table")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| v1.")]
+    for release in ("v1.37.2", "v1.38.0-beta.0"):
+        cores = [r for r in rows if r.startswith(f"| {release} | 1,000 | partitions | 1 core |")]
+        assert len(cores) == 4, (release, rows)
+
+
 def test_a_change_is_compared_case_by_case(tmp_path: Path) -> None:
     """compare-NAME-before.json and -after.json make the table compare-NAME: each case's
     p50 before and after and their ratio, and the memory after publishing."""

@@ -35,6 +35,10 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
             "1",
             "--steady-pods",
             "3",
+            "--steady-cases",
+            "no claim,1 device",
+            "--steady-repeats",
+            "2",
             "--states",
             "full,mixed",
             "--churn-rates",
@@ -66,6 +70,11 @@ def test_the_fleet_benchmark_runs_on_a_small_cluster(tmp_path: Path) -> None:
         step = result["layouts"][layout]["sizes"]["20"]
         assert set(step["empty"]) == set(step["full"]) == set(step["mixed"]) == cases, layout
         assert step["steady"]["pods_per_s"] > 0
+        # The cases took turns, twice: the scheduler alone beside 1-device pods.
+        turns = step["steady_cases"]
+        assert list(turns) == ["no claim", "1 device"], layout
+        assert [len(t) for t in turns.values()] == [2, 2], layout
+        assert step["steady"] == turns["1 device"][0]
         assert all(c["pods_per_s"] > 0 for c in step["churn"])
         assert all(f["p50_ms"] > 0 for f in step["full"].values())
     # Every fourth node a trn2u (16 devices, the node device, 64 cores at LNC 2), the
