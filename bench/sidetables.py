@@ -126,7 +126,25 @@ def _rss_most(run: Obj) -> float:
     return max(float(r["rss_mib"]["neuron"]) for r in run["repeats"])
 
 
+def over_goal(run: Obj) -> str:
+    """Each figure whose ratio to the Go baseline, as installed, is over its goal in the
+    median of the repeats (with the repeats' range), or "none"."""
+    over = []
+    for call in ("prepare", "unprepare"):
+        for stat in ("p50", "p99"):
+            for size in SIZES:
+                ratios = _ratio(run, "neuron", size, f"{call}_{stat}_ms")
+                if round(statistics.median(ratios), 2) > GOALS[call]:
+                    plural = "s" if size != "1" else ""
+                    over.append(f"{call} {stat} of {size} device{plural}, {_spread(ratios, 2)}")
+    rss = [float(r["rss_mib"]["neuron"]) / float(r["rss_mib"]["go"]) for r in run["repeats"]]
+    if round(statistics.median(rss), 2) > GOALS["rss"]:
+        over.append(f"RSS, {_spread(rss, 2)}")
+    return "; ".join(over) or "none"
+
+
 FIGURES: dict[str, Callable[[Obj], str]] = {
+    "over-goal": over_goal,
     "rss-start": lambda run: f"{float(run['rss_start_mib']['neuron']):.0f} MiB",
     "rss-end": lambda run: f"{_rss_end(run):.0f} MiB",
     "rss-most": lambda run: f"{math.ceil(_rss_most(run))} MiB",
