@@ -48,6 +48,9 @@ class Layout:
     withhold_for_cores: bool = True
     # DeviceClasses with one selector joining the chart's two by `&&`.
     joined_selectors: bool = False
+    # The first core ahead of the whole devices in the walk, as the agent publishes;
+    # False: every core after them, as it published before.
+    core_leads: bool = True
 
 
 LAYOUTS = {
@@ -56,6 +59,7 @@ LAYOUTS = {
         Layout("devices", CoreLayout.OFF),
         Layout("partitions", CoreLayout.PARTITIONS),
         Layout("partitions-lnc1", CoreLayout.PARTITIONS, lnc=1),
+        Layout("partitions-whole-first", CoreLayout.PARTITIONS, core_leads=False),
         # What the driver published before: random slice order, every core always.
         Layout("partitions-unordered", CoreLayout.PARTITIONS, ordered=False, withhold=False),
         Layout(
@@ -65,8 +69,13 @@ LAYOUTS = {
             ordered=False,
             withhold=False,
         ),
-        Layout("partitions-ordered", CoreLayout.PARTITIONS, withhold=False),
-        Layout("partitions-whole-holds", CoreLayout.PARTITIONS, withhold_for_cores=False),
+        Layout("partitions-ordered", CoreLayout.PARTITIONS, withhold=False, core_leads=False),
+        Layout(
+            "partitions-whole-holds",
+            CoreLayout.PARTITIONS,
+            withhold_for_cores=False,
+            core_leads=False,
+        ),
         Layout(
             "partitions-unordered-joined",
             CoreLayout.PARTITIONS,
@@ -251,6 +260,7 @@ class Fleet:
             cores=self.layout.cores,
             counter_layout=CounterLayout.OWN_SLICE,
             held=self._withheld(held),
+            core_leads=self.layout.core_leads,
         )
         slices = build_slices(self.inventories[self.kinds[name]], options)
         if not self.layout.ordered:

@@ -18,9 +18,14 @@ cores, the node device) and the 1.35+ limits: one counter set of 16 counters
 most 32 counters per consumption); 145 devices in slices of 64, the limit once
 devices consume counters, after the counter slice: 4 slices.
 
-The allocator walks a pool's slices in name order, first fit: each slice's generated
-name starts with its place, and whole devices come before every core. What shares a
-counter a prepared claim spends is left out (`SliceOptions.held`);
+The allocator walks a pool's slices in name order, first fit, running each request's
+selectors on every free device it meets: each slice's generated name starts with its
+place, and whole devices come before the cores, so a whole-device claim stops before
+them; but the first core leads the walk, so that a core claim on a node with that
+core free stops at once instead of after the node's whole devices, at the cost of one
+selector a whole-device claim runs (`SliceOptions.core_leads`). The device classes
+keep the two apart, so the order decides what each claim costs, not what it gets. What
+shares a counter a prepared claim spends is left out (`SliceOptions.held`);
 every published device always draws on its counters, held or not, so whatever rule the
 allocator follows for an allocated device's consumption (the slice as it is now, or as
 it was when the device was allocated) gives the same answer.
@@ -123,6 +128,9 @@ class SliceOptions:
     # Informational taints (effect None), published as given: the caller passes none
     # where the API server drops or refuses them.
     notices: tuple[Notice, ...] = ()
+    # The first published core ahead of the whole devices in the allocator's walk (see
+    # the module's docstring); False: every core after them.
+    core_leads: bool = True
 
     @property
     def core_layout(self) -> CoreLayout:
@@ -176,6 +184,7 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
         first = min(sick.values(), key=first_seen, default=None)
         node = node_device(inventory, ultraserver, options.topology)
         devices.append(_tainted(node, first, earliest_per_key(options.notices)))
+    before_cores = len(devices)
     # A core is as healthy as its device.
     devices += [
         _tainted(
@@ -186,6 +195,8 @@ def build_slices(inventory: NodeInventory, options: SliceOptions) -> list[Json]:
         for core in published_cores
         if options.device_taints or core.device.index not in sick
     ]
+    if options.core_leads and len(devices) > before_cores:
+        devices.insert(0, devices.pop(before_cores))
     if options.core_layout is CoreLayout.CAPACITY:
         for device in devices:
             if device["name"] != NODE_DEVICE_NAME:
@@ -317,8 +328,8 @@ def _slice(options: SliceOptions, position: int, count: int, content: Json) -> J
     counters.
 
     The allocator walks a pool's slices in name order and takes the first devices that
-    fit, so the position leads the generated name: whole devices, laid out first, are
-    met before any NeuronCore, and a whole-device claim stops before the cores.
+    fit, so the position leads the generated name: the walk is the order of
+    `build_slices`' devices.
     """
     metadata: Json = {"generateName": slice_prefix(options.node_name, position)}
     if options.node_uid:

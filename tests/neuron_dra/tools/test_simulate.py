@@ -516,10 +516,12 @@ def test_node_selector_is_honoured(tmp_path: Path) -> None:
 
 def test_device_taints_exclude_unless_tolerated(tmp_path: Path) -> None:
     cluster = Cluster(simulated_nodes([("inf2.xlarge", 1)]), {})
-    [device, *cores] = cluster.nodes[0].devices
-    assert device.name == "neurondevice0" and len(cores) == 2
+    devices = cluster.nodes[0].devices
+    at = next(i for i, d in enumerate(devices) if d.name == "neurondevice0")
+    device = devices[at]
+    assert len([d for d in devices if d.name.startswith("neuroncore")]) == 2
     taint = {"key": "neuron.aws.com/unhealthy", "value": "ecc", "effect": "NoSchedule"}
-    cluster.nodes[0].devices[0] = type(device)(
+    cluster.nodes[0].devices[at] = type(device)(
         device.driver, device.pool, device.name, device.view, device.consumes, (taint,)
     )
     [claim] = simulate([SPECS / "single-device.yaml"], cluster)
