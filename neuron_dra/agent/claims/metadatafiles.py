@@ -32,8 +32,8 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from neuron_dra.agent.apiclient.objects.claim import ResourceClaim
 from neuron_dra.agent.claims import metadata as md
 from neuron_dra.agent.claims.cdi import check_uid
 from neuron_dra.agent.claims.checkpoint import ClaimRecord
@@ -129,16 +129,12 @@ class MetadataFiles:
         return removed
 
 
-def metadata_claim(prepared: PreparedClaim, obj: Mapping[str, Any]) -> md.MetadataClaim:
+def metadata_claim(prepared: PreparedClaim, obj: ResourceClaim) -> md.MetadataClaim:
     """The claim as its metadata names it. ClaimError when its pod claim name (the
     annotation) is no DNS label: it becomes a directory of the container's mount path,
     and any user who may create a claim may set it. Called before any file is written."""
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    pod_claim = annotations.get(POD_CLAIM_ANNOTATION)
+    pod_claim = obj.annotations.get(POD_CLAIM_ANNOTATION)
     ref = prepared.claim
-    if pod_claim is not None and not isinstance(pod_claim, str):
-        raise ClaimError(f"claim {ref}: annotation {POD_CLAIM_ANNOTATION} is not a string")
     try:
         return md.MetadataClaim(ref.namespace, ref.name, ref.uid, pod_claim)
     except ValueError as err:

@@ -1,0 +1,19 @@
+"""Kubernetes objects the agent reads, decoded once where they enter it.
+
+One module per kind (`claim`, `node`), each a frozen, slotted dataclass of exactly
+the fields the driver reads and a `decode` from the API server's JSON. Decoding
+checks each field's type and names the path of a wrong one (`ObjectError`, e.g.
+"status.allocation.devices.results[0].pool is int, not a string"); a field absent
+or null takes its empty value, and a field the model does not name is ignored, so
+an API server of a newer release that adds fields decodes as before. Past the
+decoder nothing reads a Kubernetes object as a dict.
+
+Dataclasses rather than pydantic: the agent defers importing pydantic to the first
+claim that carries an opaque config, and most claims carry none (the measured cost
+is in docs/contributors/decisions.md). The opaque config's parameters stay raw
+JSON here: `api.config` decodes them with its schema.
+
+Not Kubernetes API objects, so not decoded here: the kubeconfig
+(`apiclient.config`), the checkpoint file (`claims.checkpoint`) and CDI specs
+(`claims.cdi`), each parsed by its own module.
+"""
