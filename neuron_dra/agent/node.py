@@ -19,6 +19,7 @@ from http import HTTPStatus
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
+from neuron_dra.agent.apiclient.objects.node import Node
 from neuron_dra.agent.claimpath import claim_path
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.events import ClaimsChanged
@@ -278,14 +279,14 @@ class Agent:
             except Exception:
                 log.exception("checkpoint not read; retrying")
 
-    async def _node_seen(self, node: Json | None) -> None:
+    async def _node_seen(self, node: Node | None) -> None:
         """The Node as it is now (None: gone): its owned labels kept, its network
         topology labels followed."""
         if node is None:
             return
         if self.device_plugin.seen(node):
             self.publisher.refresh()
-        topology, problems = from_labels(node.get("metadata", {}).get("labels"))
+        topology, problems = from_labels(node.labels)
         if problems != self._topology_problems:
             for problem in problems:
                 log.warning("%s", problem, extra={"node": self.options.node_name})

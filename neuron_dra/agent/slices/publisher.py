@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.backoff import WATCH_PROVEN_S, Backoff
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
+from neuron_dra.agent.apiclient.objects.node import decode as decode_node
 from neuron_dra.agent.slices.slicediff import (
     Field,
     adopt,
@@ -273,7 +274,7 @@ class SlicePublisher:
 
     async def _read_node_uid(self, known: str | None) -> str:
         """The Node's UID; raises ApiError while the Node is missing."""
-        uid = str((await self._kube.get_node(self._node))["metadata"]["uid"])
+        uid = decode_node(await self._kube.get_node(self._node)).uid
         self._node_uid_due = False
         if known is not None and uid != known:
             log.info(
