@@ -1,6 +1,6 @@
 """Kubernetes objects the agent reads, decoded once where they enter it.
 
-One module per kind (`claim`, `node`), each a frozen, slotted dataclass of exactly
+One module per kind (`claim`, `node`, `slice`), each frozen, slotted dataclasses of exactly
 the fields the driver reads and a `decode` from the API server's JSON. Decoding
 checks each field's type and names the path of a wrong one (`ObjectError`, e.g.
 "status.allocation.devices.results[0].pool is int, not a string"); a field absent
@@ -15,5 +15,8 @@ JSON here: `api.config` decodes them with its schema.
 
 Not Kubernetes API objects, so not decoded here: the kubeconfig
 (`apiclient.config`), the checkpoint file (`claims.checkpoint`) and CDI specs
-(`claims.cdi`), each parsed by its own module.
+(`claims.cdi`), each parsed by its own module. Nor are the request bodies the
+driver builds itself (the desired ResourceSlices of `resources.slices`, which the
+publisher compares with the decoded stored ones), nor the envelopes the client
+reads on the way (a watch event's type, an error Status, a list's items).
 """
