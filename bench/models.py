@@ -1,7 +1,7 @@
 """Kubernetes objects at the agent's boundary: dataclasses against pydantic, measured.
 
 The agent decodes each ResourceClaim it reads into frozen, slotted dataclasses
-(neuron_dra/agent/apiclient/objects/claim.py) and imports pydantic only with the
+(neuron_dra/agent/objects/claim.py) and imports pydantic only with the
 first claim that carries an opaque config. This run measures what a pydantic v2
 model of the same fields would cost instead. Each arm runs in a fresh interpreter:
 
@@ -103,7 +103,7 @@ started = time.perf_counter()
 if arm == "pydantic":
     exec(compile({PYDANTIC_MODEL!r}, "pydantic_model", "exec"))
 else:
-    from neuron_dra.agent.apiclient.objects.claim import decode
+    from neuron_dra.agent.objects.claim import decode
 obj = json.loads(claim_json)
 decoded = decode(obj)
 imported = time.perf_counter() - started

@@ -19,7 +19,6 @@ from http import HTTPStatus
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
-from neuron_dra.agent.apiclient.objects.node import Node
 from neuron_dra.agent.claimpath import claim_path
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.events import ClaimsChanged
@@ -28,6 +27,7 @@ from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thre
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
 from neuron_dra.agent.gauges import agent_gauges
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
+from neuron_dra.agent.objects.node import Node
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.slices import leader
 from neuron_dra.agent.slices.deviceplugin import DevicePluginGuard

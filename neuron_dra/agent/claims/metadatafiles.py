@@ -33,13 +33,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from neuron_dra.agent.apiclient.objects.claim import ResourceClaim
 from neuron_dra.agent.claims import metadata as md
 from neuron_dra.agent.claims.cdi import check_uid
 from neuron_dra.agent.claims.checkpoint import ClaimRecord
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim
 from neuron_dra.agent.files.atomicfile import atomic_write
+from neuron_dra.agent.objects.claim import ResourceClaim
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What an allocated ResourceClaim means on this node: devices, configs, container env.
 
-Pure: the ResourceClaim (decoded by `apiclient.objects.claim`) and the node
+Pure: the ResourceClaim (decoded by `objects.claim`) and the node
 inventory in, a PreparedClaim or a ClaimError out. Every rule of the opaque
 configuration (LNC only where the hardware has it and only for whole devices,
 UltraServerConfig only for the whole-node device of an UltraServer node) is
@@ -28,10 +28,10 @@ from consts import (
     ENV_NEURON_RT_VISIBLE_CORES,
     NODE_DEVICE_NAME,
 )
-from neuron_dra.agent.apiclient.objects import claim as claimobj
-from neuron_dra.agent.apiclient.objects.claim import AllocatedConfig, ResourceClaim
-from neuron_dra.agent.apiclient.objects.fields import ObjectError
 from neuron_dra.agent.claims.claimref import ClaimRef
+from neuron_dra.agent.objects import claim as claimobj
+from neuron_dra.agent.objects.claim import AllocatedConfig, ResourceClaim
+from neuron_dra.agent.objects.fields import ObjectError
 from neuron_dra.hardware import cores as logical
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory
 

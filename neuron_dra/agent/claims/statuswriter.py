@@ -46,11 +46,11 @@ from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.backoff import Backoff
 from neuron_dra.agent.apiclient.errors import ApiError
 from neuron_dra.agent.apiclient.kube import Json
-from neuron_dra.agent.apiclient.objects.claim import Allocation, ResourceClaim
 from neuron_dra.agent.claims import devicestatus
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.events import ClaimPrepared, ClaimUnprepared
 from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim, decode, plan_claim
+from neuron_dra.agent.objects.claim import Allocation, ResourceClaim
 from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from neuron_dra.agent.apiclient.objects.node import Node
+from neuron_dra.agent.objects.node import Node
 from neuron_dra.agent.telemetry.metrics import Sample
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from enum import StrEnum
 
 from consts import DRIVER_NAME, TAINT_UNHEALTHY
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
-from neuron_dra.agent.apiclient.objects.slice import ResourceSlice
-from neuron_dra.agent.apiclient.objects.slice import decode as decode_slice
+from neuron_dra.agent.objects.slice import ResourceSlice
+from neuron_dra.agent.objects.slice import decode as decode_slice
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import UltraServerDevices
 from neuron_dra.resources.taints import INFORMATIONAL

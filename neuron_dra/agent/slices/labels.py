@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from neuron_dra.agent.apiclient.backoff import Backoff
 from neuron_dra.agent.apiclient.kube import Kube
-from neuron_dra.agent.apiclient.objects.node import Node
+from neuron_dra.agent.objects.node import Node
 from neuron_dra.resources.nodelabels import label_patch
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 
 from neuron_dra.agent.apiclient.backoff import WATCH_PROVEN_S, Backoff
 from neuron_dra.agent.apiclient.kube import ApiError, Kube
-from neuron_dra.agent.apiclient.objects.node import Node, decode
+from neuron_dra.agent.objects.node import Node, decode
 
 log = logging.getLogger(__name__)
 

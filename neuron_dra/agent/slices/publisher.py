@@ -40,9 +40,9 @@ from collections.abc import Awaitable, Callable
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.backoff import WATCH_PROVEN_S, Backoff
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
-from neuron_dra.agent.apiclient.objects.node import decode as decode_node
-from neuron_dra.agent.apiclient.objects.slice import ResourceSlice
-from neuron_dra.agent.apiclient.objects.slice import decode as decode_slice
+from neuron_dra.agent.objects.node import decode as decode_node
+from neuron_dra.agent.objects.slice import ResourceSlice
+from neuron_dra.agent.objects.slice import decode as decode_slice
 from neuron_dra.agent.slices.slicediff import (
     Field,
     adopt,

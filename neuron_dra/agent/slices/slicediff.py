@@ -4,7 +4,7 @@ The comparison is the upstream ResourceSlice controller's: what the API server
 adds is copied from the stored slices first (a taint's `timeAdded`), fields the
 server drops are left out, values it omits (empty lists and maps) count as
 absent. Slices are paired by their place in the pool, then by content, never by
-list position. Stored slices come decoded (`apiclient.objects.slice`); desired ones
+list position. Stored slices come decoded (`objects.slice`); desired ones
 are the request bodies the driver builds (`resources.slices`), JSON to be sent.
 The publisher (`publisher.py`) is the side-effect shell around these.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuron_dra.agent.apiclient.kube import Json
-from neuron_dra.agent.apiclient.objects.slice import ResourceSlice
+from neuron_dra.agent.objects.slice import ResourceSlice
 
 # A path to a field of a slice: keys, with "[]" standing for every item of a list.
 Field = tuple[str, ...]

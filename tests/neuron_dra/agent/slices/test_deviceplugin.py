@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from neuron_dra.agent.apiclient.objects.node import Node, decode
+from neuron_dra.agent.objects.node import Node, decode
 from neuron_dra.agent.slices.deviceplugin import DevicePluginGuard, plugin_resources
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.agent.apiclient.objects.slice import decode
+from neuron_dra.agent.objects.slice import decode
 from neuron_dra.agent.slices.features import (
     Answer,
     Uses,

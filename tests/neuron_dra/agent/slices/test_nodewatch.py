@@ -17,7 +17,7 @@ import pytest
 
 from neuron_dra.agent.apiclient.backoff import Backoff
 from neuron_dra.agent.apiclient.kube import ApiConfig, ApiError, Kube
-from neuron_dra.agent.apiclient.objects.node import Node, decode
+from neuron_dra.agent.objects.node import Node, decode
 from neuron_dra.agent.slices.labels import LabelKeeper
 from neuron_dra.agent.slices.nodewatch import NodeWatch
 from neuron_dra.resources.nodelabels import label_patch

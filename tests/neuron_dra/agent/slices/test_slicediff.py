@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from neuron_dra.agent.apiclient.objects.slice import ResourceSlice, decode
+from neuron_dra.agent.objects.slice import ResourceSlice, decode
 from neuron_dra.agent.slices.slicediff import (
     Pairing,
     adopt,

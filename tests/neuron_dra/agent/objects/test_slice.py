@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.agent.apiclient.objects.fields import ObjectError
-from neuron_dra.agent.apiclient.objects.slice import Device, Taint, decode
+from neuron_dra.agent.objects.fields import ObjectError
+from neuron_dra.agent.objects.slice import Device, Taint, decode
 
 TAINT = {"key": "neuron.aws.com/unhealthy", "value": "Ecc", "effect": "NoExecute"}
 

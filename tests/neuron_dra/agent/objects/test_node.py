@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from neuron_dra.agent.apiclient.objects.fields import ObjectError
-from neuron_dra.agent.apiclient.objects.node import Node, decode
+from neuron_dra.agent.objects.fields import ObjectError
+from neuron_dra.agent.objects.node import Node, decode
 
 
 def full_node() -> dict[str, Any]:

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from consts import DRIVER_NAME
-from neuron_dra.agent.apiclient.objects.claim import (
+from neuron_dra.agent.objects.claim import (
     AllocatedConfig,
     DeviceResult,
     DeviceStatus,
     OpaqueConfig,
     decode,
 )
-from neuron_dra.agent.apiclient.objects.fields import ObjectError
+from neuron_dra.agent.objects.fields import ObjectError
 from tests.claim_objects import allocated_claim, opaque
 
 UID = "0f8e2b8c-1111-4222-8333-944455556666"

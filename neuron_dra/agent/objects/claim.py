@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from neuron_dra.agent.apiclient.objects import fields as f
+from neuron_dra.agent.objects import fields as f
 
 
 @dataclass(frozen=True, slots=True)

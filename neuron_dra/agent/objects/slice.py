@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from neuron_dra.agent.apiclient.objects import fields as f
+from neuron_dra.agent.objects import fields as f
 
 
 @dataclass(frozen=True, slots=True)
