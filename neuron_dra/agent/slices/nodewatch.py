@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from neuron_dra.agent.apiclient.backoff import WATCH_PROVEN_S, Backoff
 from neuron_dra.agent.apiclient.kube import ApiError, Kube
 from neuron_dra.agent.objects.node import Node, decode
+from neuron_dra.agent.objects.watch import decode as decode_event
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +88,11 @@ class NodeWatch:
         try:
             async for event in self._kube.watch_node(self._name, listed.resource_version):
                 self._proven = True
-                kind = event.get("type")
-                if kind == "DELETED":
+                seen = decode_event(event)
+                if seen.type == "DELETED":
                     await self._seen(None)
-                elif kind in ("ADDED", "MODIFIED"):
-                    await self._seen(decode(event.get("object")))
+                elif seen.type in ("ADDED", "MODIFIED"):
+                    await self._seen(None if seen.object is None else decode(seen.object))
         finally:
             self._proven = self._proven or self._clock() - opened >= WATCH_PROVEN_S
 

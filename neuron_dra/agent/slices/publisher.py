@@ -43,6 +43,7 @@ from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.objects.node import decode as decode_node
 from neuron_dra.agent.objects.slice import ResourceSlice
 from neuron_dra.agent.objects.slice import decode as decode_slice
+from neuron_dra.agent.objects.watch import decode as decode_event
 from neuron_dra.agent.slices.slicediff import (
     Field,
     adopt,
@@ -350,10 +351,11 @@ class SlicePublisher:
                     self._recheck_server()
                     return False
                 self._watch_proven = True
-                if event.get("type") == "DELETED":
+                kind = decode_event(event).type
+                if kind == "DELETED":
                     # Perhaps the garbage collector's, after the Node was created again.
                     self._node_uid_due = True
-                if event.get("type") != "BOOKMARK":
+                if kind != "BOOKMARK":
                     return False
                 next_event = asyncio.ensure_future(anext(events, None))
         finally:
