@@ -106,6 +106,10 @@ def string_map(parent: Obj, key: str, path: str) -> Mapping[str, str]:
 def objects(parent: Obj, key: str, path: str) -> list[tuple[str, Obj]]:
     """A list of objects, each with its path; [] when absent."""
     at = path_of(path, key)
-    return [
-        (f"{at}[{i}]", as_object(v, f"{at}[{i}]")) for i, v in enumerate(items(parent, key, path))
-    ]
+    found: list[tuple[str, Obj]] = []
+    for i, value in enumerate(items(parent, key, path)):
+        item = f"{at}[{i}]"
+        if not isinstance(value, dict):
+            raise wrong(value, dict, item)
+        found.append((item, value))
+    return found
