@@ -81,6 +81,31 @@ def rss_ratio(file: str, arm: str, base: str) -> Figure:
     return figure
 
 
+def model_arm(arm: str, key: str, unit: str, scale: float = 1.0) -> Figure:
+    """An arm's `key` in bench/models.py's run: the median of the repeats and their range."""
+
+    def figure(kept: dict[str, Obj]) -> str:
+        values = [run[key] * scale for run in kept[MODELS]["arms"][arm]]
+        return f"{median(values):.1f} {unit} ({min(values):.1f}-{max(values):.1f})"
+
+    return figure
+
+
+def model_added(key: str, unit: str, scale: float = 1.0) -> Figure:
+    """What the pydantic arm adds to the dataclasses arm's `key`, repeat by repeat."""
+
+    def figure(kept: dict[str, Obj]) -> str:
+        arms = kept[MODELS]["arms"]
+        values = [
+            (p[key] - d[key]) * scale
+            for p, d in zip(arms["pydantic"], arms["dataclasses"], strict=True)
+        ]
+        return f"{median(values):.1f} {unit} ({min(values):.1f}-{max(values):.1f})"
+
+    return figure
+
+
+MODELS = "models.json"
 CORE_FULL = "partitions, core-full-1"
 CORE_FULL_4 = "partitions, core-full-4"
 MIXED = "partitions, mixed"
@@ -127,6 +152,13 @@ INTERLEAVED_FIGURES: dict[str, Figure] = {
     "partitions-held-whole-138": scale_p50(
         "holds-1000-138-1.json", "partitions", "full", "1 device"
     ),
+    "models-rss-dataclasses": model_arm("dataclasses", "rss_mib", "MiB"),
+    "models-rss-pydantic": model_arm("pydantic", "rss_mib", "MiB"),
+    "models-rss-added": model_added("rss_mib", "MiB"),
+    "models-import-dataclasses": model_arm("dataclasses", "import_s", "ms", 1000),
+    "models-import-added": model_added("import_s", "ms", 1000),
+    "models-decode-dataclasses": model_arm("dataclasses", "decode_us", "µs"),
+    "models-decode-pydantic": model_arm("pydantic", "decode_us", "µs"),
 }
 if shared := INTERLEAVED_FIGURES.keys() & FLEET_FIGURES.keys():
     # One name quoting two figures would quote whichever was registered last.

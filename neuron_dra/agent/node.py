@@ -27,6 +27,7 @@ from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thre
 from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
 from neuron_dra.agent.gauges import agent_gauges
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
+from neuron_dra.agent.objects.node import Node
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.slices import leader
 from neuron_dra.agent.slices.deviceplugin import DevicePluginGuard
@@ -278,14 +279,14 @@ class Agent:
             except Exception:
                 log.exception("checkpoint not read; retrying")
 
-    async def _node_seen(self, node: Json | None) -> None:
+    async def _node_seen(self, node: Node | None) -> None:
         """The Node as it is now (None: gone): its owned labels kept, its network
         topology labels followed."""
         if node is None:
             return
         if self.device_plugin.seen(node):
             self.publisher.refresh()
-        topology, problems = from_labels(node.get("metadata", {}).get("labels"))
+        topology, problems = from_labels(node.labels)
         if problems != self._topology_problems:
             for problem in problems:
                 log.warning("%s", problem, extra={"node": self.options.node_name})

@@ -5,8 +5,9 @@ The calls the event loop makes run each in a worker thread; the claim read of
 a prepare, already in a worker thread of the DRA server, blocks there. The
 `kubernetes` package is not imported: it costs the agent ~24 MiB of memory and
 ~0.2 s of start-up, and aiohttp ~12 MiB, while `http.client` adds ~1 MiB and
-its GET measured within noise of a bare blocking GET. Objects stay plain JSON
-dicts: the driver reads a handful of fields. Where the server is and how to
+its GET measured within noise of a bare blocking GET. Calls answer the JSON as
+the server sent it; where an object enters the agent it is decoded once into the
+typed fields the driver reads (`neuron_dra.agent.objects`). Where the server is and how to
 authenticate comes from `config`, the connections from `connections`.
 """
 

@@ -40,7 +40,6 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from neuron_dra.agent.claims import metadata as md
 from neuron_dra.agent.claims.cdi import check_uid
@@ -49,6 +48,7 @@ from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.events import ClaimUnprepared
 from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim
 from neuron_dra.agent.files.atomicfile import atomic_write
+from neuron_dra.agent.objects.claim import ResourceClaim
 
 log = logging.getLogger(__name__)
 
@@ -161,16 +161,12 @@ class MetadataFiles:
         return removed
 
 
-def metadata_claim(prepared: PreparedClaim, obj: Mapping[str, Any]) -> md.MetadataClaim:
+def metadata_claim(prepared: PreparedClaim, obj: ResourceClaim) -> md.MetadataClaim:
     """The claim as its metadata names it. ClaimError when its pod claim name (the
     annotation) is no DNS label: it becomes a directory of the container's mount path,
     and any user who may create a claim may set it. Called before any file is written."""
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    pod_claim = annotations.get(POD_CLAIM_ANNOTATION)
+    pod_claim = obj.annotations.get(POD_CLAIM_ANNOTATION)
     ref = prepared.claim
-    if pod_claim is not None and not isinstance(pod_claim, str):
-        raise ClaimError(f"claim {ref}: annotation {POD_CLAIM_ANNOTATION} is not a string")
     try:
         return md.MetadataClaim(ref.namespace, ref.name, ref.uid, pod_claim)
     except ValueError as err:

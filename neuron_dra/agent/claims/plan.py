@@ -1,6 +1,6 @@
 """What an allocated ResourceClaim means on this node: devices, configs, container env.
 
-Pure: the ResourceClaim object (as the API server returns it) and the node
+Pure: the ResourceClaim (decoded by `objects.claim`) and the node
 inventory in, a PreparedClaim or a ClaimError out. Every rule of the opaque
 configuration (LNC only where the hardware has it and only for whole devices,
 UltraServerConfig only for the whole-node device of an UltraServer node) is
@@ -15,7 +15,7 @@ devices (NEURON_RT_VISIBLE_CORES) is worked out for both.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,9 @@ from consts import (
     NODE_DEVICE_NAME,
 )
 from neuron_dra.agent.claims.claimref import ClaimRef
-from neuron_dra.agent.claims.claimshape import ShapeError, check_claim
+from neuron_dra.agent.objects import claim as claimobj
+from neuron_dra.agent.objects.claim import AllocatedConfig, ResourceClaim
+from neuron_dra.agent.objects.fields import ObjectError
 from neuron_dra.hardware import cores as logical
 from neuron_dra.hardware.inventory import NeuronDevice, NodeInventory
 
@@ -86,50 +88,55 @@ class Holding:
     admin_access: bool
 
 
-def plan(
-    claim: ClaimRef, obj: dict[str, Any], inventory: NodeInventory, pool: str
-) -> PreparedClaim:
-    """Work out what `obj` (a ResourceClaim) gives containers on this node."""
+def decode(claim: ClaimRef, obj: Any) -> ResourceClaim:
+    """`obj`, the claim as the API server answers, decoded; ClaimError naming the field
+    of a wrong type.
+
+    The API server validates claims, so a field of the wrong type means a corrupted
+    object or a server this driver does not know: the user's problem to see. Decoded
+    up front, any error the plan still raises is what it is, a bug of the driver's
+    (logged with its traceback and counted as ``internal``).
+    """
     try:
-        check_claim(obj)
-    except ShapeError as err:
+        return claimobj.decode(obj)
+    except ObjectError as err:
         raise ClaimError(f"claim {claim}: malformed ResourceClaim: {err}") from None
-    return _plan(claim, obj, inventory, pool)
 
 
-def _plan(
-    claim: ClaimRef, obj: dict[str, Any], inventory: NodeInventory, pool: str
+def plan(claim: ClaimRef, obj: Any, inventory: NodeInventory, pool: str) -> PreparedClaim:
+    """`plan_claim` of `obj` as the API server answers: for callers that hold the JSON
+    and read nothing else of it (tools, simulations)."""
+    return plan_claim(claim, decode(claim, obj), inventory, pool)
+
+
+def plan_claim(
+    claim: ClaimRef, obj: ResourceClaim, inventory: NodeInventory, pool: str
 ) -> PreparedClaim:
-    uid = (obj.get("metadata") or {}).get("uid")
-    if uid != claim.uid:
-        raise ClaimError(f"claim {claim}: the API server has UID {uid}, a different claim")
-    allocation = (obj.get("status") or {}).get("allocation")
-    if not allocation:
+    """Work out what `obj` gives containers on this node."""
+    if obj.uid != claim.uid:
+        raise ClaimError(f"claim {claim}: the API server has UID {obj.uid}, a different claim")
+    allocation = obj.allocation
+    if allocation is None:
         raise ClaimError(f"claim {claim}: not allocated")
-    devices_section = allocation.get("devices") or {}
-    results = [
-        r
-        for r in devices_section.get("results") or []
-        if r.get("driver") == DRIVER_NAME and r.get("pool") == pool
-    ]
+    results = [r for r in allocation.results if r.driver == DRIVER_NAME and r.pool == pool]
     if not results:
         raise ClaimError(f"claim {claim}: no device of {DRIVER_NAME} on pool {pool} allocated")
 
-    configs = _configs(claim, devices_section.get("config") or [])
+    configs = _configs(claim, allocation.config)
     by_name = {d.name: d for d in inventory.devices}
     prepared: list[PreparedDevice] = []
     lnc_by_request: dict[str, int | None] = {}
     ultraserver_mode: int | None = None
     seen: set[tuple[str, str]] = set()
     for result in results:
-        request = str(result.get("request", ""))
-        device_name = str(result.get("device", ""))
+        request = result.request
+        device_name = result.device
         if (request, device_name) in seen:
             continue  # listed twice: one device node, one CDI device
         seen.add((request, device_name))
         applied = [c for requests, c in configs if _applies(requests, request)]
-        lnc = _last(applied, "logicalNeuronCore")  # NeuronConfig's
-        mode = _last(applied, "ultraserverMode")  # UltraServerConfig's
+        lnc = _last(applied, _lnc)
+        mode = _last(applied, _ultraserver_mode)
         core_numbers: tuple[int, ...] = ()
         if device_name == NODE_DEVICE_NAME:
             neuron_devices = _whole_node(claim, inventory)
@@ -165,7 +172,7 @@ def _plan(
                 "whole devices (DeviceClass neuron.aws.com) to set it"
             )
         lnc_by_request[request] = lnc
-        admin = result.get("adminAccess") is True
+        admin = result.admin_access
         names = _request_names(request)
         prepared.append(
             PreparedDevice(names, pool, device_name, neuron_devices, admin, core_numbers)
@@ -218,10 +225,16 @@ def _container_of(request: str) -> str:
     return f"container-{match.group(1)}" if match else request
 
 
-def _configs(claim: ClaimRef, entries: list[Any]) -> list[tuple[list[str], DeviceConfig]]:
+def _configs(
+    claim: ClaimRef, entries: tuple[AllocatedConfig, ...]
+) -> list[tuple[tuple[str, ...], DeviceConfig]]:
     """This driver's configs, class configs before claim configs so claim ones win."""
-    ordered = sorted(enumerate(entries), key=lambda e: (e[1].get("source") != "FromClass", e[0]))
-    ours = [(i, e) for i, e in ordered if (e.get("opaque") or {}).get("driver") == DRIVER_NAME]
+    ordered = sorted(enumerate(entries), key=lambda e: (e[1].source != "FromClass", e[0]))
+    ours = [
+        (i, e, e.opaque)
+        for i, e in ordered
+        if e.opaque is not None and e.opaque.driver == DRIVER_NAME
+    ]
     if not ours:
         return []
     # Deferred to the first claim with a config: the schema's pydantic models are a fifth
@@ -229,18 +242,17 @@ def _configs(claim: ClaimRef, entries: list[Any]) -> list[tuple[list[str], Devic
     from api.config import ConfigError, decode  # noqa: PLC0415
 
     decoded = []
-    for index, entry in ours:
-        opaque = entry["opaque"]
-        source = "DeviceClass" if entry.get("source") == "FromClass" else "claim"
+    for index, entry, opaque in ours:
+        source = "DeviceClass" if entry.source == "FromClass" else "claim"
         try:
-            config = decode(opaque.get("parameters"))
+            config = decode(opaque.parameters)
         except ConfigError as err:
             raise ClaimError(f"claim {claim}: config[{index}] from the {source}: {err}") from None
-        decoded.append((list(entry.get("requests") or []), config))
+        decoded.append((entry.requests, config))
     return decoded
 
 
-def _applies(requests: list[str], request: str) -> bool:
+def _applies(requests: tuple[str, ...], request: str) -> bool:
     return not requests or request in requests or request.split("/", 1)[0] in requests
 
 
@@ -250,12 +262,35 @@ def _request_names(request: str) -> tuple[str, ...]:
     return (parent,) if parent == request else (parent, request)
 
 
-def _last(configs: list[DeviceConfig], field: str) -> Any:
-    """The last set value of `field`; each field name belongs to one config kind."""
+# What a config sets a field to, as a one-tuple; None where it does not set it.
+Setting = tuple[int | None] | None
+
+
+def _lnc(config: DeviceConfig) -> Setting:
+    """NeuronConfig's logicalNeuronCore, where `config` sets it."""
+    from api.config import NeuronConfig  # noqa: PLC0415
+
+    if isinstance(config, NeuronConfig) and "logicalNeuronCore" in config.model_fields_set:
+        return (config.logicalNeuronCore,)
+    return None
+
+
+def _ultraserver_mode(config: DeviceConfig) -> Setting:
+    """UltraServerConfig's ultraserverMode, where `config` sets it."""
+    from api.config import UltraServerConfig  # noqa: PLC0415
+
+    if isinstance(config, UltraServerConfig) and "ultraserverMode" in config.model_fields_set:
+        return (config.ultraserverMode,)
+    return None
+
+
+def _last(configs: list[DeviceConfig], setting: Callable[[DeviceConfig], Setting]) -> int | None:
+    """The value of the last config that sets the field `setting` reads."""
     value = None
     for config in configs:
-        if field in config.model_fields_set:
-            value = getattr(config, field)
+        found = setting(config)
+        if found is not None:
+            value = found[0]
     return value
 
 

@@ -47,7 +47,7 @@ from neuron_dra.agent.claims.events import (
 )
 from neuron_dra.agent.claims.exclusive import check_exclusive
 from neuron_dra.agent.claims.metadatafiles import MetadataFiles, metadata_claim, with_metadata
-from neuron_dra.agent.claims.plan import ClaimError, Holding, PreparedClaim, plan
+from neuron_dra.agent.claims.plan import ClaimError, Holding, PreparedClaim, decode, plan_claim
 from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
 
@@ -237,11 +237,11 @@ class Preparer:
                 log.info("prepared claim's CDI spec is gone; preparing it again", extra=extra)
             try:
                 phase = time.perf_counter()
-                obj = self._get_claim(ref.namespace, ref.name)
+                obj = decode(ref, self._get_claim(ref.namespace, ref.name))
                 phase = self._phase("api", phase)
                 self.refresh()
                 inventory = self._inventory()
-                prepared = plan(ref, obj, inventory, self._pool)
+                prepared = plan_claim(ref, obj, inventory, self._pool)
                 writes_metadata = self._metadata is not None and self._metadata.enabled
                 meta_claim = metadata_claim(prepared, obj) if writes_metadata else None
                 self._hold(prepared, inventory)

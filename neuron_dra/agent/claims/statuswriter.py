@@ -40,7 +40,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.backoff import Backoff
@@ -49,7 +49,8 @@ from neuron_dra.agent.apiclient.kube import Json
 from neuron_dra.agent.claims import devicestatus
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.events import ClaimPrepared, ClaimUnprepared
-from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim, plan
+from neuron_dra.agent.claims.plan import ClaimError, PreparedClaim, decode, plan_claim
+from neuron_dra.agent.objects.claim import Allocation, ResourceClaim
 from neuron_dra.agent.telemetry.metrics import Metrics
 from neuron_dra.hardware.inventory import NodeInventory
 
@@ -241,7 +242,7 @@ class StatusWriter:
             # Invalid (another claim of that name, a device no longer allocated), or
             # refused by a policy or the 1.36+ status authorization, all 422: tried again
             # only while the claim still holds the devices.
-            if err.status == 422 and not _holds(await self._read(claim), entries):
+            if err.status == 422 and not _holds(await self._read_or_none(claim), entries):
                 log.info(
                     "device status not written: the claim no longer holds the devices",
                     extra=_fields(claim),
@@ -250,7 +251,7 @@ class StatusWriter:
             raise
         if answer is None:
             return
-        if not _entries_of_driver(answer):
+        if not _entries_of_driver(decode(claim, answer)):
             self.served = False
             log.warning(
                 "the API server does not serve ResourceClaim status.devices (feature gate "
@@ -276,7 +277,7 @@ class StatusWriter:
         try:
             answer = await self._apply(claim, _body(claim, None))
         except ApiError as err:
-            if err.status == 422 and not _allocation(await self._read(claim)):
+            if err.status == 422 and not _allocation(await self._read_or_none(claim)):
                 self._sent.discard(claim.uid)
                 return
             raise
@@ -287,28 +288,37 @@ class StatusWriter:
     async def _restored_entries(self, claim: ClaimRef) -> list[devicestatus.Entry] | None:
         """The entries of a claim prepared before this start, planned again from the claim;
         None when it has some already, or is gone or deallocated."""
-        obj = await self._read(claim)
-        if obj is None or not _allocation(obj) or _entries_of_driver(obj):
-            return None
         inventory = self._inventory()
         try:
-            prepared = plan(claim, obj, inventory, self._pool)
+            obj = await self._read(claim)
+            if obj is None or not _allocation(obj) or _entries_of_driver(obj):
+                return None
+            prepared = plan_claim(claim, obj, inventory, self._pool)
         except ClaimError as err:
             log.info("device status not written: %s", err, extra=_fields(claim))
             return None
         return devicestatus.entries(prepared, inventory.lnc, _now())
 
-    async def _read(self, claim: ClaimRef) -> Json | None:
-        """The claim as the server has it; None when it is gone or the name is another's."""
+    async def _read(self, claim: ClaimRef) -> ResourceClaim | None:
+        """The claim as the server has it; None when it is gone or the name is another's.
+        ClaimError when it is malformed."""
         try:
-            obj = await asyncio.to_thread(
+            answer = await asyncio.to_thread(
                 self._kube.get_resource_claim, claim.namespace, claim.name
             )
         except ApiError as err:
             if err.status == 404:
                 return None
             raise
-        return obj if (obj.get("metadata") or {}).get("uid") == claim.uid else None
+        obj = decode(claim, answer)
+        return obj if obj.uid == claim.uid else None
+
+    async def _read_or_none(self, claim: ClaimRef) -> ResourceClaim | None:
+        """`_read`, with a malformed claim taken as one this writer cannot judge: None."""
+        try:
+            return await self._read(claim)
+        except ClaimError:
+            return None
 
     async def _apply(self, claim: ClaimRef, body: Json) -> Json | None:
         """The apply's answer; None when the claim is gone: nothing is left to write."""
@@ -340,20 +350,21 @@ def _body(claim: ClaimRef, entries: list[devicestatus.Entry] | None) -> Json:
     return body
 
 
-def _allocation(obj: Json | None) -> Json | None:
-    return ((obj or {}).get("status") or {}).get("allocation") or None
+def _allocation(obj: ResourceClaim | None) -> Allocation | None:
+    return obj.allocation if obj is not None else None
 
 
-def _holds(obj: Json | None, entries: list[devicestatus.Entry]) -> bool:
+def _holds(obj: ResourceClaim | None, entries: list[devicestatus.Entry]) -> bool:
     """Whether the claim `obj` is still allocated every device of `entries`."""
-    results = ((_allocation(obj) or {}).get("devices") or {}).get("results") or []
-    allocated = {(r.get("driver"), r.get("pool"), r.get("device")) for r in results}
+    allocation = _allocation(obj)
+    results = allocation.results if allocation is not None else ()
+    allocated = {(r.driver, r.pool, r.device) for r in results}
     return all((e["driver"], e["pool"], e["device"]) in allocated for e in entries)
 
 
-def _entries_of_driver(obj: Json) -> list[Any]:
-    devices = (obj.get("status") or {}).get("devices") or []
-    return [d for d in devices if isinstance(d, dict) and d.get("driver") == DRIVER_NAME]
+def _entries_of_driver(obj: ResourceClaim) -> bool:
+    """Whether the claim's status.devices has an entry of this driver."""
+    return any(d.driver == DRIVER_NAME for d in obj.devices)
 
 
 def _fields(claim: ClaimRef) -> dict[str, str]:

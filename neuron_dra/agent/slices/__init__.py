@@ -3,6 +3,7 @@
 Owns: the slice publisher (diffs, backoff, one writer per node through a file
 lock), what the API server serves (feature probes: taints, counter layouts),
 the Node watch and the labels kept on it.
-May use: `apiclient`, `telemetry` (metrics), `files`, `resources`, `hardware`,
+May use: `apiclient`, `objects` (decoded slices and Node), `telemetry` (metrics),
+`files`, `resources`, `hardware`,
 `consts`.
 """

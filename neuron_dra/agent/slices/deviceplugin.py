@@ -11,8 +11,8 @@ in `neuron_dra_device_plugin_conflict`, and publishes again when they are.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from neuron_dra.agent.objects.node import Node
 from neuron_dra.agent.telemetry.metrics import Sample
 
 log = logging.getLogger(__name__)
@@ -20,10 +20,10 @@ log = logging.getLogger(__name__)
 RESOURCES = ("aws.amazon.com/neuron", "aws.amazon.com/neurondevice", "aws.amazon.com/neuroncore")
 
 
-def plugin_resources(node: dict[str, Any] | None) -> dict[str, str]:
+def plugin_resources(node: Node | None) -> dict[str, str]:
     """The device plugin's Neuron resources the Node has allocatable, nonzero."""
-    allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
-    return {r: str(allocatable[r]) for r in RESOURCES if str(allocatable.get(r, "0")) != "0"}
+    allocatable = node.allocatable if node is not None else {}
+    return {r: allocatable[r] for r in RESOURCES if allocatable.get(r, "0") != "0"}
 
 
 class DevicePluginGuard:
@@ -35,7 +35,7 @@ class DevicePluginGuard:
     def active(self) -> bool:
         return bool(self.resources)
 
-    def seen(self, node: dict[str, Any] | None) -> bool:
+    def seen(self, node: Node | None) -> bool:
         """Take the Node as it is now; whether the driver's standing changed."""
         resources = plugin_resources(node)
         if bool(resources) == self.active:

@@ -21,6 +21,8 @@ from enum import StrEnum
 
 from consts import DRIVER_NAME, TAINT_UNHEALTHY
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
+from neuron_dra.agent.objects.slice import ResourceSlice
+from neuron_dra.agent.objects.slice import decode as decode_slice
 from neuron_dra.resources.limits import CounterLayout
 from neuron_dra.resources.slices import UltraServerDevices
 from neuron_dra.resources.taints import INFORMATIONAL
@@ -81,7 +83,7 @@ class Uses:
 # --- pure decisions -----------------------------------------------------------
 
 
-def judge(sent: Sequence[Json], returned: Sequence[Json | None]) -> Answer:
+def judge(sent: Sequence[ResourceSlice], returned: Sequence[ResourceSlice | None]) -> Answer:
     """The answer to dry-run creates of `sent`, given what came back; None: refused.
 
     Counters are kept when every counter set and every device's consumption comes
@@ -89,7 +91,9 @@ def judge(sent: Sequence[Json], returned: Sequence[Json | None]) -> Answer:
     """
     if len(returned) < len(sent) or any(r is None for r in returned):
         return Answer.REFUSED
-    kept = all(_counters(s) == _counters(r) for s, r in zip(sent, returned, strict=False))
+    kept = all(
+        r is not None and _counters(s) == _counters(r) for s, r in zip(sent, returned, strict=False)
+    )
     return Answer.KEPT if kept else Answer.DROPPED
 
 
@@ -157,16 +161,10 @@ def log_lines(
     return lines
 
 
-def _counters(obj: Json | None) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+def _counters(piece: ResourceSlice) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """The counter sets a slice defines and the (device, set) pairs its devices consume."""
-    spec = (obj or {}).get("spec") or {}
-    sets = sorted(str(c.get("name")) for c in spec.get("sharedCounters") or [])
-    uses = sorted(
-        (str(d.get("name")), str(c.get("counterSet")))
-        for d in spec.get("devices") or []
-        for c in d.get("consumesCounters") or []
-    )
-    return tuple(sets), tuple(uses)
+    uses = sorted((d.name, counter_set) for d in piece.devices for counter_set in d.counter_sets)
+    return tuple(sorted(piece.shared_counters)), tuple(uses)
 
 
 # --- asking the server -----------------------------------------------------------
@@ -199,10 +197,10 @@ async def probe_counter_layout(
 
 
 async def _dry_run(kube: Kube, slices: Sequence[Json], layout: CounterLayout) -> Answer:
-    returned: list[Json | None] = []
+    returned: list[ResourceSlice | None] = []
     for body in slices:
         try:
-            returned.append(await kube.create_resource_slice(body, dry_run=True))
+            returned.append(decode_slice(await kube.create_resource_slice(body, dry_run=True)))
         except ApiError as err:
             if err.no_answer:
                 raise
@@ -210,7 +208,7 @@ async def _dry_run(kube: Kube, slices: Sequence[Json], layout: CounterLayout) ->
             log.info("the API server refuses %s: %s", LAYOUT_WORDS[layout], err)
             returned.append(None)
             break
-    return judge(slices, returned)
+    return judge([decode_slice(body) for body in slices], returned)
 
 
 def taint_probe(node: str, effect: str = "NoSchedule") -> Json:
@@ -246,7 +244,7 @@ async def probe_taints(kube: Kube, node: str) -> bool:
             raise  # the caller retries
         log.warning("probe for ResourceSlice taints refused, assuming not served: %s", err)
         return False
-    return any(d.get("taints") for d in created.get("spec", {}).get("devices") or [])
+    return any(d.taints for d in decode_slice(created).devices)
 
 
 async def probe_informational_taints(kube: Kube, node: str) -> bool:
@@ -263,5 +261,5 @@ async def probe_informational_taints(kube: Kube, node: str) -> bool:
         # Expected on 1.34: the decision's own line (`log_lines`) is the one said.
         log.debug("the API server refuses informational device taints: %s", err)
         return False
-    devices = created.get("spec", {}).get("devices") or []
-    return any(t.get("effect") == INFORMATIONAL for d in devices for t in d.get("taints") or [])
+    devices = decode_slice(created).devices
+    return any(t.effect == INFORMATIONAL for d in devices for t in d.taints)

@@ -9,7 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from neuron_dra.agent.apiclient.backoff import Backoff
-from neuron_dra.agent.apiclient.kube import Json, Kube
+from neuron_dra.agent.apiclient.kube import Kube
+from neuron_dra.agent.objects.node import Node
 from neuron_dra.resources.nodelabels import label_patch
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,11 @@ class LabelKeeper:
         self._backoff = backoff or Backoff(initial_s=1.0, max_s=300.0)
         self._healed_at: float | None = None
 
-    async def keep(self, node: Json | None) -> None:
+    async def keep(self, node: Node | None) -> None:
         """Patch the Node if its owned labels differ; raises ApiError when refused."""
         if node is None:
             return  # nothing to label until it is created again
-        current = (node.get("metadata") or {}).get("labels") or {}
-        patch = label_patch(self._wanted(), current)
+        patch = label_patch(self._wanted(), node.labels)
         if not patch:
             return
         if self._healed_at is not None and self._clock() - self._healed_at < CONTESTED_S:

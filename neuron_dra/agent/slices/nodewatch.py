@@ -24,11 +24,13 @@ import time
 from collections.abc import Awaitable, Callable
 
 from neuron_dra.agent.apiclient.backoff import WATCH_PROVEN_S, Backoff
-from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
+from neuron_dra.agent.apiclient.kube import ApiError, Kube
+from neuron_dra.agent.objects.node import Node, decode
+from neuron_dra.agent.objects.watch import decode as decode_event
 
 log = logging.getLogger(__name__)
 
-OnNode = Callable[[Json | None], Awaitable[None]]
+OnNode = Callable[[Node | None], Awaitable[None]]
 
 
 class NodeWatch:
@@ -48,7 +50,7 @@ class NodeWatch:
         self._backoff = backoff or Backoff(max_s=60.0)
         self._clock = clock
         self._sleep = sleep
-        self.node: Json | None = None  # as last seen
+        self.node: Node | None = None  # as last seen, decoded
         self.tried = asyncio.Event()  # set once the first LIST was answered, or failed
         self._proven = False
 
@@ -79,22 +81,22 @@ class NodeWatch:
         """One LIST, then its watch until the server ends it."""
         try:
             listed = await self._kube.list_node(self._name)
-            await self._seen(listed.items[0] if listed.items else None)
+            await self._seen(decode(listed.items[0]) if listed.items else None)
         finally:
             self.tried.set()
         opened = self._clock()
         try:
             async for event in self._kube.watch_node(self._name, listed.resource_version):
                 self._proven = True
-                kind = event.get("type")
-                if kind == "DELETED":
+                seen = decode_event(event)
+                if seen.type == "DELETED":
                     await self._seen(None)
-                elif kind in ("ADDED", "MODIFIED"):
-                    await self._seen(event.get("object"))
+                elif seen.type in ("ADDED", "MODIFIED"):
+                    await self._seen(None if seen.object is None else decode(seen.object))
         finally:
             self._proven = self._proven or self._clock() - opened >= WATCH_PROVEN_S
 
-    async def _seen(self, node: Json | None) -> None:
+    async def _seen(self, node: Node | None) -> None:
         if node is None and self.node is not None:
             log.warning(
                 "Node %s is gone; waiting for it to come back",

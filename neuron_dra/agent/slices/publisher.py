@@ -40,6 +40,10 @@ from collections.abc import Awaitable, Callable
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.backoff import WATCH_PROVEN_S, Backoff
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
+from neuron_dra.agent.objects.node import decode as decode_node
+from neuron_dra.agent.objects.slice import ResourceSlice
+from neuron_dra.agent.objects.slice import decode as decode_slice
+from neuron_dra.agent.objects.watch import decode as decode_event
 from neuron_dra.agent.slices.slicediff import (
     Field,
     adopt,
@@ -183,18 +187,18 @@ class SlicePublisher:
         """One pass: make the server's slices equal the desired ones; return a resourceVersion."""
         self._wake.clear()
         current = await self._kube.list_resource_slices(self._node, DRIVER_NAME)
-        existing, foreign = split_pool(current.items, self._node)
+        existing, foreign = split_pool(map(decode_slice, current.items), self._node)
         desired = adopt(self._build(0, node_uid), existing, self._dropped)
         changed = not same(existing, desired)
         for old in foreign:
             log.warning(
                 "deleting ResourceSlice %s of pool %r: this node's pool is %r",
-                old["metadata"]["name"],
-                old["spec"]["pool"]["name"],
+                old.name,
+                old.pool,
                 self._node,
                 extra={"node": self._node},
             )
-            await self._delete(old["metadata"]["name"])
+            await self._delete(old.name)
         if changed:
             await self._write(existing, desired)
         else:
@@ -205,9 +209,9 @@ class SlicePublisher:
             return current.resource_version  # nothing written: the list is current
         return (await self._kube.list_resource_slices(self._node, DRIVER_NAME)).resource_version
 
-    async def _write(self, existing: list[Json], adopted: list[Json]) -> None:
+    async def _write(self, existing: list[ResourceSlice], adopted: list[Json]) -> None:
         """Write `adopted` (built for generation 0) as the pool's next generation."""
-        seen = max((s["spec"]["pool"]["generation"] for s in existing), default=0)
+        seen = max((s.generation for s in existing), default=0)
         generation = self._generation = max(seen, self._generation) + 1
         desired = with_generation(adopted, generation)
         plan = pair(existing, desired)
@@ -216,15 +220,15 @@ class SlicePublisher:
         for new in plan.creates:
             await self._create(new)
         for old in plan.deletes:
-            await self._delete(old["metadata"]["name"])
+            await self._delete(old.name)
         self.last_publish = time.time()
         log.info(
             "ResourceSlices published",
             extra={"node": self._node, "generation": generation, "slices": len(desired)},
         )
 
-    async def _replace(self, old: Json, new: Json) -> None:
-        name = old["metadata"]["name"]
+    async def _replace(self, old: ResourceSlice, new: Json) -> None:
+        name = old.name
         body = replacement(old, new)
         try:
             stored = await self._kube.replace_resource_slice(name, body)
@@ -241,18 +245,18 @@ class SlicePublisher:
             await self._create(new)
             return
         self._metrics.inc(PUBLISHES)
-        self._learn(body, stored)
+        self._learn(body, decode_slice(stored))
 
     async def _create(self, body: Json) -> None:
         stored = await self._kube.create_resource_slice(body)
         self._metrics.inc(PUBLISHES)
-        self._learn(body, stored)
+        self._learn(body, decode_slice(stored))
 
     async def _delete(self, name: str) -> None:
         await self._kube.delete_resource_slice(name)
         self._metrics.inc(PUBLISHES)
 
-    def _learn(self, sent: Json, stored: Json) -> None:
+    def _learn(self, sent: Json, stored: ResourceSlice) -> None:
         """Note the fields the server dropped from a write, each named in one warning."""
         news = dropped_fields(sent, stored) - self._dropped
         for found in sorted(news):
@@ -260,7 +264,7 @@ class SlicePublisher:
                 "the API server dropped %s from ResourceSlice %s, probably a feature it does "
                 "not serve: the pool is compared without it",
                 spelled(found),
-                stored.get("metadata", {}).get("name"),
+                stored.name,
                 extra={"node": self._node},
             )
         self._dropped |= news
@@ -273,7 +277,7 @@ class SlicePublisher:
 
     async def _read_node_uid(self, known: str | None) -> str:
         """The Node's UID; raises ApiError while the Node is missing."""
-        uid = str((await self._kube.get_node(self._node))["metadata"]["uid"])
+        uid = decode_node(await self._kube.get_node(self._node)).uid
         self._node_uid_due = False
         if known is not None and uid != known:
             log.info(
@@ -347,10 +351,11 @@ class SlicePublisher:
                     self._recheck_server()
                     return False
                 self._watch_proven = True
-                if event.get("type") == "DELETED":
+                kind = decode_event(event).type
+                if kind == "DELETED":
                     # Perhaps the garbage collector's, after the Node was created again.
                     self._node_uid_due = True
-                if event.get("type") != "BOOKMARK":
+                if kind != "BOOKMARK":
                     return False
                 next_event = asyncio.ensure_future(anext(events, None))
         finally:

@@ -4,7 +4,8 @@ The comparison is the upstream ResourceSlice controller's: what the API server
 adds is copied from the stored slices first (a taint's `timeAdded`), fields the
 server drops are left out, values it omits (empty lists and maps) count as
 absent. Slices are paired by their place in the pool, then by content, never by
-list position.
+list position. Stored slices come decoded (`objects.slice`); desired ones
+are the request bodies the driver builds (`resources.slices`), JSON to be sent.
 The publisher (`publisher.py`) is the side-effect shell around these.
 """
 
@@ -12,24 +13,28 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from neuron_dra.agent.apiclient.kube import Json
+from neuron_dra.agent.objects.slice import ResourceSlice
 
 # A path to a field of a slice: keys, with "[]" standing for every item of a list.
 Field = tuple[str, ...]
 
 
-def split_pool(slices: Iterable[Json], pool: str) -> tuple[list[Json], list[Json]]:
+def split_pool(
+    slices: Iterable[ResourceSlice], pool: str
+) -> tuple[list[ResourceSlice], list[ResourceSlice]]:
     """This node's pool, by name, and the node's slices of any other pool."""
-    ordered = sorted(slices, key=lambda s: str(s["metadata"]["name"]))
-    ours = [s for s in ordered if s["spec"]["pool"]["name"] == pool]
-    return ours, [s for s in ordered if s["spec"]["pool"]["name"] != pool]
+    ordered = sorted(slices, key=lambda s: s.name)
+    return [s for s in ordered if s.pool == pool], [s for s in ordered if s.pool != pool]
 
 
-def adopt(desired: list[Json], existing: list[Json], dropped: frozenset[Field]) -> list[Json]:
+def adopt(
+    desired: list[Json], existing: list[ResourceSlice], dropped: frozenset[Field]
+) -> list[Json]:
     """The desired slices as the server would store them, given the stored ones.
 
     A taint keeps the `timeAdded` of the stored taint of the same device with the same
@@ -42,38 +47,37 @@ def adopt(desired: list[Json], existing: list[Json], dropped: frozenset[Field]) 
         # Nothing to adopt: the slices as built. The copy below was a third of the time
         # a healthy node spent comparing its slices with the stored ones.
         return list(desired)
-    stored = {
-        device["name"]: device.get("taints") or []
-        for s in existing
-        for device in s["spec"].get("devices") or []
-    }
+    stored = {device.name: device.taints for s in existing for device in s.devices}
     adopted = copy.deepcopy(desired)
     for s in adopted:
         for device in s["spec"].get("devices") or []:
             for taint in device.get("taints") or []:
-                for old in stored.get(device["name"], []):
-                    if _taint_identity(old) == _taint_identity(taint) and old.get("timeAdded"):
-                        taint["timeAdded"] = old["timeAdded"]
+                identity = taint.get("key"), taint.get("value"), taint.get("effect")
+                for old in stored.get(device["name"], ()):
+                    if old.identity == identity and old.time_added:
+                        taint["timeAdded"] = old.time_added
         for found in dropped:
             _remove(s, found)
     return adopted
 
 
-def same(existing: list[Json], desired: list[Json]) -> bool:
+def same(existing: list[ResourceSlice], desired: list[Json]) -> bool:
     """Equal but for the generation, each in its place, in any order."""
-    return sorted(map(_comparable, existing)) == sorted(map(_comparable, desired))
+    stored = (_comparable(s.spec, _owners(s), s.generate_name) for s in existing)
+    wanted = (_comparable(s["spec"], _sent_owners(s), _place(s)) for s in desired)
+    return sorted(stored) == sorted(wanted)
 
 
 @dataclass(frozen=True)
 class Pairing:
     """The writes that turn one pool's stored slices into the desired ones."""
 
-    updates: tuple[tuple[Json, Json], ...]  # (stored, desired)
+    updates: tuple[tuple[ResourceSlice, Json], ...]  # (stored, desired)
     creates: tuple[Json, ...]
-    deletes: tuple[Json, ...]
+    deletes: tuple[ResourceSlice, ...]
 
 
-def pair(existing: list[Json], desired: list[Json]) -> Pairing:
+def pair(existing: list[ResourceSlice], desired: list[Json]) -> Pairing:
     """Which stored slice becomes which desired one.
 
     A desired slice's place in the pool is the fixed part of its generated name, which
@@ -83,15 +87,15 @@ def pair(existing: list[Json], desired: list[Json]) -> Pairing:
     otherwise, a hand-made one) are deleted, and their places created. `existing` must
     be one pool: no update moves a slice to another pool.
     """
-    left = sorted(existing, key=lambda s: str(s["metadata"]["name"]))
+    left = sorted(existing, key=lambda s: s.name)
     # Each stored slice's content once, not once for every desired slice of its place.
-    contents = {id(old): _content(old) for old in left}
-    updates: list[tuple[Json, Json]] = []
+    contents = {id(old): _content(old.spec, _owners(old)) for old in left}
+    updates: list[tuple[ResourceSlice, Json]] = []
     creates: list[Json] = []
     for new in desired:
         place = _place(new)
-        candidates = [old for old in left if _place(old) == place]
-        content = _content(new)
+        candidates = [old for old in left if old.generate_name == place]
+        content = _content(new["spec"], _sent_owners(new))
         chosen = next((old for old in candidates if contents[id(old)] == content), None)
         if chosen is None and candidates:
             chosen = candidates[0]
@@ -103,9 +107,19 @@ def pair(existing: list[Json], desired: list[Json]) -> Pairing:
     return Pairing(tuple(updates), tuple(creates), tuple(left))
 
 
-def _place(obj: Json) -> str | None:
-    place = obj["metadata"].get("generateName")
+def _place(body: Json) -> str | None:
+    """The fixed part of the name of a slice the driver builds."""
+    place = body["metadata"].get("generateName")
     return None if place is None else str(place)
+
+
+def _sent_owners(body: Json) -> Any:
+    return body["metadata"].get("ownerReferences")
+
+
+def _owners(stored: ResourceSlice) -> list[Mapping[str, Any]] | None:
+    # The server omits an empty list: a stored slice without owners has none at all.
+    return list(stored.owner_references) or None
 
 
 def with_generation(desired: list[Json], generation: int) -> list[Json]:
@@ -116,10 +130,10 @@ def with_generation(desired: list[Json], generation: int) -> list[Json]:
     ]
 
 
-def replacement(old: Json, new: Json) -> Json:
+def replacement(old: ResourceSlice, new: Json) -> Json:
     """The update turning stored slice `old` into `new`; others' labels stay on it."""
     body = copy.deepcopy(new)
-    metadata = {k: v for k, v in old["metadata"].items() if k != "managedFields"}
+    metadata = {k: v for k, v in old.metadata.items() if k != "managedFields"}
     owners = new["metadata"].get("ownerReferences")
     if owners:
         metadata["ownerReferences"] = owners
@@ -129,9 +143,9 @@ def replacement(old: Json, new: Json) -> Json:
     return body
 
 
-def dropped_fields(sent: Json, stored: Json) -> frozenset[Field]:
+def dropped_fields(sent: Json, stored: ResourceSlice) -> frozenset[Field]:
     """Fields of `sent`'s spec that the server's answer lacks."""
-    return frozenset(_missing(sent.get("spec"), stored.get("spec"), ("spec",)))
+    return frozenset(_missing(sent["spec"], stored.spec, ("spec",)))
 
 
 def _missing(sent: Any, stored: Any, path: Field) -> set[Field]:
@@ -171,10 +185,6 @@ def _remove(obj: Any, path: Field) -> None:
             del obj[head]
 
 
-def _taint_identity(taint: Json) -> tuple[Any, Any, Any]:
-    return taint.get("key"), taint.get("value"), taint.get("effect")
-
-
 def _empty(value: Any) -> bool:
     # What the API server omits when it serializes: it never stores them.
     return value is None or value in ([], {})
@@ -189,14 +199,12 @@ def _pruned(value: Any) -> Any:
     return value
 
 
-def _content(obj: Json) -> str:
+def _content(spec: Mapping[str, Any], owners: Any) -> str:
     """What a slice holds, whatever its pool's generation or size."""
-    spec = {k: v for k, v in obj["spec"].items() if k != "pool"}
-    return json.dumps(_pruned([spec, obj["metadata"].get("ownerReferences")]), sort_keys=True)
+    held = {k: v for k, v in spec.items() if k != "pool"}
+    return json.dumps(_pruned([held, owners]), sort_keys=True)
 
 
-def _comparable(obj: Json) -> str:
-    pool = {k: v for k, v in obj["spec"]["pool"].items() if k != "generation"}
-    spec = obj["spec"] | {"pool": pool}
-    owners = obj["metadata"].get("ownerReferences")
-    return json.dumps(_pruned([spec, owners, _place(obj)]), sort_keys=True)
+def _comparable(spec: Mapping[str, Any], owners: Any, place: str | None) -> str:
+    pool = {k: v for k, v in (spec.get("pool") or {}).items() if k != "generation"}
+    return json.dumps(_pruned([{**spec, "pool": pool}, owners, place]), sort_keys=True)

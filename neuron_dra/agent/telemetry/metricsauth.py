@@ -41,6 +41,8 @@ from typing import Any
 
 from cachetools import LRUCache, TLRUCache
 
+from neuron_dra.agent.objects.review import decode_access_allowed, decode_token_review
+
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
@@ -259,24 +261,24 @@ class Authorizer:
                 "spec": {"token": token},
             },
         )
-        status = review.get("status") or {}
-        if not status.get("authenticated"):
+        reviewed = decode_token_review(review)
+        if not reviewed.authenticated:
             return UNAUTHORIZED
-        user = status.get("user") or {}
+        user = reviewed.user
         spec: Json = {
-            "user": user.get("username", ""),
-            "groups": user.get("groups") or [],
+            "user": user.username,
+            "groups": list(user.groups),
             "nonResourceAttributes": {"path": METRICS_PATH, "verb": "get"},
         }
-        if user.get("uid"):
-            spec["uid"] = user["uid"]
-        if user.get("extra"):
-            spec["extra"] = user["extra"]
+        if user.uid:
+            spec["uid"] = user.uid
+        if user.extra:
+            spec["extra"] = {key: list(values) for key, values in user.extra.items()}
         access = await self._create(
             ACCESS_REVIEWS,
             {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
         )
-        allowed = bool((access.get("status") or {}).get("allowed"))
+        allowed = decode_access_allowed(access)
         if not allowed:
             log.info("metrics scrape refused", extra={"user": spec["user"]})
         return OK if allowed else FORBIDDEN

@@ -11,6 +11,7 @@ from typing import Any
 
 from consts import DRIVER_NAME
 from neuron_dra.agent.apiclient.errors import ApiError
+from neuron_dra.agent.objects.node import decode as decode_node
 from neuron_dra.agent.slices.deviceplugin import plugin_resources
 from neuron_dra.hardware.instance_types import INSTANCE_TYPES
 from neuron_dra.tools.doctor.verdicts import Check, fail, ok, warn
@@ -184,7 +185,9 @@ def _nodes(get: Get, list_: List) -> list[Check]:
     else:
         checks.append(ok("neuron nodes", f"{len(neuron)} publish their devices"))
     both = sorted(
-        name for name, node in neuron.items() if name in served and plugin_resources(node)
+        name
+        for name, node in neuron.items()
+        if name in served and plugin_resources(decode_node(node))
     )
     if both:
         checks.append(

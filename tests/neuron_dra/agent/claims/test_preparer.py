@@ -26,6 +26,8 @@ from neuron_dra.agent.claims.preparer import (
     no_step_hook,
 )
 from neuron_dra.agent.holdings import held_here, prepared_here
+from neuron_dra.agent.objects import claim as claimobj
+from neuron_dra.agent.objects.claim import ResourceClaim
 from neuron_dra.hardware.discovery import discover
 from neuron_dra.hardware.inventory import NodeInventory
 from tests.claim_objects import allocated_claim, neuron_config, opaque
@@ -199,6 +201,25 @@ def test_second_prepare_answers_from_the_record(node: Node) -> None:
     # A restarted plugin answers from the checkpoint, without the API server.
     assert prepare(node.preparer(), ref) == first
     assert len(node.api.calls) == 1
+
+
+def test_a_prepare_decodes_its_claim_once(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim the API server answers is decoded where it enters, and the plan reads
+    the decoded claim: no second decode of the same answer."""
+    decoded: list[object] = []
+    decode = claimobj.decode
+
+    def counted(obj: object) -> ResourceClaim:
+        decoded.append(obj)
+        return decode(obj)
+
+    monkeypatch.setattr(claimobj, "decode", counted)
+    ref = node.api.add(UID, ["neurondevice7"])
+    preparer = node.preparer()
+    assert prepare(preparer, ref)[UID].devices
+    assert len(decoded) == 1 and len(node.api.calls) == 1
+    assert prepare(preparer, ref)[UID].devices  # answered from the record
+    assert len(decoded) == 1
 
 
 def test_unprepare(node: Node) -> None:

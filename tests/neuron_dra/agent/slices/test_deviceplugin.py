@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from neuron_dra.agent.objects.node import Node, decode
 from neuron_dra.agent.slices.deviceplugin import DevicePluginGuard, plugin_resources
 
 
-def node(**allocatable: str) -> dict[str, Any]:
-    return {"status": {"allocatable": {"cpu": "8", **allocatable}}}
+def node(**allocatable: str) -> Node:
+    return decode({"status": {"allocatable": {"cpu": "8", **allocatable}}})
 
 
 def test_only_nonzero_neuron_resources_count() -> None:
@@ -18,7 +17,7 @@ def test_only_nonzero_neuron_resources_count() -> None:
         "aws.amazon.com/neuroncore": "32"
     }
     assert plugin_resources(None) == {}
-    assert plugin_resources({"status": None}) == {}
+    assert plugin_resources(decode({"status": None})) == {}
 
 
 def test_the_guard_reports_changes_of_standing_only() -> None:

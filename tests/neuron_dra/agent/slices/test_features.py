@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from neuron_dra.agent.objects.slice import decode
 from neuron_dra.agent.slices.features import (
     Answer,
     Uses,
@@ -47,6 +49,11 @@ def served(release_layout: CounterLayout, gate: bool, body: Json) -> Json | None
     return None if validate_slice(obj, release_layout) else obj
 
 
+def judge_json(sent: Sequence[Json], returned: Sequence[Json | None]) -> Answer:
+    """`judge` of slices as the API server's JSON, decoded as the probe decodes them."""
+    return judge([decode(s) for s in sent], [None if r is None else decode(r) for r in returned])
+
+
 def answer(root: Any, layout: CounterLayout, release: CounterLayout, gate: bool) -> Answer:
     options = SliceOptions("us-0", counter_layout=layout)
     sent = build_slices(discover(root).inventory, options)
@@ -55,7 +62,7 @@ def answer(root: Any, layout: CounterLayout, release: CounterLayout, gate: bool)
         returned.append(served(release, gate, body))
         if returned[-1] is None:
             break
-    return judge(sent, returned)
+    return judge_json(sent, returned)
 
 
 @pytest.mark.parametrize(
@@ -95,11 +102,11 @@ def test_judge_needs_every_slice_and_every_counter() -> None:
         }
     }
     sent: list[Json] = [counters, devices]
-    assert judge(sent, sent) is Answer.KEPT
-    assert judge(sent, [counters, None]) is Answer.REFUSED
-    assert judge(sent, [None]) is Answer.REFUSED  # the probe stops at the first refusal
-    assert judge(sent, [counters, {"spec": {"devices": [{"name": "d0"}]}}]) is Answer.DROPPED
-    assert judge(sent, [{"spec": {}}, devices]) is Answer.DROPPED
+    assert judge_json(sent, sent) is Answer.KEPT
+    assert judge_json(sent, [counters, None]) is Answer.REFUSED
+    assert judge_json(sent, [None]) is Answer.REFUSED  # the probe stops at the first refusal
+    assert judge_json(sent, [counters, {"spec": {"devices": [{"name": "d0"}]}}]) is Answer.DROPPED
+    assert judge_json(sent, [{"spec": {}}, devices]) is Answer.DROPPED
 
 
 def test_the_newest_layout_wins_when_both_keep_counters() -> None:

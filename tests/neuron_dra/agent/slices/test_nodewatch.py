@@ -16,7 +16,8 @@ from collections.abc import Awaitable
 import pytest
 
 from neuron_dra.agent.apiclient.backoff import Backoff
-from neuron_dra.agent.apiclient.kube import ApiConfig, ApiError, Json, Kube
+from neuron_dra.agent.apiclient.kube import ApiConfig, ApiError, Kube
+from neuron_dra.agent.objects.node import Node, decode
 from neuron_dra.agent.slices.labels import LabelKeeper
 from neuron_dra.agent.slices.nodewatch import NodeWatch
 from neuron_dra.resources.nodelabels import label_patch
@@ -36,7 +37,7 @@ def follow(
     """Run a NodeWatch until it has waited `passes` times (or the server served `lists`
     LISTs); the waits it asked for."""
 
-    async def seen(node: Json | None) -> None:
+    async def seen(node: Node | None) -> None:
         if keeper is not None:
             await keeper.keep(node)
 
@@ -108,7 +109,7 @@ def test_a_contested_label_is_restored_after_a_growing_wait(api: tuple[Server, K
         backoff = Backoff(initial_s=1.0, max_s=300.0, rng=random.Random(2))
         keeper = LabelKeeper(kube, NAME, lambda: {"a": "1"}, sleep=sleep, backoff=backoff)
         for _ in range(5):
-            await keeper.keep({"metadata": {"labels": {"a": "theirs"}}})
+            await keeper.keep(decode({"metadata": {"labels": {"a": "theirs"}}}))
 
     asyncio.run(asyncio.wait_for(main(), BOUND_S))
     assert len(server.patches) == 5

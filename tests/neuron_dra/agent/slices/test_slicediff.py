@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from neuron_dra.agent.objects.slice import ResourceSlice, decode
 from neuron_dra.agent.slices.slicediff import (
     Pairing,
     adopt,
@@ -44,15 +45,20 @@ def slice_(
     }
 
 
+def stored_(name: str, **fields: Any) -> ResourceSlice:
+    """A slice as the server stores it, decoded as the publisher decodes its answers."""
+    return decode(slice_(name, **fields))
+
+
 def test_a_taint_time_the_server_added_is_no_difference() -> None:
-    stored = [slice_("s1", devices=[device("d0"), device("d1", dict(TAINT, timeAdded="T0"))])]
+    stored = [stored_("s1", devices=[device("d0"), device("d1", dict(TAINT, timeAdded="T0"))])]
     desired = [slice_(None, devices=[device("d0"), device("d1", TAINT)])]
     assert not same(stored, desired)  # what the server holds is not what was sent
     assert same(stored, adopt(desired, stored, frozenset()))
 
 
 def test_a_stored_taint_keeps_its_time_and_a_new_one_gets_its_own() -> None:
-    stored = [slice_("s1", devices=[device("d0"), device("d1", dict(TAINT, timeAdded="T0"))])]
+    stored = [stored_("s1", devices=[device("d0"), device("d1", dict(TAINT, timeAdded="T0"))])]
     sick = dict(TAINT, value="DeviceMissing", timeAdded="T2")
     desired = [
         slice_(None, devices=[device("d0", sick), device("d1", dict(TAINT, timeAdded="T1"))])
@@ -75,7 +81,7 @@ def test_a_dropped_field_is_named_and_left_out_of_comparisons() -> None:
         sharedCounters=COUNTERS,
         devices=[device("d0", consumesCounters=CONSUMES), device("d1", consumesCounters=CONSUMES)],
     )
-    stored = slice_("s1", devices=[device("d0"), device("d1")])
+    stored = stored_("s1", devices=[device("d0"), device("d1")])
     dropped = dropped_fields(sent, stored)
     assert sorted(dropped) == [
         ("spec", "devices", "[]", "consumesCounters"),
@@ -83,24 +89,25 @@ def test_a_dropped_field_is_named_and_left_out_of_comparisons() -> None:
     ]
     assert not same([stored], [sent])
     assert same([stored], adopt([sent], [stored], dropped))
-    assert dropped_fields(stored, copy.deepcopy(stored)) == frozenset()
+    again = slice_("s1", devices=[device("d0"), device("d1")])
+    assert dropped_fields(again, decode(copy.deepcopy(again))) == frozenset()
 
 
 def test_empty_values_are_what_the_server_omits() -> None:
     sent = slice_(None, devices=[])
-    stored = slice_("s1")
+    stored = stored_("s1")
     assert dropped_fields(sent, stored) == frozenset()
     assert same([stored], [sent])
 
 
 def test_slices_of_another_pool_are_foreign() -> None:
-    ours, old = slice_("b-ours"), slice_("a-old", pool="node-a-old")
+    ours, old = stored_("b-ours"), stored_("a-old", pool="node-a-old")
     assert split_pool([ours, old], "node-a") == ([ours], [old])
 
 
 def test_slices_pair_by_place_then_by_content() -> None:
-    devices = slice_("a-devices", place=1, devices=[device("d0"), device("d1")])
-    counters = slice_("b-counters", place=0, sharedCounters=COUNTERS)
+    devices = stored_("a-devices", place=1, devices=[device("d0"), device("d1")])
+    counters = stored_("b-counters", place=0, sharedCounters=COUNTERS)
     wanted_counters = slice_(None, generation=2, place=0, sharedCounters=COUNTERS)
     wanted_devices = slice_(
         None, generation=2, place=1, devices=[device("d0"), device("d1", TAINT)]
@@ -120,10 +127,11 @@ def test_slices_pair_by_place_then_by_content() -> None:
 def test_slices_named_otherwise_are_replaced_so_the_walk_meets_devices_first() -> None:
     """Slices of a driver that named them without a place (or by hand) are not updated
     in place, where their random names would keep ordering the allocator's walk."""
-    old = slice_("node-a-neuron.aws.com-x7k2p", devices=[device("d0")])
-    old["metadata"]["generateName"] = "node-a-neuron.aws.com-"
-    hand_made = slice_("mine", devices=[device("d1")])
-    del hand_made["metadata"]["generateName"]
+    old_json = slice_("node-a-neuron.aws.com-x7k2p", devices=[device("d0")])
+    old_json["metadata"]["generateName"] = "node-a-neuron.aws.com-"
+    hand_made_json = slice_("mine", devices=[device("d1")])
+    del hand_made_json["metadata"]["generateName"]
+    old, hand_made = decode(old_json), decode(hand_made_json)
     wanted = slice_(None, generation=2, devices=[device("d0")])
     assert not same([old], [wanted])
     plan = pair([old, hand_made], [wanted])
@@ -131,18 +139,19 @@ def test_slices_named_otherwise_are_replaced_so_the_walk_meets_devices_first() -
 
 
 def test_among_slices_of_one_place_the_same_content_is_kept() -> None:
-    first = slice_("s1", devices=[device("d0")])
-    second = slice_("s2", devices=[device("d1")])
+    first = stored_("s1", devices=[device("d0")])
+    second = stored_("s2", devices=[device("d1")])
     wanted = slice_(None, generation=2, devices=[device("d1")])
     assert pair([first, second], [wanted]) == Pairing(((second, wanted),), (), (first,))
 
 
 def test_an_update_keeps_what_others_put_on_the_slice() -> None:
-    stored = slice_("s1", devices=[device("d0")])
-    stored["metadata"].update(resourceVersion="7", labels={"team": "ml"}, managedFields=[{}])
+    stored_json = slice_("s1", devices=[device("d0")])
+    stored_json["metadata"].update(resourceVersion="7", labels={"team": "ml"}, managedFields=[{}])
+    stored = decode(stored_json)
     body = replacement(stored, slice_(None, generation=2, devices=[device("d1")]))
     assert body["metadata"]["name"] == "s1" and body["metadata"]["resourceVersion"] == "7"
     assert body["metadata"]["labels"] == {"team": "ml"}
     assert "managedFields" not in body["metadata"]
-    assert body["metadata"]["generateName"] == stored["metadata"]["generateName"]
+    assert body["metadata"]["generateName"] == stored.generate_name
     assert body["spec"]["devices"] == [device("d1")]
