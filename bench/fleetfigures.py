@@ -247,7 +247,9 @@ CHURNED: dict[str, Callable[[Obj], str]] = {
 """What a churn phase is quoted by, and how."""
 
 
-def _churn(kept: dict[str, Obj], file: str, layout: str, case: str, offered: float) -> Obj:
+def _churn(
+    kept: dict[str, Obj], file: str, layout: str, case: str, offered: float
+) -> dict[bool, Obj]:
     """The phases churning `case` at `offered` a second, by whether the agent rewrote."""
     return {
         c["rewrite"]: c
