@@ -31,6 +31,7 @@ from neuron_dra.agent.apiclient.config import ApiConfig
 from neuron_dra.agent.apiclient.connections import REQUEST_TIMEOUT_S, Pool
 from neuron_dra.agent.apiclient.deadline import Watchdog
 from neuron_dra.agent.apiclient.errors import ApiError
+from neuron_dra.agent.objects import envelope, watch
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,10 @@ class Kube:
         result = await self._call(
             "GET", f"{RESOURCE_API}/resourceslices", query=_slice_selector(node, driver)
         )
-        return Listed(result.get("items") or [], result["metadata"]["resourceVersion"])
+        found = envelope.page(result)
+        if not found.resource_version:
+            raise ApiError(0, "the API server listed slices without a resource version")
+        return Listed(found.items, found.resource_version)
 
     async def create_resource_slice(self, body: Json, *, dry_run: bool = False) -> Json:
         query = [("dryRun", "All")] if dry_run else []
@@ -162,7 +166,7 @@ class Kube:
 
     async def server_version(self) -> str:
         """The API server's gitVersion (GET /version), e.g. v1.37.2; '' if it names none."""
-        return str((await self._call("GET", "/version")).get("gitVersion") or "")
+        return envelope.git_version(await self._call("GET", "/version"))
 
     async def create_event(self, namespace: str, body: Json) -> Json:
         return await self._call("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)
@@ -186,9 +190,8 @@ class Kube:
 
     async def list_node(self, name: str) -> Listed:
         """The Node called `name` as a list of none or one, and its resource version."""
-        found = await self._call("GET", "/api/v1/nodes", query=_name_selector(name))
-        metadata = found.get("metadata") or {}
-        return Listed(found.get("items") or [], str(metadata.get("resourceVersion") or ""))
+        found = envelope.page(await self._call("GET", "/api/v1/nodes", query=_name_selector(name)))
+        return Listed(found.items, found.resource_version)
 
     async def watch_node(self, name: str, resource_version: str) -> AsyncGenerator[Json, None]:
         """Watch events for the Node called `name` (created again included), as
@@ -214,7 +217,7 @@ class Kube:
 
     def list_sync(self, path: str) -> list[Json]:
         """The items of a collection, blocking: for one-shot tools, not the node agent."""
-        return list(self._call_sync("GET", path, None, None, "application/json").get("items") or [])
+        return envelope.page(self._call_sync("GET", path, None, None, "application/json")).items
 
     def get_sync(self, path: str) -> Json:
         """One object, blocking: for one-shot tools, not the node agent."""
@@ -332,10 +335,11 @@ class Kube:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
                     raise ApiError(0, f"watch broken: {item}")
-                if item.get("type") == "ERROR":
-                    obj = item.get("object") or {}
-                    code, message = int(obj.get("code") or 0), str(obj.get("message"))
-                    raise ApiError(code, message, _retry_after(None, obj))
+                event = watch.decode(item)
+                if event.type == "ERROR":
+                    said = envelope.status(event.object)
+                    message = said.message or "the watch ended with an error"
+                    raise ApiError(said.code, message, said.retry_after_s)
                 yield item
         finally:
             stop.set()
@@ -393,25 +397,17 @@ def _read_capped(response: http.client.HTTPResponse, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _error(response: http.client.HTTPResponse, status: Json) -> ApiError:
-    message = str(status.get("message") or response.reason)
+def _error(response: http.client.HTTPResponse, body: Json) -> ApiError:
+    """The error an answer stands for. The seconds the server asked for: its
+    Retry-After header (seconds; the HTTP-date form is not sent by kube-apiserver),
+    else the Status's details.retryAfterSeconds."""
+    said = envelope.status(body)
+    retry = envelope.seconds(response.getheader("Retry-After"))
     return ApiError(
-        response.status, message, _retry_after(response.getheader("Retry-After"), status)
+        response.status,
+        said.message or response.reason,
+        said.retry_after_s if retry is None else retry,
     )
-
-
-def _retry_after(header: str | None, status: Json) -> float | None:
-    """Seconds the server asked for: its Retry-After header (seconds; the HTTP-date
-    form is not sent by kube-apiserver), else the Status's details.retryAfterSeconds."""
-    details = status.get("details")
-    for value in (header, details.get("retryAfterSeconds") if isinstance(details, dict) else None):
-        try:
-            seconds = float(value) if value is not None else None
-        except (TypeError, ValueError):
-            continue
-        if seconds is not None and seconds >= 0:
-            return seconds
-    return None
 
 
 def _name_selector(name: str) -> list[tuple[str, str]]:

@@ -4,8 +4,9 @@ Owns: the typed models of ResourceClaim, ResourceSlice, Node and the reviews'
 answers, and their decoders from the API server's JSON.
 May use: the standard library only.
 
-One module per kind (`claim`, `node`, `slice`, `review`, `watch` for a watch
-event's envelope): frozen, slotted
+One module per kind (`claim`, `node`, `slice`, `review`; `watch` for a watch
+event's envelope, `envelope` for a list's page, an error Status and the server's
+version): frozen, slotted
 dataclasses of exactly the fields the driver reads, and a decoder from the API
 server's JSON (`fields` holds the typed reads they share). Decoding
 checks each field's type and names the path of a wrong one (`ObjectError`, e.g.
@@ -24,6 +25,5 @@ Not Kubernetes API objects, so not decoded here: the kubeconfig
 (`apiclient.config`), the checkpoint file (`claims.checkpoint`) and CDI specs
 (`claims.cdi`), each parsed by its own module. Nor are the request bodies the
 driver builds itself (the desired ResourceSlices of `resources.slices`, which the
-publisher compares with the decoded stored ones), nor the envelopes the client
-reads on the way (an error Status, a list's items and resource version).
+publisher compares with the decoded stored ones).
 """
