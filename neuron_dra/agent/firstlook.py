@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from neuron_dra.agent.files.offloop import READ_DEADLINE_S, bounded
+from neuron_dra.agent.files.offloop import READ_DEADLINE_S, Watched, bounded
 from neuron_dra.agent.options import RunOptions
 from neuron_dra.agent.telemetry.health import HealthMonitor
 from neuron_dra.agent.telemetry.mounts import Check, check_root
@@ -78,3 +78,16 @@ async def look_at_node(
             f"the node's Neuron devices were not read within {deadline_s:.0f} s: a read "
             f"under {options.sysfs_root} hangs; the agent cannot start"
         ) from None
+
+
+def watched_rediscovery(look_again: Callable[[], NodeInventory]) -> Watched[NodeInventory]:
+    """Each later look at the node (`look_again`), off the loop with the first look's
+    deadline, reported while it hangs."""
+    return Watched(
+        look_again,
+        "neuron-dra-rediscovery",
+        what="rediscovery",
+        cause="a sysfs read hangs",
+        meanwhile="the devices stay as last found until it ends",
+        recovered="the devices are followed again",
+    )

@@ -23,8 +23,14 @@ from neuron_dra.agent.claimpath import claim_path
 from neuron_dra.agent.claims.claimref import ClaimRef
 from neuron_dra.agent.claims.events import ClaimsChanged
 from neuron_dra.agent.claims.preparer import StepHook, no_step_hook
-from neuron_dra.agent.files.offloop import StoppedError, Watched, in_daemon_thread, unless_stopped
-from neuron_dra.agent.firstlook import Discover, FirstLook, look_at_node, read_inventory
+from neuron_dra.agent.files.offloop import StoppedError, in_daemon_thread, unless_stopped
+from neuron_dra.agent.firstlook import (
+    Discover,
+    FirstLook,
+    look_at_node,
+    read_inventory,
+    watched_rediscovery,
+)
 from neuron_dra.agent.gauges import agent_gauges
 from neuron_dra.agent.kubelet.plugin import KubeletPlugin
 from neuron_dra.agent.objects.node import Node
@@ -59,28 +65,7 @@ log = logging.getLogger("neuron_dra")
 # How often the checkpoint is looked at for claims a second instance (a rolling update)
 # prepared or unprepared: a stat while it is unchanged.
 CLAIMS_FOLLOW_S = 2.0
-# How long after a claim is prepared or unprepared the slices follow what claims hold.
 REVIEW_CONNECTIONS = 1  # metrics authorization reviews one token at a time
-
-
-def _watched_rediscovery(look_again: Callable[[], NodeInventory]) -> Watched[NodeInventory]:
-    return Watched(
-        look_again,
-        "neuron-dra-rediscovery",
-        what="rediscovery",
-        cause="a sysfs read hangs",
-        meanwhile="the devices stay as last found until it ends",
-        recovered="the devices are followed again",
-    )
-
-
-def _pod_resources(options: RunOptions) -> PodResources:
-    return PodResources(
-        options.pod_resources_socket,
-        DRIVER_NAME,
-        options.node_name,
-        max_age_s=options.pod_resources_interval_s,
-    )
 
 
 def _metrics_access(
@@ -126,7 +111,7 @@ class Agent:
         self._started = started
         self._discover_node = discover_node
         self.inventory = look.inventory
-        self._rediscovery = _watched_rediscovery(self._look_again)
+        self._rediscovery = watched_rediscovery(self._look_again)
         self.read_only_mounts = look.read_only_mounts
         # The Node's EC2 network topology labels, followed with the Node.
         self.topology = NodeTopology()
@@ -137,7 +122,7 @@ class Agent:
         self.loops = Supervisor(plugin.health)
         self._derived = DerivedNotice()
         self._stats = StatsReader(options.sysfs_root, options.node_name)
-        self.pod_resources = _pod_resources(options)
+        self.pod_resources = PodResources.of_node(options)
         self.metrics = Metrics(
             gauges=self._gauges,
             file_gauges=self._file_gauges,

@@ -24,8 +24,8 @@ from pathlib import Path
 import grpc
 
 from api.kubelet.podresources.v1 import api_pb2, api_pb2_grpc
-from consts import NODE_DEVICE_NAME
-from neuron_dra.agent.options import POD_RESOURCES_INTERVAL_S
+from consts import DRIVER_NAME, NODE_DEVICE_NAME
+from neuron_dra.agent.options import POD_RESOURCES_INTERVAL_S, RunOptions
 from neuron_dra.agent.telemetry.devicemetrics import device_labels
 from neuron_dra.agent.telemetry.metrics import Sample
 from neuron_dra.hardware import cores
@@ -138,6 +138,16 @@ class PodResources:
         self.up = False  # whether the last List was answered
         self.holders: tuple[Holder, ...] = ()
         self._dropped = 0  # allocation rows left out at the last scrape
+
+    @classmethod
+    def of_node(cls, options: RunOptions) -> PodResources:
+        """The client of this driver's pool on the node `options` name."""
+        return cls(
+            options.pod_resources_socket,
+            DRIVER_NAME,
+            options.node_name,
+            max_age_s=options.pod_resources_interval_s,
+        )
 
     def samples(self, inventory: NodeInventory, node: str) -> list[Sample]:
         """The allocation info of the kubelet's last answer; rows past the bound are
