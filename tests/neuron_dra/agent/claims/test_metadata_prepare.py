@@ -41,13 +41,19 @@ class Node:
         return MetadataFiles(self.plugin_dir, self.cdi_root, self.published.get, enabled=enabled)
 
     def preparer(
-        self, *, after_step: StepHook = no_step_hook, boot_id: str = BOOT, enabled: bool = True
+        self,
+        *,
+        after_step: StepHook = no_step_hook,
+        boot_id: str = BOOT,
+        enabled: bool = True,
+        tidy: bool = True,
     ) -> Preparer:
+        """A preparer of this node's; with `tidy`, each unprepare followed by what the
+        agent's event loop does after it (`claimpath`), at once."""
         files = self.files(enabled=enabled)
 
         def dispatch(event: ClaimEvent) -> None:
-            """What the agent's event loop does after an unprepare (`claimpath`)."""
-            if isinstance(event, ClaimUnprepared):
+            if tidy and isinstance(event, ClaimUnprepared):
                 files.unprepared(event)
 
         preparer = Preparer(
@@ -319,17 +325,7 @@ def test_a_device_the_node_does_not_publish_has_no_attributes(node: Node) -> Non
 
 def test_unprepare_answers_before_the_directories_go(node: Node) -> None:
     ref = node.add(UID, {"train": ["neurondevice2"], "infer": ["neurondevice4"]})
-    files = node.files()
-    preparer = Preparer(
-        inventory=lambda: node.inventory,
-        pool=POOL,
-        cdi_root=node.cdi_root,
-        store=CheckpointStore(node.plugin_dir / "checkpoint.json"),
-        boot_id=BOOT,
-        get_claim=node.api.get_claim,
-        metadata=files,
-    )
-    preparer.start()
+    preparer = node.preparer(tidy=False)
     prepare(preparer, ref)
 
     assert unprepare(preparer, ref) == Outcome()
@@ -341,7 +337,7 @@ def test_unprepare_answers_before_the_directories_go(node: Node) -> None:
         f"default_{ref.name}/infer",
         f"default_{ref.name}/train",
     ]
-    files.tidy(ref)
+    node.files().tidy(ref)
     assert node.left() == []
 
 
