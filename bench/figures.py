@@ -30,6 +30,8 @@ OPENING = re.compile(r"<!-- figure ")
 INTERLEAVED = "interleaved-1000-1.json"
 INTERLEAVED_138 = "interleaved-1000-138-1.json"
 STATES_138 = "interleaved-1000-138-2.json"
+ORDER_138 = "interleaved-1000-138-3.json"
+LEADS, WHOLE_FIRST = "partitions, empty", "partitions-whole-first, empty"
 HELD_WHOLE = ("partitions, full", "1 device")
 
 
@@ -146,6 +148,27 @@ INTERLEAVED_FIGURES: dict[str, Figure] = {
     "rss-core-full-4-138": rss_ratio(STATES_138, CORE_FULL_4, "devices, full"),
     "rss-mixed-138": rss_ratio(STATES_138, MIXED, "devices, full"),
     "rss-held-whole-138": rss_ratio(STATES_138, "partitions, full", "devices, full"),
+    **{
+        f"core-leads-{slug}-{release}": block_ratio(file, LEADS, case, (WHOLE_FIRST, case))
+        for release, file in (("138", ORDER_138),)
+        for slug, case in (
+            ("1-core", "1 core"),
+            ("1-device", "1 device"),
+            ("4-connected", "4 connected"),
+            ("16-devices", "16 devices"),
+        )
+    },
+    **{
+        f"{arm}-empty-1-core-{release}": block_ratio(file, layout, "1 core", (layout, "1 device"))
+        for release, file in (("138", ORDER_138),)
+        for arm, layout in (("core-leads", LEADS), ("whole-first", WHOLE_FIRST))
+    },
+    **{
+        f"core-leads-16-devices-over-devices-{release}": block_ratio(
+            file, LEADS, "16 devices", ("devices, empty", "16 devices")
+        )
+        for release, file in (("138", ORDER_138),)
+    },
     "capacity-held-whole-137": scale_p50("holds-1000-2.json", "capacity", "full", "1 device"),
     "partitions-held-whole-137": scale_p50("holds-1000-2.json", "partitions", "full", "1 device"),
     "capacity-held-whole-138": scale_p50("holds-1000-138-1.json", "capacity", "full", "1 device"),
