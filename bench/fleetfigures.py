@@ -229,6 +229,16 @@ def steady(file: str, layout: str) -> Figure:
     return figure
 
 
+def steady_turns(file: str, layout: str, case: str) -> Figure:
+    """The pods a second each turn of `case`'s steady phase kept, turn by turn."""
+
+    def figure(kept: dict[str, Obj]) -> str:
+        turns = _step(kept, file, layout)["steady_cases"][case]
+        return " and ".join(f"{t['pods_per_s']:.2f}" for t in turns)
+
+    return figure
+
+
 def _slice_requeues(churn: Obj) -> float:
     return float(sum(v for k, v in churn["requeued"].items() if "ResourceSlice" in k))
 
@@ -281,6 +291,7 @@ def rewrite_cost(file: str, case: str, offered: float) -> Figure:
 
 
 F5000 = "fleet-5000.json"
+S5000 = "steady-5000-1.json"
 F1000 = "fleet-1000-partitions.json"
 D1000 = "fleet-1000-devices.json"
 C137 = "churn-1000-1.json"
@@ -307,6 +318,10 @@ FLEET_FIGURES: dict[str, Figure] = {
     "core-over-device-5000-empty": case_ratio(F5000, "partitions", "empty", "1 core", "1 device"),
     "core-over-device-5000-full": case_ratio(F5000, "partitions", "full", "1 core", "1 device"),
     "steady-5000": steady(F5000, "partitions"),
+    "steady-turns-5000-no-claim": steady_turns(S5000, "partitions", NO_CLAIM),
+    "steady-turns-5000-1-device": steady_turns(S5000, "partitions", "1 device"),
+    "steady-turns-5000-devices-no-claim": steady_turns(S5000, "devices", NO_CLAIM),
+    "steady-turns-5000-devices-1-device": steady_turns(S5000, "devices", "1 device"),
     "steady-5000-devices": steady(F5000, "devices"),
     "ratios-1000-full": ratio_span("full", F1000, D1000),
     "ratios-1000-empty": ratio_span("empty", F1000, D1000),

@@ -351,6 +351,7 @@ NOT_MEASURED = (
     "2 cores",
     "2 shared cores",
     "90% full",
+    "90% held whole",
     "90% goal",
     "1.25x",
     "16 devices and 64 cores",
@@ -359,6 +360,7 @@ NOT_MEASURED = (
     "1-device",
     # The rates offered, the pods' lives and the agent's default: the runs' settings.
     "5 pods a second",
+    "pods/s of 5",
     "2 whole-device pods starting a second (each living 5 s)",
     "At 8 a second",
     "at 8 a second",
