@@ -18,6 +18,7 @@ from dataclasses import replace
 from http import HTTPStatus
 
 from consts import DRIVER_NAME
+from neuron_dra.agent import collector
 from neuron_dra.agent.apiclient.kube import ApiError, Json, Kube
 from neuron_dra.agent.claimpath import claim_path
 from neuron_dra.agent.claims.claimref import ClaimRef
@@ -382,6 +383,7 @@ async def serve(
         agent = Agent(
             options, kube, plugin, started, look=look, after_step=hook, discover_node=discover_node
         )
+        log.debug("start-up objects frozen", extra={"objects": collector.freeze_startup()})
         await agent.run(stop)
     finally:
         with contextlib.suppress(Exception):
