@@ -18,6 +18,7 @@ Usable from pytest (see ``conftest.py``) and from scripts::
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import secrets
 import shutil
@@ -117,6 +118,7 @@ class Cluster(NodeObjects):
         self.kubelet_sides: dict[str, KubeletSide] = {}
         self.ca_file = self.workdir / "pki" / "serving.crt"
         self.kubeconfig = self.workdir / "kubeconfig"
+        self.agent_kubeconfig = self.workdir / "kubeconfig.json"
         self.etcd_url = ""
         self.apiserver_port = 0
         self.server = ""
@@ -405,6 +407,9 @@ class Cluster(NodeObjects):
             "current-context": "e2e",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
+        # The same in JSON, for the driver's agents: like an agent in a pod, which reads
+        # its service account, they then load no YAML parser.
+        self.agent_kubeconfig.write_text(json.dumps(config, indent=2))
 
     def _common_component_args(self, name: str) -> list[str]:
         port = free_port()

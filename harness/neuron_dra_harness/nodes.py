@@ -114,7 +114,7 @@ class SimulatedNode(PluginNode):
             f"--cdi-root={self.cdi_dir}",
             f"--kubelet-registrar-directory-path={self.side.registry_dir}",
             f"--kubelet-plugins-directory-path={self.side.plugins_dir}",
-            f"--kubeconfig={self.cluster.kubeconfig}",
+            f"--kubeconfig={self.cluster.agent_kubeconfig}",
             # The held form at once, as the tests of what is withdrawn expect; a node's
             # own extra_args may set another hold-off (the last value wins).
             "--withdraw-after=0",

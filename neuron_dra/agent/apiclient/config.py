@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import json
 import os
 import ssl
 import tempfile
@@ -163,6 +164,23 @@ def load(
     return from_kubeconfig(kubeconfig)
 
 
+def _parsed(path: Path, text: str) -> Any:
+    """A kubeconfig's document. JSON, which is YAML too, is read without the YAML
+    parser: a pod of the DaemonSet reads its service account and never imports it, and
+    neither does an agent given a kubeconfig in JSON."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError as err:
+            raise ConfigError(f"{path}: not valid JSON: {err}") from None
+    import yaml  # noqa: PLC0415
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+
+
 def in_cluster(
     directory: Path = IN_CLUSTER_DIR, environ: Mapping[str, str] = os.environ
 ) -> ApiConfig:
@@ -187,16 +205,13 @@ def in_cluster(
 
 
 def from_kubeconfig(path: Path) -> ApiConfig:
-    """The current context of a kubeconfig file; relative paths are against its directory."""
-    # Deferred: a pod of the DaemonSet reads its service account and never needs it.
-    import yaml  # noqa: PLC0415
-
+    """The current context of a kubeconfig file, YAML or JSON; relative paths are
+    against its directory."""
     try:
-        doc = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the kubeconfig: {err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    doc = _parsed(path, text)
     where = _Where(path)
     root = where.mapping(doc, "")
     current = where.string(root, "current-context")

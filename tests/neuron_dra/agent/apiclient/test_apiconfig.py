@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import ssl
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +285,23 @@ def test_a_file_that_is_no_kubeconfig(tmp_path: Path) -> None:
         apiconfig.load(path)
     with pytest.raises(ConfigError, match=rf"^{tmp_path / 'absent'}: cannot read"):
         apiconfig.load(tmp_path / "absent")
+
+
+def test_a_kubeconfig_in_json_is_read_without_the_yaml_parser(tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path / "kubeconfig", {"server": SERVER}, {"token": "t"})
+    as_json = tmp_path / "kubeconfig.json"
+    as_json.write_text(json.dumps(yaml.safe_load(path.read_text())))
+    probe = (
+        "import sys; from pathlib import Path; "
+        "from neuron_dra.agent.apiclient import config; "
+        f"c = config.load(Path({str(as_json)!r})); "
+        "print(c.server, 'yaml' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [SERVER, "False"]
+    as_json.write_text('{"clusters": [')
+    with pytest.raises(ConfigError, match=rf"^{as_json}: not valid JSON"):
+        apiconfig.load(as_json)
 
 
 # --- in-cluster --------------------------------------------------------------
