@@ -48,9 +48,9 @@ class Layout:
     withhold_for_cores: bool = True
     # DeviceClasses with one selector joining the chart's two by `&&`.
     joined_selectors: bool = False
-    # The first core ahead of the whole devices in the walk, as the agent publishes;
-    # False: every core after them, as it published before.
-    core_leads: bool = True
+    # The first core ahead of the whole devices in the walk; False, as the agent
+    # publishes: every core after them.
+    core_leads: bool = False
 
 
 LAYOUTS = {
@@ -59,7 +59,7 @@ LAYOUTS = {
         Layout("devices", CoreLayout.OFF),
         Layout("partitions", CoreLayout.PARTITIONS),
         Layout("partitions-lnc1", CoreLayout.PARTITIONS, lnc=1),
-        Layout("partitions-whole-first", CoreLayout.PARTITIONS, core_leads=False),
+        Layout("partitions-core-leads", CoreLayout.PARTITIONS, core_leads=True),
         # What the driver published before: random slice order, every core always.
         Layout("partitions-unordered", CoreLayout.PARTITIONS, ordered=False, withhold=False),
         Layout(
@@ -69,13 +69,8 @@ LAYOUTS = {
             ordered=False,
             withhold=False,
         ),
-        Layout("partitions-ordered", CoreLayout.PARTITIONS, withhold=False, core_leads=False),
-        Layout(
-            "partitions-whole-holds",
-            CoreLayout.PARTITIONS,
-            withhold_for_cores=False,
-            core_leads=False,
-        ),
+        Layout("partitions-ordered", CoreLayout.PARTITIONS, withhold=False),
+        Layout("partitions-whole-holds", CoreLayout.PARTITIONS, withhold_for_cores=False),
         Layout(
             "partitions-unordered-joined",
             CoreLayout.PARTITIONS,

@@ -20,12 +20,11 @@ devices consume counters, after the counter slice: 4 slices.
 
 The allocator walks a pool's slices in name order, first fit, running each request's
 selectors on every free device it meets: each slice's generated name starts with its
-place, and whole devices come before the cores, so a whole-device claim stops before
-them; but the first core leads the walk, so that a core claim on a node with that
-core free stops at once instead of after the node's whole devices, at the cost of one
-selector a whole-device claim runs (`SliceOptions.core_leads`). The device classes
-keep the two apart, so the order decides what each claim costs, not what it gets. What
-shares a counter a prepared claim spends is left out (`SliceOptions.held`);
+place, and whole devices come before every core, so a whole-device claim stops before
+the cores, and a class that matches both kinds hands out whole devices first.
+`SliceOptions.core_leads` puts the first core ahead of them instead: measured, not
+published (docs/contributors/decisions.md). What shares a counter a prepared claim
+spends is left out (`SliceOptions.held`);
 every published device always draws on its counters, held or not, so whatever rule the
 allocator follows for an allocated device's consumption (the slice as it is now, or as
 it was when the device was allocated) gives the same answer.
@@ -129,8 +128,8 @@ class SliceOptions:
     # where the API server drops or refuses them.
     notices: tuple[Notice, ...] = ()
     # The first published core ahead of the whole devices in the allocator's walk (see
-    # the module's docstring); False: every core after them.
-    core_leads: bool = True
+    # the module's docstring); False, as published: every core after them.
+    core_leads: bool = False
 
     @property
     def core_layout(self) -> CoreLayout:

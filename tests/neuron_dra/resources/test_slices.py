@@ -716,25 +716,24 @@ def walk(slices: list[Json]) -> list[str]:
 
 @pytest.mark.parametrize("instance_type", ["trn2.48xlarge", "trn2u.48xlarge", "inf2.48xlarge"])
 @pytest.mark.parametrize("lnc", [1, 2])
-def test_the_first_core_leads_the_walk_and_whole_devices_come_before_the_rest(
+def test_whole_devices_come_before_every_core_in_the_walk(
     fake_node: FakeNode, instance_type: str, lnc: int
 ) -> None:
     root = fake_node(instance_type, lnc=lnc if instance_type.startswith("trn2") else None)
     slices = slices_of(root, counter_layout=CounterLayout.OWN_SLICE, cores=True)
     order = walk(slices)
     cores = [i for i, name in enumerate(order) if name.startswith("neuroncore")]
-    # One core first, then every whole device (and the node device), then the rest.
-    assert order[0] == "neuroncore0"
-    assert cores[1:] == list(range(cores[1], len(order)))
-    assert not any(n.startswith("neuroncore") for n in order[1 : cores[1]])
+    assert cores and cores == list(range(cores[0], len(order)))  # all cores, last
     assert len({s["metadata"]["generateName"] for s in slices}) == len(slices)
-    # Asked not to lead, every core comes after the whole devices.
-    whole_first = walk(
-        slices_of(root, counter_layout=CounterLayout.OWN_SLICE, cores=True, core_leads=False)
+    # Asked to, the first core leads, then every whole device, then the other cores.
+    leading = walk(
+        slices_of(root, counter_layout=CounterLayout.OWN_SLICE, cores=True, core_leads=True)
     )
-    behind = [i for i, name in enumerate(whole_first) if name.startswith("neuroncore")]
-    assert behind == list(range(behind[0], len(whole_first)))
-    assert sorted(whole_first) == sorted(order)
+    behind = [i for i, name in enumerate(leading) if name.startswith("neuroncore")]
+    assert leading[0] == "neuroncore0"
+    assert behind[1:] == list(range(behind[1], len(leading)))
+    assert not any(n.startswith("neuroncore") for n in leading[1 : behind[1]])
+    assert sorted(leading) == sorted(order)
 
 
 def test_the_first_core_published_leads_when_the_first_device_is_held(
@@ -742,7 +741,11 @@ def test_the_first_core_published_leads_when_the_first_device_is_held(
 ) -> None:
     root = fake_node("trn2.48xlarge", lnc=2)
     held = frozenset({"neurondevice0"})
-    order = walk(slices_of(root, counter_layout=CounterLayout.OWN_SLICE, cores=True, held=held))
+    order = walk(
+        slices_of(
+            root, counter_layout=CounterLayout.OWN_SLICE, cores=True, held=held, core_leads=True
+        )
+    )
     # Device 0's cores are withdrawn: device 1's first leads.
     assert order[:2] == ["neuroncore4", "neurondevice0"]
 
