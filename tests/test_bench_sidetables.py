@@ -75,6 +75,7 @@ def test_a_page_without_markers_is_refused(tmp_path: Path) -> None:
 def test_the_figures_over_their_goal_are_named_from_the_median_of_the_repeats() -> None:
     sidetables = load("sidetables")
     run = json.loads(KEPT.read_text())
+    run["repeats"] = run["repeats"][:3]  # three, whatever the kept run has
     for repeat in run["repeats"]:
         repeat["rss_mib"] = {"neuron": 40.0, "neuron_off": 40.0, "go": 40.0}
         for size in repeat["sizes"].values():
