@@ -21,9 +21,10 @@ a claim deleted and made again under the same name while the old one is still
 prepared shares it, so unprepare removes only the files of its own UID.
 
 Unprepare removes the files and specs, and leaves the claim's directories, empty, to
-`tidy`, which the agent runs on its event loop once the kubelet has its answer
-(`ClaimUnprepared`): a directory's removal on a disk costs several times what the rest
-of an unprepare does, and an empty directory gives a container nothing. The two never
+`tidy`, which the agent runs in one of its event loop's worker threads once the
+kubelet has its answer (`ClaimUnprepared`): a directory's removal on a disk costs
+several times what the rest of an unprepare does, and an empty directory gives a
+container nothing. The two never
 meet a write halfway: `write` and `tidy` take one lock, so a directory is never removed
 between its creation and the rename of the file into it. A directory a crash left
 behind is removed by the start sweep.
