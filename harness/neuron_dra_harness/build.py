@@ -336,7 +336,7 @@ def go_env(go: str = "local") -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], cwd: Path, *, go: str = "local") -> None:
+def run_go(cmd: list[str], cwd: Path, *, go: str = "local") -> None:
     proc = subprocess.run(cmd, check=False, cwd=cwd, env=go_env(go), capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(
@@ -352,7 +352,7 @@ def go_build(
     t0 = time.monotonic()
     build_log(f"building {name} ...")
     tmp_out = target / f".{name}.tmp"
-    _run(["go", "build", "-trimpath", *flags, "-o", str(tmp_out), package], module, go=go)
+    run_go(["go", "build", "-trimpath", *flags, "-o", str(tmp_out), package], module, go=go)
     tmp_out.replace(target / name)
     build_log(f"built {name} in {time.monotonic() - t0:.1f}s")
 
@@ -365,7 +365,7 @@ def _copy_module(module: Path, version: str) -> None:
 
 
 @contextmanager
-def _k8s_module(version: str) -> Iterator[Path]:
+def k8s_module(version: str) -> Iterator[Path]:
     """The k8s wrapper module at ``version``: the committed one; a copy with the
     release's pinned go.mod and go.sum from ``go/releases/<version>``; or, for a
     release not pinned there, a copy whose go.mod is generated (needs the
@@ -397,12 +397,12 @@ def pin_release(module: Path, version: str) -> None:
     edits.append(f"-require=k8s.io/kubernetes@{version}")
     edits += [f"-replace=k8s.io/{m}=k8s.io/{m}@{staging}" for m in staging_modules(version)]
     build_log(f"generating go.mod for Kubernetes {version} in {module}")
-    _run(["go", "mod", "edit", *edits], module, go=go)
+    run_go(["go", "mod", "edit", *edits], module, go=go)
     needed = needed_standins(version)
     for standin in needed:
         build_log(f"stand-in for {standin.module}@{standin.version}, refused: {standin.why}")
-    standins.apply(module, needed, staging, lambda cmd: _run(cmd, module, go=go))
-    _run(["go", "mod", "tidy"], module, go=go)
+    standins.apply(module, needed, staging, lambda cmd: run_go(cmd, module, go=go))
+    run_go(["go", "mod", "tidy"], module, go=go)
 
 
 def needed_standins(version: str) -> list[standins.StandIn]:
@@ -463,7 +463,7 @@ def build_release(version: str, *, kubelet_only: bool = False, force: bool = Fal
         started = time.monotonic()
         flags = [f"-ldflags={ldflags(version)}"]
         build_log(f"building Kubernetes {version} ({go}) ...")
-        with _k8s_module(version) as k8s_dir:
+        with k8s_module(version) as k8s_dir:
             jobs: list[tuple[str, Path, str, list[str]]] = []
             if not kubelet_only:
                 jobs += [

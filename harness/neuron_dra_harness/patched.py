@@ -1,8 +1,10 @@
 """kube-scheduler built once more with changes to its DRA allocator, to measure them
 beside the release or to run the end-to-end tests on them: `bench/upstream/<name>.patch`
 applied to the release's k8s.io/dynamic-resource-allocation module, several joined by
-`+`. Not part of any default build: `bench/scale.py --patched NAME` runs each layout on
-both schedulers, and the end-to-end tests run on `NEURON_DRA_SCHEDULER_PATCH=NAME`'s.
+`+`. Where a release's allocator moved under a patch, `bench/upstream/v1.MINOR/<name>.patch`
+is the same change rebased on it. Not part of any default build: `bench/scale.py
+--patched NAME` runs each layout on both schedulers, and the end-to-end tests run on
+`NEURON_DRA_SCHEDULER_PATCH=NAME`'s.
 
 The patched scheduler is cached beside the release's binaries, keyed by the patches'
 content; the other binaries are the release's own (linked, not rebuilt).
@@ -41,12 +43,12 @@ def admin_skips_counters() -> bool:
 def patched_binaries(name: str) -> Binaries:
     """The release's binaries, with a kube-scheduler whose allocator has the patches
     `name` names (`a+b`: a, then b)."""
-    patches = [PATCHES / f"{part}.patch" for part in name.split("+")]
+    release = e2e_build.build()
+    patches = [patch_file(part, release.version) for part in name.split("+")]
     missing = [p.name for p in patches if not p.is_file()]
     if missing:
         known = ", ".join(sorted(p.stem for p in PATCHES.glob("*.patch")))
         raise ValueError(f"no patch {', '.join(missing)} in {PATCHES}; known: {known}")
-    release = e2e_build.build()
     digest = hashlib.sha256(release.version.encode())
     for patch in patches:
         digest.update(patch.read_bytes())
@@ -64,6 +66,13 @@ def patched_binaries(name: str) -> Binaries:
     return Binaries(target, release.version)
 
 
+def patch_file(name: str, version: str) -> Path:
+    """The patch `name` for Kubernetes `version`: its rebase on that minor release where one
+    is kept, the patch as written (on 1.37's allocator) otherwise."""
+    rebased = PATCHES / f"v1.{e2e_build.minor(version)}" / f"{name}.patch"
+    return rebased if rebased.is_file() else PATCHES / f"{name}.patch"
+
+
 def patched_source(patches: list[Path], version: str, into: Path) -> Path:
     """A copy of the release's allocator module at `into`, `patches` applied: where
     `go test ./structured/...` runs the patches' own tests."""
@@ -72,7 +81,7 @@ def patched_source(patches: list[Path], version: str, into: Path) -> Path:
         listed = subprocess.run(
             ["go", "mod", "download", "-json", f"{MODULE}@{staging}"],
             cwd=outside,
-            env=e2e_build.go_env(),
+            env=e2e_build.go_env(e2e_build.toolchain(version)),
             check=True,
             capture_output=True,
             text=True,
@@ -86,12 +95,14 @@ def patched_source(patches: list[Path], version: str, into: Path) -> Path:
 
 
 def _build(patches: list[Path], version: str, target: Path) -> None:
+    go = e2e_build.toolchain(version)
     with tempfile.TemporaryDirectory(prefix="neuron-dra-patched-") as tmp:
         module = Path(tmp) / "k8s"
-        shutil.copytree(e2e_build.K8S_MODULE_DIR, module)
+        with e2e_build.k8s_module(version) as release_module:
+            shutil.copytree(release_module, module)
         source = patched_source(patches, version, Path(tmp) / "dra")
-        e2e_build._run(["go", "mod", "edit", f"-replace={MODULE}={source}"], module)
+        e2e_build.run_go(["go", "mod", "edit", f"-replace={MODULE}={source}"], module, go=go)
         flags = [f"-ldflags={e2e_build.ldflags(version)}"]
         e2e_build.go_build(
-            target, "kube-scheduler", module, "k8s.io/kubernetes/cmd/kube-scheduler", flags
+            target, "kube-scheduler", module, "k8s.io/kubernetes/cmd/kube-scheduler", flags, go=go
         )
