@@ -125,10 +125,25 @@ class Api:
             if answer.status == 429 or answer.status >= 500:
                 time.sleep(0.2 * (attempt + 1))  # a loaded server asks to retry
                 continue
+            if answer.status == 409 and attempt > 0 and method in ("POST", "PUT"):
+                # The connection dropped after the server took the write, so the retry
+                # met the object it made (AlreadyExists, or a resourceVersion moved by
+                # it). The benchmark is the only writer: the object is the one written.
+                return self.call("GET", _written(method, path, body))
             if not (200 <= answer.status < 300 or answer.status in ok):
                 raise RuntimeError(f"{method} {path}: {answer.status} {text[:300]!r}")
             return json.loads(text) if text else {}
         raise RuntimeError(f"{method} {path}: still {answer.status} after retries")
+
+
+def _written(method: str, path: str, body: Obj | None) -> str:
+    """The path of the object a POST or PUT of `body` to `path` wrote."""
+    if method == "PUT":
+        return path
+    name = (body or {}).get("metadata", {}).get("name")
+    if not name:
+        raise RuntimeError(f"POST {path}: 409 after a retry, and the object has no name")
+    return f"{path}/{name}"
 
 
 def slice_path(name: str | None = None) -> str:
