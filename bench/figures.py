@@ -31,6 +31,7 @@ INTERLEAVED = "interleaved-1000-1.json"
 INTERLEAVED_138 = "interleaved-1000-138-1.json"
 STATES_138 = "interleaved-1000-138-2.json"
 ORDER_138 = "interleaved-1000-138-3.json"
+LAYOUTS_138 = "interleaved-1000-138-4.json"
 LEADS, WHOLE_FIRST = "partitions, empty", "partitions-whole-first, empty"
 HELD_WHOLE = ("partitions, full", "1 device")
 
@@ -112,6 +113,8 @@ CORE_FULL = "partitions, core-full-1"
 CORE_FULL_4 = "partitions, core-full-4"
 MIXED = "partitions, mixed"
 PATCHED = "partitions +allocator-cheap-checks-first, core-full-1"
+CAPACITY_CORE_FULL = "capacity, core-full-1"
+CAPACITY_HELD_WHOLE = ("capacity, full", "1 device")
 INTERLEAVED_FIGURES: dict[str, Figure] = {
     "core-full-1-core": block_ratio(INTERLEAVED, CORE_FULL, "1 core", HELD_WHOLE),
     "core-full-1-device": block_ratio(INTERLEAVED, CORE_FULL, "1 device", HELD_WHOLE),
@@ -168,6 +171,29 @@ INTERLEAVED_FIGURES: dict[str, Figure] = {
             file, LEADS, "16 devices", ("devices, empty", "16 devices")
         )
         for release, file in (("138", ORDER_138),)
+    },
+    **{
+        f"{name}-{slug}-138-4": block_ratio(LAYOUTS_138, arm, case, base)
+        for slug, case in (("1-core", "1 core"), ("1-device", "1 device"))
+        for name, arm, base in (
+            ("release", CORE_FULL, HELD_WHOLE),
+            ("patched", PATCHED, HELD_WHOLE),
+            ("patched-over-release", PATCHED, (CORE_FULL, case)),
+            ("capacity", CAPACITY_CORE_FULL, CAPACITY_HELD_WHOLE),
+            ("capacity-over-partitions", CAPACITY_CORE_FULL, HELD_WHOLE),
+        )
+    },
+    "capacity-held-whole-over-partitions-138-4": block_ratio(
+        LAYOUTS_138, *CAPACITY_HELD_WHOLE, HELD_WHOLE
+    ),
+    **{
+        f"rss-{slug}-138-4": rss_ratio(LAYOUTS_138, arm, "devices, full")
+        for slug, arm in (
+            ("core-full", CORE_FULL),
+            ("held-whole", "partitions, full"),
+            ("capacity-core-full", CAPACITY_CORE_FULL),
+            ("capacity-held-whole", CAPACITY_HELD_WHOLE[0]),
+        )
     },
     "capacity-held-whole-137": scale_p50("holds-1000-2.json", "capacity", "full", "1 device"),
     "partitions-held-whole-137": scale_p50("holds-1000-2.json", "partitions", "full", "1 device"),
