@@ -31,7 +31,10 @@ INTERLEAVED = "interleaved-1000-1.json"
 INTERLEAVED_138 = "interleaved-1000-138-1.json"
 STATES_138 = "interleaved-1000-138-2.json"
 ORDER_138 = "interleaved-1000-138-3.json"
-LAYOUTS_138 = "interleaved-1000-138-4.json"
+LAYOUT_RUNS = (("137-2", "interleaved-1000-2.json"), ("138-4", "interleaved-1000-138-4.json"))
+"""The runs with the same six arms on each release: partitions full of 1-core claims on
+the release's scheduler and the cheap-checks one, capacity full of them, and the
+three layouts held whole."""
 LEADS, WHOLE_FIRST = "partitions, empty", "partitions-whole-first, empty"
 HELD_WHOLE = ("partitions, full", "1 device")
 
@@ -173,7 +176,8 @@ INTERLEAVED_FIGURES: dict[str, Figure] = {
         for release, file in (("138", ORDER_138),)
     },
     **{
-        f"{name}-{slug}-138-4": block_ratio(LAYOUTS_138, arm, case, base)
+        f"{name}-{slug}-{run}": block_ratio(file, arm, case, base)
+        for run, file in LAYOUT_RUNS
         for slug, case in (("1-core", "1 core"), ("1-device", "1 device"))
         for name, arm, base in (
             ("release", CORE_FULL, HELD_WHOLE),
@@ -183,11 +187,15 @@ INTERLEAVED_FIGURES: dict[str, Figure] = {
             ("capacity-over-partitions", CAPACITY_CORE_FULL, HELD_WHOLE),
         )
     },
-    "capacity-held-whole-over-partitions-138-4": block_ratio(
-        LAYOUTS_138, *CAPACITY_HELD_WHOLE, HELD_WHOLE
-    ),
     **{
-        f"rss-{slug}-138-4": rss_ratio(LAYOUTS_138, arm, "devices, full")
+        f"capacity-held-whole-over-partitions-{run}": block_ratio(
+            file, *CAPACITY_HELD_WHOLE, HELD_WHOLE
+        )
+        for run, file in LAYOUT_RUNS
+    },
+    **{
+        f"rss-{slug}-{run}": rss_ratio(file, arm, "devices, full")
+        for run, file in LAYOUT_RUNS
         for slug, arm in (
             ("core-full", CORE_FULL),
             ("held-whole", "partitions, full"),

@@ -200,12 +200,23 @@ def case_p50(file: str, layout: str, state: str, case: str) -> Figure:
     return figure
 
 
-def case_ratio(file: str, layout: str, state: str, case: str, base: str) -> Figure:
-    """One case's p50 over another's of the same state and layout, as "2.5x"."""
+def case_ratio(
+    file: str,
+    layout: str,
+    state: str,
+    case: str,
+    base: str,
+    *,
+    base_state: str | None = None,
+    digits: int = 1,
+) -> Figure:
+    """One case's p50 over another's of the same layout, in the same state or in
+    `base_state`, as "2.5x"."""
 
     def figure(kept: dict[str, Obj]) -> str:
-        cases = _step(kept, file, layout)[state]
-        return f"{cases[case]['p50_ms'] / cases[base]['p50_ms']:.1f}x"
+        step = _step(kept, file, layout)
+        under = step[base_state or state][base]["p50_ms"]
+        return f"{step[state][case]['p50_ms'] / under:.{digits}f}x"
 
     return figure
 

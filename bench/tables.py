@@ -328,11 +328,14 @@ def render(page: str, folder: Path) -> str:
     holds = kept_runs(folder, "holds-*.json")
     interleaved = kept_runs(folder, "interleaved-*.json")
     churned = kept_runs(folder, "churn-*.json")
+    # Runs of bench/scale.py quoted by figures alone: the steady phase's turns, and
+    # the fleet states at a size no other run reached.
+    quoted = {**kept_runs(folder, "steady-*.json"), **kept_runs(folder, "states-*.json")}
 
     def table(match: re.Match[str]) -> str:
         name = match["name"]
         if name == "runs":
-            every = {**runs, **heaps, **compared, **holds, **interleaved, **churned}
+            every = {**runs, **heaps, **compared, **holds, **interleaved, **churned, **quoted}
             return f"{match[1]}{runs_table(every, folder)}\n{match[4]}"
         if name == "holds":
             return f"{match[1]}{holds_table(holds)}\n{match[4]}"
