@@ -30,6 +30,8 @@ OPENING = re.compile(r"<!-- figure ")
 INTERLEAVED = "interleaved-1000-1.json"
 INTERLEAVED_138 = "interleaved-1000-138-1.json"
 STATES_138 = "interleaved-1000-138-2.json"
+STATES_137 = "interleaved-1000-3.json"
+EMPTY = "partitions, empty"
 ORDER_138 = "interleaved-1000-138-3.json"
 LAYOUT_RUNS = (("137-2", "interleaved-1000-2.json"), ("138-4", "interleaved-1000-138-4.json"))
 """The runs with the same six arms on each release: partitions full of 1-core claims on
@@ -154,6 +156,19 @@ INTERLEAVED_FIGURES: dict[str, Figure] = {
     "rss-core-full-4-138": rss_ratio(STATES_138, CORE_FULL_4, "devices, full"),
     "rss-mixed-138": rss_ratio(STATES_138, MIXED, "devices, full"),
     "rss-held-whole-138": rss_ratio(STATES_138, "partitions, full", "devices, full"),
+    **{
+        f"{slug}-137-3": figure
+        for slug, figure in (
+            ("core-full-4-1-core", block_ratio(STATES_137, CORE_FULL_4, "1 core", HELD_WHOLE)),
+            ("core-full-4-1-device", block_ratio(STATES_137, CORE_FULL_4, "1 device", HELD_WHOLE)),
+            ("mixed-1-core", block_ratio(STATES_137, MIXED, "1 core", HELD_WHOLE)),
+            ("mixed-1-device", block_ratio(STATES_137, MIXED, "1 device", HELD_WHOLE)),
+            ("empty-1-core", block_ratio(STATES_137, EMPTY, "1 core", (EMPTY, "1 device"))),
+            ("rss-core-full-4", rss_ratio(STATES_137, CORE_FULL_4, "devices, full")),
+            ("rss-mixed", rss_ratio(STATES_137, MIXED, "devices, full")),
+            ("rss-empty", rss_ratio(STATES_137, EMPTY, "devices, full")),
+        )
+    },
     **{
         f"core-leads-{slug}-{release}": block_ratio(file, LEADS, case, (WHOLE_FIRST, case))
         for release, file in (("138", ORDER_138),)

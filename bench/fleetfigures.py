@@ -303,6 +303,7 @@ def rewrite_cost(file: str, case: str, offered: float) -> Figure:
 
 F5000 = "fleet-5000.json"
 S5000 = "steady-5000-1.json"
+ST5000 = "states-5000-138-1.json"
 F1000 = "fleet-1000-partitions.json"
 D1000 = "fleet-1000-devices.json"
 C137 = "churn-1000-1.json"
@@ -334,6 +335,16 @@ FLEET_FIGURES: dict[str, Figure] = {
     "steady-turns-5000-devices-no-claim": steady_turns(S5000, "devices", NO_CLAIM),
     "steady-turns-5000-devices-1-device": steady_turns(S5000, "devices", "1 device"),
     "steady-5000-devices": steady(F5000, "devices"),
+    **{
+        f"core-full-5000-{slug}": case_ratio(
+            ST5000, "partitions", "core-full-1", case, "1 device", base_state="full", digits=2
+        )
+        for slug, case in (("1-core", "1 core"), ("1-device", "1 device"))
+    },
+    "empty-5000-1-core": case_ratio(ST5000, "partitions", "empty", "1 core", "1 device", digits=2),
+    "claims-5000-core-full": claims(ST5000, "partitions", "core-full-1"),
+    "rss-5000-core-full": rss(ST5000, "partitions", ("full", "core-full-1"), "kube-apiserver"),
+    "steady-5000-138": steady(ST5000, "partitions"),
     "ratios-1000-full": ratio_span("full", F1000, D1000),
     "ratios-1000-empty": ratio_span("empty", F1000, D1000),
     "steady-1000": steady(F1000, "partitions"),

@@ -354,6 +354,9 @@ NOT_MEASURED = (
     "90% held whole",
     "90% goal",
     "1.25x",
+    "1.5x",
+    # The releases the runs ran: what was set.
+    "1.38.0-beta.0",
     "16 devices and 64 cores",
     "1-core",
     "4-core",
